@@ -1,0 +1,672 @@
+//! The CPU extractor: streaming framing, window, real FFT, power, sparse mel, log, and the
+//! item-level steps (dynamic-range clamp, affine scaling, DCT, per-feature normalisation,
+//! Welch averaging).
+//!
+//! One item at a time: `begin`, any number of `push`es, `finish`. Frames are computed as soon
+//! as their samples have arrived, so a long file is being processed while it is still being
+//! decoded. All buffers live in the extractor and are reused across items: nothing is
+//! allocated per frame.
+
+use std::sync::Arc;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, StandardNormal};
+use realfft::{RealFftPlanner, RealToComplex};
+use rustfft::num_complex::Complex;
+use rustfft::num_traits::{Float, FromPrimitive};
+use rustfft::FftNum;
+
+use crate::dct::Dct;
+use crate::error::{ExtractError, SpecError};
+use crate::mel::MelBank;
+use crate::spec::{
+    FeatureSpec, Framing, LogGuard, LogKind, Normalize, OutputKind, PadMode, PreemphasisScope,
+};
+use crate::window::window;
+
+/// Floating-point type of the FFT and the mel projection.
+pub trait Real: FftNum + Float + FromPrimitive {}
+impl Real for f32 {}
+impl Real for f64 {}
+
+/// Arithmetic precision of the spectral core. Outputs are always f32.
+///
+/// f64 keeps every bin of a linear power spectrum within 1e-4 relative of an exact DFT, even
+/// 100 dB below the frame's peak; f32 is faster and is what the references themselves use,
+/// and its error is far below the golden tolerance on log outputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    F32,
+    #[default]
+    F64,
+}
+
+fn cast<T: Real>(v: f64) -> T {
+    T::from_f64(v).expect("every f64 converts to f32/f64")
+}
+
+/// Per-precision state: FFT plan, window, filter weights and the frame scratch.
+struct Core<T: Real> {
+    fft: Arc<dyn RealToComplex<T>>,
+    window: Vec<T>,
+    /// Sparse mel filters as (first bin, weights).
+    mel: Vec<(usize, Vec<T>)>,
+    frame: Vec<T>,
+    spectrum: Vec<Complex<T>>,
+    scratch: Vec<Complex<T>>,
+    power: Vec<T>,
+}
+
+impl<T: Real> Core<T> {
+    fn new(spec: &FeatureSpec, bank: Option<&MelBank>) -> Self {
+        let fft = RealFftPlanner::<T>::new().plan_fft_forward(spec.n_fft);
+        let spectrum = fft.make_output_vec();
+        let scratch = fft.make_scratch_vec();
+        Core {
+            window: window(spec.window, spec.win_length, spec.periodic)
+                .into_iter()
+                .map(cast)
+                .collect(),
+            mel: bank
+                .map(|b| {
+                    b.filters
+                        .iter()
+                        .map(|f| (f.start, f.weights.iter().map(|&w| cast(w)).collect()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            frame: vec![T::zero(); spec.n_fft],
+            power: vec![T::zero(); spectrum.len()],
+            spectrum,
+            scratch,
+            fft,
+        }
+    }
+
+    /// Computes one frame from its `win_length` samples and appends its row to `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn frame(
+        &mut self,
+        spec: &FeatureSpec,
+        segment: &[f32],
+        offset: usize,
+        rng: &mut ChaCha8Rng,
+        out: &mut Vec<f32>,
+        psd_sum: &mut [f64],
+    ) {
+        let win = spec.win_length;
+        self.frame.fill(T::zero());
+        let seg = &mut self.frame[offset..offset + win];
+        let plain = spec.dither == 0.0
+            && !spec.remove_dc
+            && (spec.preemphasis == 0.0 || spec.preemphasis_scope == PreemphasisScope::Signal);
+        if plain {
+            for ((dst, &src), &w) in seg.iter_mut().zip(segment).zip(&self.window) {
+                *dst = cast::<T>(f64::from(src)) * w;
+            }
+        } else {
+            // Kaldi's order: dither, remove DC, pre-emphasis, window.
+            for (dst, &src) in seg.iter_mut().zip(segment) {
+                *dst = cast(f64::from(src));
+            }
+            if spec.dither > 0.0 {
+                let d = f64::from(spec.dither);
+                for v in seg.iter_mut() {
+                    let g: f64 = StandardNormal.sample(rng);
+                    *v = *v + cast(g * d);
+                }
+            }
+            if spec.remove_dc {
+                let mean = seg.iter().fold(T::zero(), |a, &b| a + b) / cast(win as f64);
+                seg.iter_mut().for_each(|v| *v = *v - mean);
+            }
+            if spec.preemphasis > 0.0 && spec.preemphasis_scope == PreemphasisScope::Frame {
+                let c: T = cast(f64::from(spec.preemphasis));
+                for i in (1..win).rev() {
+                    seg[i] = seg[i] - c * seg[i - 1];
+                }
+                seg[0] = seg[0] - c * seg[0];
+            }
+            for (v, &w) in seg.iter_mut().zip(&self.window) {
+                *v = *v * w;
+            }
+        }
+        self.fft
+            .process_with_scratch(&mut self.frame, &mut self.spectrum, &mut self.scratch)
+            .expect("buffer lengths come from the plan");
+        for (p, c) in self.power.iter_mut().zip(&self.spectrum) {
+            *p = c.re * c.re + c.im * c.im;
+        }
+        match spec.output {
+            OutputKind::Power => {
+                let bins = &self.power[..spec.n_spectrum_bins()];
+                out.extend(bins.iter().map(|&p| log_value(spec, p)));
+            }
+            OutputKind::Magnitude => {
+                let bins = &self.power[..spec.n_spectrum_bins()];
+                out.extend(bins.iter().map(|&p| log_value(spec, p.sqrt())));
+            }
+            OutputKind::Psd => {
+                for (s, p) in psd_sum.iter_mut().zip(&self.power) {
+                    *s += p.to_f64().unwrap_or(f64::NAN);
+                }
+            }
+            OutputKind::Mel | OutputKind::Logmel | OutputKind::Mfcc => {
+                if spec.power == 1.0 {
+                    self.power.iter_mut().for_each(|p| *p = p.sqrt());
+                }
+                for (start, weights) in &self.mel {
+                    let bins = &self.power[*start..*start + weights.len()];
+                    let e = weights
+                        .iter()
+                        .zip(bins)
+                        .fold(T::zero(), |acc, (&w, &p)| acc + w * p);
+                    out.push(log_value(spec, e));
+                }
+            }
+        }
+    }
+}
+
+/// `log` with its guard, or the value itself when the spec has no log.
+fn log_value<T: Real>(spec: &FeatureSpec, x: T) -> f32 {
+    let guarded = match spec.log_guard {
+        _ if spec.log == LogKind::None => x,
+        LogGuard::Clamp(floor) => x.max(cast(f64::from(floor))),
+        LogGuard::Add(eps) => x + cast(f64::from(eps)),
+    };
+    let y = match spec.log {
+        LogKind::None => guarded,
+        LogKind::Ln => guarded.ln(),
+        LogKind::Log10 => guarded.log10(),
+        LogKind::Db => guarded.log10() * cast(10.0),
+    };
+    y.to_f32().unwrap_or(f32::NAN)
+}
+
+enum Engine {
+    F32(Core<f32>),
+    F64(Core<f64>),
+}
+
+/// The CPU feature extractor for one spec. Not `Sync`: give each thread its own (they are
+/// cheap; see [`extract_batch`]).
+pub struct CpuExtractor {
+    spec: FeatureSpec,
+    engine: Engine,
+    dct: Option<Dct>,
+    pad_left: usize,
+    /// Offset of the window inside the n_fft frame (torch centres it; Kaldi puts it first).
+    window_offset: usize,
+    // Per-item state.
+    /// Padded-signal samples from padded index `pending_start` on.
+    pending: Vec<f32>,
+    pending_start: usize,
+    signal_len: usize,
+    started: bool,
+    prev_input: f32,
+    next_frame: usize,
+    rng: ChaCha8Rng,
+    raw: Vec<f32>,
+    psd_sum: Vec<f64>,
+    psd_frames: usize,
+    in_item: bool,
+}
+
+impl CpuExtractor {
+    pub fn new(spec: &FeatureSpec) -> Result<Self, SpecError> {
+        Self::with_precision(spec, Precision::default())
+    }
+
+    pub fn with_precision(spec: &FeatureSpec, precision: Precision) -> Result<Self, SpecError> {
+        spec.validate()?;
+        let uses_mel = matches!(
+            spec.output,
+            OutputKind::Mel | OutputKind::Logmel | OutputKind::Mfcc
+        );
+        let bank = uses_mel.then(|| MelBank::new(spec));
+        let engine = match precision {
+            Precision::F32 => Engine::F32(Core::new(spec, bank.as_ref())),
+            Precision::F64 => Engine::F64(Core::new(spec, bank.as_ref())),
+        };
+        let (pad_left, window_offset) = match spec.framing {
+            Framing::Center => (spec.n_fft / 2, (spec.n_fft - spec.win_length) / 2),
+            Framing::SnipEdges => (0, 0),
+        };
+        Ok(CpuExtractor {
+            dct: (spec.output == OutputKind::Mfcc)
+                .then(|| Dct::new(spec.n_mels, spec.n_mfcc, f64::from(spec.lifter))),
+            spec: spec.clone(),
+            engine,
+            pad_left,
+            window_offset,
+            pending: Vec::new(),
+            pending_start: 0,
+            signal_len: 0,
+            started: false,
+            prev_input: 0.0,
+            next_frame: 0,
+            rng: ChaCha8Rng::seed_from_u64(spec.dither_seed),
+            raw: Vec::new(),
+            psd_sum: vec![0.0; spec.n_fft / 2 + 1],
+            psd_frames: 0,
+            in_item: false,
+        })
+    }
+
+    pub fn spec(&self) -> &FeatureSpec {
+        &self.spec
+    }
+
+    /// Computes the features of one whole item and appends them (row-major, frames × bins)
+    /// to `out`; returns the frame count.
+    pub fn extract(&mut self, samples: &[f32], out: &mut Vec<f32>) -> Result<usize, ExtractError> {
+        self.begin();
+        self.push(samples)?;
+        self.finish(out)
+    }
+
+    /// Starts a new item, dropping any unfinished one.
+    pub fn begin(&mut self) {
+        self.pending.clear();
+        self.pending_start = 0;
+        self.signal_len = 0;
+        self.started = false;
+        self.prev_input = 0.0;
+        self.next_frame = 0;
+        self.rng = ChaCha8Rng::seed_from_u64(self.spec.dither_seed);
+        self.raw.clear();
+        self.psd_sum.fill(0.0);
+        self.psd_frames = 0;
+        self.in_item = true;
+    }
+
+    /// Feeds the next samples of the current item (at the spec's rate, float scale) and
+    /// computes every frame they complete.
+    pub fn push(&mut self, samples: &[f32]) -> Result<(), ExtractError> {
+        if !self.in_item {
+            self.begin();
+        }
+        if let Some(i) = samples.iter().position(|s| !s.is_finite()) {
+            let index = self.signal_len + i;
+            self.in_item = false;
+            return Err(ExtractError::NonFinite {
+                index,
+                value: samples[i],
+            });
+        }
+        let scale = self.spec.input_scale;
+        let c = if self.spec.preemphasis_scope == PreemphasisScope::Signal {
+            self.spec.preemphasis
+        } else {
+            0.0
+        };
+        self.pending.reserve(samples.len());
+        for &s in samples {
+            let x = s * scale;
+            // NeMo keeps the first sample as is: y[0] = x[0].
+            let y = if self.signal_len == 0 || c == 0.0 {
+                x
+            } else {
+                x - c * self.prev_input
+            };
+            self.prev_input = x;
+            self.pending.push(y);
+            self.signal_len += 1;
+        }
+        if !self.started && self.can_start() {
+            self.start_with_left_pad();
+        }
+        if self.started {
+            self.run_frames(self.pad_left + self.signal_len);
+            self.drain_consumed();
+        }
+        Ok(())
+    }
+
+    /// Completes the item: computes the frames that need the right padding, applies the
+    /// item-level steps and appends the rows to `out`. Returns the frame count.
+    pub fn finish(&mut self, out: &mut Vec<f32>) -> Result<usize, ExtractError> {
+        if !self.in_item || self.signal_len == 0 {
+            self.in_item = false;
+            return Err(ExtractError::Empty);
+        }
+        self.in_item = false;
+        if !self.started {
+            self.start_with_left_pad();
+        }
+        if self.spec.framing == Framing::Center {
+            self.append_right_pad();
+        }
+        let total_raw = self.spec.n_raw_frames(self.signal_len);
+        let available = self.pending_start + self.pending.len();
+        self.run_frames(available);
+        debug_assert_eq!(self.next_frame, total_raw);
+        Ok(self.post_process(out))
+    }
+
+    fn can_start(&self) -> bool {
+        match (self.spec.framing, self.spec.pad_mode) {
+            (Framing::SnipEdges, _) | (Framing::Center, PadMode::Constant) => true,
+            // Reflection needs the samples 1..=pad_left.
+            (Framing::Center, PadMode::Reflect) => self.signal_len > self.pad_left,
+        }
+    }
+
+    fn start_with_left_pad(&mut self) {
+        if self.pad_left == 0 {
+            self.started = true;
+            return;
+        }
+        let n = self.signal_len;
+        let pad: Vec<f32> = (0..self.pad_left)
+            .map(|j| self.padded_sample(j as isize - self.pad_left as isize, n))
+            .collect();
+        self.pending.splice(0..0, pad);
+        self.started = true;
+    }
+
+    /// The value at signal index `i` (which may lie outside `0..n`) under the pad mode; the
+    /// signal must still be in `pending`.
+    fn padded_sample(&self, i: isize, n: usize) -> f32 {
+        let idx = if (0..n as isize).contains(&i) {
+            i as usize
+        } else {
+            match self.spec.pad_mode {
+                PadMode::Constant => return 0.0,
+                PadMode::Reflect => reflect_index(i, n),
+            }
+        };
+        let pos = self.pad_left + idx - self.pending_start;
+        if self.started {
+            self.pending[pos]
+        } else {
+            // Before the left pad is in place, pending holds the bare signal.
+            self.pending[idx]
+        }
+    }
+
+    fn append_right_pad(&mut self) {
+        let n = self.signal_len;
+        let pad: Vec<f32> = (0..self.pad_left)
+            .map(|d| self.padded_sample((n + d) as isize, n))
+            .collect();
+        self.pending.extend(pad);
+    }
+
+    /// Computes every frame whose window ends at or before padded index `available`.
+    fn run_frames(&mut self, available: usize) {
+        let spec = &self.spec;
+        let total_raw = spec.n_raw_frames(self.signal_len);
+        let seg_offset = match spec.framing {
+            Framing::Center => self.window_offset,
+            Framing::SnipEdges => 0,
+        };
+        loop {
+            let start = self.next_frame * spec.hop_length + seg_offset;
+            let end = start + spec.win_length;
+            if end > available {
+                break;
+            }
+            // While streaming, total_raw only grows; this guards the final pass.
+            if self.next_frame >= total_raw && self.finished_signal() {
+                break;
+            }
+            let segment = &self.pending[start - self.pending_start..end - self.pending_start];
+            match &mut self.engine {
+                Engine::F32(core) => core.frame(
+                    spec,
+                    segment,
+                    self.window_offset,
+                    &mut self.rng,
+                    &mut self.raw,
+                    &mut self.psd_sum,
+                ),
+                Engine::F64(core) => core.frame(
+                    spec,
+                    segment,
+                    self.window_offset,
+                    &mut self.rng,
+                    &mut self.raw,
+                    &mut self.psd_sum,
+                ),
+            }
+            if spec.output == OutputKind::Psd {
+                self.psd_frames += 1;
+            }
+            self.next_frame += 1;
+        }
+    }
+
+    fn finished_signal(&self) -> bool {
+        !self.in_item
+    }
+
+    /// Drops the samples no future frame (nor the right reflection) needs.
+    fn drain_consumed(&mut self) {
+        let seg_offset = match self.spec.framing {
+            Framing::Center => self.window_offset,
+            Framing::SnipEdges => 0,
+        };
+        let next_start = self.next_frame * self.spec.hop_length + seg_offset;
+        let keep_tail = self.spec.n_fft + 1;
+        let end = self.pending_start + self.pending.len();
+        let drop_to = next_start.min(end.saturating_sub(keep_tail));
+        if drop_to > self.pending_start + 4096.max(self.spec.n_fft) {
+            self.pending.drain(..drop_to - self.pending_start);
+            self.pending_start = drop_to;
+        }
+    }
+
+    /// Item-level steps over the raw rows; appends the final rows to `out`.
+    fn post_process(&mut self, out: &mut Vec<f32>) -> usize {
+        let spec = &self.spec;
+        if spec.output == OutputKind::Psd {
+            return self.finish_psd(out);
+        }
+        let width = match spec.output {
+            OutputKind::Mfcc => spec.n_mels,
+            _ => spec.n_bins(),
+        };
+        let mut frames = self.raw.len() / width;
+        if spec.drop_last_frame && frames > 0 {
+            frames -= 1;
+            self.raw.truncate(frames * width);
+        }
+        let raw = &mut self.raw;
+        if let Some(range) = spec.dynamic_range {
+            let max = raw.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let floor = max - range;
+            raw.iter_mut().for_each(|v| *v = v.max(floor));
+        }
+        let start = out.len();
+        if let Some(dct) = &self.dct {
+            let mut input = vec![0.0f64; width];
+            let mut coeffs = vec![0.0f64; dct.n_out()];
+            for row in raw.chunks_exact(width) {
+                input
+                    .iter_mut()
+                    .zip(row)
+                    .for_each(|(d, &s)| *d = f64::from(s));
+                dct.apply(&input, &mut coeffs);
+                out.extend(coeffs.iter().map(|&c| c as f32));
+            }
+        } else {
+            out.extend_from_slice(raw);
+        }
+        let rows = &mut out[start..];
+        if let Some(a) = spec.affine {
+            rows.iter_mut().for_each(|v| *v = (*v + a.add) / a.div);
+        }
+        if spec.normalize == Normalize::PerFeature && frames > 0 {
+            normalize_per_feature(rows, spec.n_bins(), frames);
+        }
+        frames
+    }
+
+    fn finish_psd(&mut self, out: &mut Vec<f32>) -> usize {
+        if self.psd_frames == 0 {
+            return 0;
+        }
+        let spec = &self.spec;
+        let w = window(spec.window, spec.win_length, spec.periodic);
+        let energy: f64 = w.iter().map(|v| v * v).sum();
+        let scale = 1.0 / (f64::from(spec.sample_rate) * energy * self.psd_frames as f64);
+        let n = self.psd_sum.len();
+        // One-sided: double all but DC, and Nyquist when n_fft is even.
+        let last_doubled = if spec.n_fft % 2 == 0 { n - 1 } else { n };
+        for (k, &s) in self.psd_sum.iter().enumerate() {
+            let doubled = if k >= 1 && k < last_doubled { 2.0 } else { 1.0 };
+            let v = s * scale * doubled;
+            out.push(log_value(spec, v));
+        }
+        1
+    }
+}
+
+/// numpy's "reflect" index for any `i`, periodic beyond one reflection.
+fn reflect_index(i: isize, n: usize) -> usize {
+    if n == 1 {
+        return 0;
+    }
+    let period = 2 * (n as isize - 1);
+    let m = i.rem_euclid(period);
+    if m < n as isize {
+        m as usize
+    } else {
+        (period - m) as usize
+    }
+}
+
+/// NeMo's `normalize_batch(..., "per_feature")` over one item: per bin, subtract the mean
+/// over frames and divide by the sample standard deviation (n - 1; NaN → 0) plus 1e-5.
+fn normalize_per_feature(rows: &mut [f32], width: usize, frames: usize) {
+    for b in 0..width {
+        let column = || rows.iter().skip(b).step_by(width).map(|&v| f64::from(v));
+        let mean = column().sum::<f64>() / frames as f64;
+        let var = column().map(|v| (v - mean) * (v - mean)).sum::<f64>() / (frames as f64 - 1.0);
+        let std = if var.is_nan() { 0.0 } else { var.sqrt() } + 1e-5;
+        for v in rows.iter_mut().skip(b).step_by(width) {
+            *v = ((f64::from(*v) - mean) / std) as f32;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reflect_matches_numpy() {
+        // np.pad([0,1,2,3], 5, mode="reflect") → [3 2 1 2 1 | 0 1 2 3 | 2 1 0 1 2]
+        let left: Vec<usize> = (-5..0).map(|i| reflect_index(i, 4)).collect();
+        assert_eq!(left, [1, 2, 3, 2, 1]);
+        let right: Vec<usize> = (4..9).map(|i| reflect_index(i, 4)).collect();
+        assert_eq!(right, [2, 1, 0, 1, 2]);
+        assert_eq!(reflect_index(-3, 1), 0);
+    }
+
+    fn chirp(n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let t = i as f64 / 16_000.0;
+                (0.3 * (2.0 * std::f64::consts::PI * (100.0 + 2000.0 * t) * t).sin()) as f32
+            })
+            .collect()
+    }
+
+    #[test]
+    fn streaming_in_any_chunking_equals_one_shot() {
+        let x = chirp(40_000);
+        for spec in FeatureSpec::presets().into_iter().map(|p| p.spec) {
+            let mut ex = CpuExtractor::new(&spec).unwrap();
+            let mut whole = Vec::new();
+            let frames = ex.extract(&x, &mut whole).unwrap();
+            assert_eq!(frames, spec.n_frames(x.len()));
+            for chunk in [1usize, 7, 160, 1000, 4097] {
+                ex.begin();
+                for c in x.chunks(chunk) {
+                    ex.push(c).unwrap();
+                }
+                let mut streamed = Vec::new();
+                assert_eq!(ex.finish(&mut streamed).unwrap(), frames);
+                assert_eq!(streamed, whole, "chunk {chunk}");
+            }
+        }
+    }
+
+    #[test]
+    fn f32_and_f64_agree_on_log_outputs() {
+        let x = chirp(16_000);
+        let spec = FeatureSpec::whisper(80);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        CpuExtractor::with_precision(&spec, Precision::F32)
+            .unwrap()
+            .extract(&x, &mut a)
+            .unwrap();
+        CpuExtractor::with_precision(&spec, Precision::F64)
+            .unwrap()
+            .extract(&x, &mut b)
+            .unwrap();
+        let worst = a
+            .iter()
+            .zip(&b)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0.0, f32::max);
+        assert!(worst < 1e-4, "worst {worst}");
+    }
+
+    #[test]
+    fn non_finite_samples_are_refused_with_their_index() {
+        let mut ex = CpuExtractor::new(&FeatureSpec::whisper(80)).unwrap();
+        let mut x = vec![0.1f32; 1000];
+        x[321] = f32::NAN;
+        let err = ex.extract(&x, &mut Vec::new()).unwrap_err();
+        assert!(
+            matches!(err, ExtractError::NonFinite { index: 321, .. }),
+            "{err:?}"
+        );
+        assert_eq!(ex.extract(&[], &mut Vec::new()), Err(ExtractError::Empty));
+        // The extractor is usable again after an error.
+        assert!(ex.extract(&[0.0; 800], &mut Vec::new()).is_ok());
+    }
+
+    #[test]
+    fn dither_is_seeded_and_reproducible() {
+        let mut spec = FeatureSpec::kaldi(23);
+        spec.dither = 1.0;
+        let x = vec![0.0f32; 4000];
+        let run = |seed| {
+            let mut s = spec.clone();
+            s.dither_seed = seed;
+            let mut out = Vec::new();
+            CpuExtractor::new(&s)
+                .unwrap()
+                .extract(&x, &mut out)
+                .unwrap();
+            out
+        };
+        assert_eq!(run(1), run(1));
+        assert_ne!(run(1), run(2));
+    }
+
+    #[test]
+    fn short_reflect_signals_use_numpy_reflection_instead_of_failing() {
+        let spec = FeatureSpec::whisper(80);
+        let mut out = Vec::new();
+        let frames = CpuExtractor::new(&spec)
+            .unwrap()
+            .extract(&[0.5, -0.25, 0.125], &mut out)
+            .unwrap();
+        assert_eq!(frames, 0); // 1 + 3/160 = 1 frame, minus whisper's dropped last frame
+        let mut spec = FeatureSpec::nemo(80);
+        spec.pad_mode = PadMode::Reflect;
+        let frames = CpuExtractor::new(&spec)
+            .unwrap()
+            .extract(&[0.5, -0.25, 0.125], &mut out)
+            .unwrap();
+        assert_eq!(frames, 1);
+        assert!(out.iter().all(|v| v.is_finite()));
+    }
+}

@@ -1,0 +1,17 @@
+//! sonograph-dsp: feature specs and presets, windows, mel and DCT tables, and the CPU
+//! extractor. No I/O, no GPU, no async: everything here is a pure function of samples and a
+//! [`FeatureSpec`].
+
+pub mod batch;
+pub mod complex;
+pub mod dct;
+pub mod error;
+pub mod extractor;
+pub mod mel;
+pub mod spec;
+pub mod window;
+
+pub use batch::{extract_batch, Features};
+pub use error::{ExtractError, SpecError};
+pub use extractor::{CpuExtractor, Precision};
+pub use spec::{FeatureSpec, OutputKind, Preset};

@@ -1,0 +1,643 @@
+//! `FeatureSpec`: every parameter of a feature, explicit, serialisable and hashable.
+//!
+//! One spec drives the CPU and (later) the GPU extractor, so that the two can never disagree
+//! about what a preset means.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::SpecError;
+
+/// Window function applied to each frame before the FFT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WindowKind {
+    Hann,
+    Hamming,
+    /// Kaldi's window: a Hann window raised to the power 0.85 (always symmetric).
+    Povey,
+    Rectangular,
+}
+
+/// How frames are laid over the signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Framing {
+    /// Frame `t` is centred on sample `t * hop` (the signal is padded by `n_fft / 2` at both
+    /// ends, as torch.stft and librosa do); `1 + len / hop` frames.
+    Center,
+    /// Kaldi's `snip_edges = true`: frame `t` starts at sample `t * hop`; only frames that fit
+    /// whole are kept, `1 + (len - win_length) / hop` frames (zero when shorter than a window).
+    SnipEdges,
+}
+
+/// Padding used by [`Framing::Center`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PadMode {
+    /// Mirror without repeating the edge sample (numpy/torch "reflect").
+    Reflect,
+    /// Zeros.
+    Constant,
+}
+
+/// Where pre-emphasis is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PreemphasisScope {
+    /// Once over the whole signal, keeping the first sample (NeMo).
+    Signal,
+    /// Inside each frame after DC removal, `w[0] -= c * w[0]` (Kaldi).
+    Frame,
+}
+
+/// The mel scale and the way triangular filters are built on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MelScale {
+    /// Slaney's auditory toolbox scale (linear below 1 kHz, log above): librosa's default.
+    Slaney,
+    /// HTK's `2595 log10(1 + f/700)`, triangles in Hz (librosa `htk=True`).
+    Htk,
+    /// Kaldi's `1127 ln(1 + f/700)` with triangles in the mel domain and no Nyquist bin.
+    Kaldi,
+}
+
+/// Normalisation of each mel filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MelNorm {
+    /// Divide each triangle by its width in Hz (constant energy per channel), librosa's `norm="slaney"`.
+    Slaney,
+    None,
+}
+
+/// Logarithm applied to the (mel) energies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogKind {
+    None,
+    /// Natural log (Kaldi, NeMo).
+    Ln,
+    /// Base-10 log (Whisper).
+    Log10,
+    /// `10 log10(x)` (librosa `power_to_db` with `ref = 1`).
+    Db,
+}
+
+/// How zeros are kept out of the logarithm.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "value")]
+pub enum LogGuard {
+    /// `log(max(x, value))` (Whisper 1e-10, librosa amin 1e-10, Kaldi FLT_EPSILON).
+    Clamp(f32),
+    /// `log(x + value)` (NeMo 2^-24).
+    Add(f32),
+}
+
+/// Normalisation of the final features over the frames of one item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Normalize {
+    None,
+    /// NeMo's `per_feature`: each bin minus its mean over time, divided by its sample standard
+    /// deviation (n - 1) plus 1e-5.
+    PerFeature,
+}
+
+/// What the extractor returns per frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputKind {
+    /// `|X|^2` per FFT bin.
+    Power,
+    /// `|X|` per FFT bin.
+    Magnitude,
+    /// Mel filterbank energies of `|X|^power`, no log.
+    Mel,
+    /// Mel energies passed through `log`.
+    Logmel,
+    /// DCT-II (orthonormal) of the log-mel energies, optionally liftered.
+    Mfcc,
+    /// Power spectral density by Welch's method: the mean periodogram of all frames, one row,
+    /// scaled to units²/Hz and one-sided (doubled except DC and Nyquist), as scipy.signal.welch.
+    Psd,
+}
+
+/// Whisper's affine scaling `(x + add) / div`, applied after the dynamic-range clamp.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Affine {
+    pub add: f32,
+    pub div: f32,
+}
+
+/// Every parameter of a feature. Construct one from a preset (`FeatureSpec::preset`) or load
+/// one from JSON/TOML; call [`FeatureSpec::validate`] before use (the extractor does).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureSpec {
+    /// Rate the audio is resampled to before extraction (Hz).
+    pub sample_rate: u32,
+    /// FFT size.
+    pub n_fft: usize,
+    /// Window length in samples (≤ n_fft; the window is zero-padded to n_fft).
+    pub win_length: usize,
+    /// Hop between frames in samples.
+    pub hop_length: usize,
+    pub window: WindowKind,
+    /// Periodic (DFT-even, `N` in the denominator) or symmetric (`N - 1`) window. Povey is
+    /// always symmetric.
+    pub periodic: bool,
+    pub framing: Framing,
+    pub pad_mode: PadMode,
+    /// Factor applied to the decoded samples (1 = float scale in [-1, 1]; 32768 = int16 scale,
+    /// as Kaldi's tools read WAV files).
+    pub input_scale: f32,
+    /// Standard deviation of Gaussian dither added to each frame sample (0 = off).
+    pub dither: f32,
+    /// Seed of the dither generator; with the same seed the output is reproducible.
+    pub dither_seed: u64,
+    /// Subtract each frame's mean before pre-emphasis and windowing (Kaldi).
+    pub remove_dc: bool,
+    /// Pre-emphasis coefficient (0 = off).
+    pub preemphasis: f32,
+    pub preemphasis_scope: PreemphasisScope,
+    /// Exponent on the magnitude before the mel projection: 1 (magnitude) or 2 (power).
+    pub power: f32,
+    pub mel_scale: MelScale,
+    pub mel_norm: MelNorm,
+    pub n_mels: usize,
+    /// Lowest mel edge (Hz).
+    pub fmin: f32,
+    /// Highest mel edge (Hz); `None` = Nyquist; a value ≤ 0 is an offset from Nyquist (Kaldi).
+    pub fmax: Option<f32>,
+    pub log: LogKind,
+    pub log_guard: LogGuard,
+    /// Clamp every value to at least `max - range` of the item, in the log's units
+    /// (Whisper: 8 in log10, librosa: top_db 80 in dB).
+    pub dynamic_range: Option<f32>,
+    pub affine: Option<Affine>,
+    pub normalize: Normalize,
+    /// Drop the last frame (Whisper's `stft[..., :-1]`).
+    pub drop_last_frame: bool,
+    /// Leave out the Nyquist bin of power/magnitude outputs (Kaldi never uses it).
+    pub drop_nyquist: bool,
+    /// Number of cepstral coefficients kept for `output = "mfcc"`.
+    pub n_mfcc: usize,
+    /// Cepstral lifter coefficient (0 = off): `c[i] *= 1 + L/2 sin(pi (i + 1) / L)`, as librosa.
+    pub lifter: f32,
+    pub output: OutputKind,
+}
+
+/// A named spec with the code it reproduces.
+#[derive(Debug, Clone)]
+pub struct Preset {
+    pub name: &'static str,
+    pub matches: &'static str,
+    pub spec: FeatureSpec,
+}
+
+impl FeatureSpec {
+    /// A neutral base: 16 kHz, 400/160 periodic Hann, centred with reflect padding, power mel.
+    fn base() -> Self {
+        FeatureSpec {
+            sample_rate: 16_000,
+            n_fft: 400,
+            win_length: 400,
+            hop_length: 160,
+            window: WindowKind::Hann,
+            periodic: true,
+            framing: Framing::Center,
+            pad_mode: PadMode::Reflect,
+            input_scale: 1.0,
+            dither: 0.0,
+            dither_seed: 0,
+            remove_dc: false,
+            preemphasis: 0.0,
+            preemphasis_scope: PreemphasisScope::Signal,
+            power: 2.0,
+            mel_scale: MelScale::Slaney,
+            mel_norm: MelNorm::Slaney,
+            n_mels: 80,
+            fmin: 0.0,
+            fmax: None,
+            log: LogKind::None,
+            log_guard: LogGuard::Clamp(1e-10),
+            dynamic_range: None,
+            affine: None,
+            normalize: Normalize::None,
+            drop_last_frame: false,
+            drop_nyquist: false,
+            n_mfcc: 20,
+            lifter: 0.0,
+            output: OutputKind::Mel,
+        }
+    }
+
+    /// openai-whisper's `log_mel_spectrogram` (80 or 128 mels).
+    pub fn whisper(n_mels: usize) -> Self {
+        FeatureSpec {
+            n_mels,
+            log: LogKind::Log10,
+            log_guard: LogGuard::Clamp(1e-10),
+            dynamic_range: Some(8.0),
+            affine: Some(Affine { add: 4.0, div: 4.0 }),
+            drop_last_frame: true,
+            output: OutputKind::Logmel,
+            ..Self::base()
+        }
+    }
+
+    /// Kaldi's `compute-fbank-feats` / kaldi-native-fbank defaults with dither 0.
+    pub fn kaldi(n_mels: usize) -> Self {
+        FeatureSpec {
+            n_fft: 512,
+            window: WindowKind::Povey,
+            periodic: false,
+            framing: Framing::SnipEdges,
+            input_scale: 32768.0,
+            remove_dc: true,
+            preemphasis: 0.97,
+            preemphasis_scope: PreemphasisScope::Frame,
+            mel_scale: MelScale::Kaldi,
+            mel_norm: MelNorm::None,
+            n_mels,
+            fmin: 20.0,
+            fmax: Some(0.0),
+            log: LogKind::Ln,
+            log_guard: LogGuard::Clamp(f32::EPSILON),
+            drop_nyquist: true,
+            output: OutputKind::Logmel,
+            ..Self::base()
+        }
+    }
+
+    /// NeMo's `AudioToMelSpectrogramPreprocessor` as configured for FastConformer/Parakeet,
+    /// with dither 0 (NeMo trains with 1e-5; set `dither` to match training exactly).
+    pub fn nemo(n_mels: usize) -> Self {
+        FeatureSpec {
+            n_fft: 512,
+            periodic: false,
+            pad_mode: PadMode::Constant,
+            preemphasis: 0.97,
+            preemphasis_scope: PreemphasisScope::Signal,
+            n_mels,
+            log: LogKind::Ln,
+            log_guard: LogGuard::Add(5.960_464_5e-8), // 2^-24
+            normalize: Normalize::PerFeature,
+            output: OutputKind::Logmel,
+            ..Self::base()
+        }
+    }
+
+    /// librosa `feature.melspectrogram` + `power_to_db` at librosa's defaults.
+    pub fn librosa_mel() -> Self {
+        FeatureSpec {
+            sample_rate: 22_050,
+            n_fft: 2048,
+            win_length: 2048,
+            hop_length: 512,
+            pad_mode: PadMode::Constant,
+            n_mels: 128,
+            log: LogKind::Db,
+            log_guard: LogGuard::Clamp(1e-10),
+            dynamic_range: Some(80.0),
+            output: OutputKind::Logmel,
+            ..Self::base()
+        }
+    }
+
+    /// librosa `feature.mfcc` at librosa's defaults.
+    pub fn librosa_mfcc() -> Self {
+        FeatureSpec {
+            n_mfcc: 20,
+            output: OutputKind::Mfcc,
+            ..Self::librosa_mel()
+        }
+    }
+
+    /// All presets, in the order `sonograph presets` lists them.
+    pub fn presets() -> Vec<Preset> {
+        vec![
+            Preset {
+                name: "whisper",
+                matches: "openai-whisper audio.log_mel_spectrogram, 80 mels (large-v3: whisper-128)",
+                spec: Self::whisper(80),
+            },
+            Preset {
+                name: "whisper-128",
+                matches: "openai-whisper audio.log_mel_spectrogram(n_mels=128) (large-v3)",
+                spec: Self::whisper(128),
+            },
+            Preset {
+                name: "kaldi",
+                matches: "Kaldi compute-fbank-feats / kaldi-native-fbank, 80 bins, dither 0",
+                spec: Self::kaldi(80),
+            },
+            Preset {
+                name: "nemo",
+                matches: "NeMo AudioToMelSpectrogramPreprocessor (FastConformer/Parakeet), 80 mels, dither 0",
+                spec: Self::nemo(80),
+            },
+            Preset {
+                name: "nemo-128",
+                matches: "NeMo AudioToMelSpectrogramPreprocessor, 128 mels (Parakeet TDT v2/v3, Canary)",
+                spec: Self::nemo(128),
+            },
+            Preset {
+                name: "librosa",
+                matches: "librosa.power_to_db(librosa.feature.melspectrogram(y, sr=22050)), top_db 80",
+                spec: Self::librosa_mel(),
+            },
+            Preset {
+                name: "librosa-mfcc",
+                matches: "librosa.feature.mfcc(y, sr=22050), 20 coefficients",
+                spec: Self::librosa_mfcc(),
+            },
+        ]
+    }
+
+    /// The preset called `name`, if any.
+    pub fn preset(name: &str) -> Result<Self, SpecError> {
+        Self::presets()
+            .into_iter()
+            .find(|p| p.name == name)
+            .map(|p| p.spec)
+            .ok_or_else(|| SpecError::UnknownPreset {
+                name: name.to_string(),
+                known: Self::presets()
+                    .iter()
+                    .map(|p| p.name)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    pub fn from_json(text: &str) -> Result<Self, SpecError> {
+        let spec: Self =
+            serde_json::from_str(text).map_err(|e| SpecError::Parse(format!("JSON: {e}")))?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    pub fn from_toml(text: &str) -> Result<Self, SpecError> {
+        let spec: Self =
+            toml::from_str(text).map_err(|e| SpecError::Parse(format!("TOML: {e}")))?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a FeatureSpec always serialises")
+    }
+
+    /// Stable identifier: the first 16 hex digits of the SHA-256 of the canonical JSON. Field
+    /// order is the struct's, so equal specs always hash equally, across runs and machines.
+    pub fn spec_id(&self) -> String {
+        let canonical = serde_json::to_string(self).expect("a FeatureSpec always serialises");
+        let digest = Sha256::digest(canonical.as_bytes());
+        digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Nyquist frequency in Hz.
+    pub fn nyquist(&self) -> f64 {
+        f64::from(self.sample_rate) / 2.0
+    }
+
+    /// Upper mel edge in Hz, resolving `None` and Kaldi's offsets from Nyquist.
+    pub fn fmax_hz(&self) -> f64 {
+        match self.fmax {
+            None => self.nyquist(),
+            Some(f) if f <= 0.0 => self.nyquist() + f64::from(f),
+            Some(f) => f64::from(f),
+        }
+    }
+
+    /// Number of one-sided FFT bins the spectrum has (`n_fft / 2 + 1`, less the Nyquist bin
+    /// when dropped).
+    pub fn n_spectrum_bins(&self) -> usize {
+        self.n_fft / 2 + 1 - usize::from(self.drop_nyquist)
+    }
+
+    /// Width of one output frame.
+    pub fn n_bins(&self) -> usize {
+        match self.output {
+            OutputKind::Power | OutputKind::Magnitude => self.n_spectrum_bins(),
+            OutputKind::Psd => self.n_fft / 2 + 1,
+            OutputKind::Mel | OutputKind::Logmel => self.n_mels,
+            OutputKind::Mfcc => self.n_mfcc,
+        }
+    }
+
+    /// Frames produced for `n_samples` input samples (after resampling).
+    pub fn n_frames(&self, n_samples: usize) -> usize {
+        if n_samples == 0 {
+            return 0;
+        }
+        let raw = self.n_raw_frames(n_samples);
+        match self.output {
+            OutputKind::Psd => usize::from(raw > 0),
+            _ if self.drop_last_frame => raw.saturating_sub(1),
+            _ => raw,
+        }
+    }
+
+    /// Frames the STFT computes before `drop_last_frame` and PSD averaging.
+    pub(crate) fn n_raw_frames(&self, n_samples: usize) -> usize {
+        match self.framing {
+            // torch pads n_fft / 2 on each side: one sample short of n_fft when n_fft is odd.
+            Framing::Center => {
+                1 + (n_samples + 2 * (self.n_fft / 2) - self.n_fft) / self.hop_length
+            }
+            Framing::SnipEdges if n_samples < self.win_length => 0,
+            Framing::SnipEdges => 1 + (n_samples - self.win_length) / self.hop_length,
+        }
+    }
+
+    /// Checks that every parameter is in range and that they fit together.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        let bad = |field: &'static str, reason: String| Err(SpecError::Invalid { field, reason });
+        if !(1_000..=768_000).contains(&self.sample_rate) {
+            return bad(
+                "sample_rate",
+                format!("{} Hz is outside 1000..=768000", self.sample_rate),
+            );
+        }
+        if !(2..=1 << 16).contains(&self.n_fft) {
+            return bad("n_fft", format!("{} is outside 2..=65536", self.n_fft));
+        }
+        if self.win_length == 0 || self.win_length > self.n_fft {
+            return bad(
+                "win_length",
+                format!("{} must be in 1..=n_fft ({})", self.win_length, self.n_fft),
+            );
+        }
+        if self.hop_length == 0 {
+            return bad("hop_length", "must be at least 1".into());
+        }
+        if !self.input_scale.is_finite() || self.input_scale <= 0.0 {
+            return bad(
+                "input_scale",
+                format!("{} must be finite and > 0", self.input_scale),
+            );
+        }
+        if !self.dither.is_finite() || self.dither < 0.0 {
+            return bad("dither", format!("{} must be finite and ≥ 0", self.dither));
+        }
+        if !self.preemphasis.is_finite() || !(0.0..=1.0).contains(&self.preemphasis) {
+            return bad(
+                "preemphasis",
+                format!("{} must be in 0..=1", self.preemphasis),
+            );
+        }
+        if self.power != 1.0 && self.power != 2.0 {
+            return bad("power", format!("{} must be 1 or 2", self.power));
+        }
+        if self.window == WindowKind::Povey && self.periodic {
+            return bad("periodic", "the povey window is always symmetric".into());
+        }
+        let uses_mel = matches!(
+            self.output,
+            OutputKind::Mel | OutputKind::Logmel | OutputKind::Mfcc
+        );
+        if uses_mel {
+            if self.n_mels == 0 || self.n_mels > 4096 {
+                return bad("n_mels", format!("{} must be in 1..=4096", self.n_mels));
+            }
+            let fmax = self.fmax_hz();
+            if !self.fmin.is_finite() || self.fmin < 0.0 || f64::from(self.fmin) >= fmax {
+                return bad(
+                    "fmin",
+                    format!("{} Hz must be ≥ 0 and below fmax ({fmax} Hz)", self.fmin),
+                );
+            }
+            if fmax > self.nyquist() + 1e-6 {
+                return bad(
+                    "fmax",
+                    format!("{fmax} Hz is above Nyquist ({} Hz)", self.nyquist()),
+                );
+            }
+        }
+        match (self.output, self.log) {
+            (OutputKind::Logmel | OutputKind::Mfcc, LogKind::None) => {
+                return bad("log", format!("output {:?} needs a log", self.output));
+            }
+            (OutputKind::Mel, l) if l != LogKind::None => {
+                return bad(
+                    "log",
+                    "output \"mel\" is linear; use \"logmel\" for a log".into(),
+                );
+            }
+            _ => {}
+        }
+        let guard = match self.log_guard {
+            LogGuard::Clamp(v) | LogGuard::Add(v) => v,
+        };
+        if !guard.is_finite() || guard < 0.0 {
+            return bad("log_guard", format!("{guard} must be finite and ≥ 0"));
+        }
+        if let Some(r) = self.dynamic_range {
+            if self.log == LogKind::None || !r.is_finite() || r <= 0.0 {
+                return bad("dynamic_range", format!("{r} must be > 0 and needs a log"));
+            }
+        }
+        if let Some(a) = self.affine {
+            if !a.add.is_finite() || !a.div.is_finite() || a.div == 0.0 {
+                return bad("affine", "add and div must be finite, div non-zero".into());
+            }
+        }
+        if self.output == OutputKind::Mfcc && (self.n_mfcc == 0 || self.n_mfcc > self.n_mels) {
+            return bad(
+                "n_mfcc",
+                format!("{} must be in 1..=n_mels ({})", self.n_mfcc, self.n_mels),
+            );
+        }
+        if !self.lifter.is_finite() || self.lifter < 0.0 {
+            return bad("lifter", format!("{} must be finite and ≥ 0", self.lifter));
+        }
+        if self.output == OutputKind::Psd && self.framing != Framing::SnipEdges {
+            return bad(
+                "framing",
+                "psd averages whole segments as Welch does: use \"snip_edges\"".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// A Welch PSD spec (scipy.signal.welch defaults: periodic Hann, 50% overlap, constant
+    /// detrend, density scaling).
+    pub fn welch(sample_rate: u32, nperseg: usize) -> Self {
+        FeatureSpec {
+            sample_rate,
+            n_fft: nperseg,
+            win_length: nperseg,
+            hop_length: nperseg - nperseg / 2,
+            framing: Framing::SnipEdges,
+            remove_dc: true,
+            output: OutputKind::Psd,
+            ..Self::base()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_is_valid_and_round_trips_through_json_and_toml() {
+        for p in FeatureSpec::presets() {
+            p.spec
+                .validate()
+                .unwrap_or_else(|e| panic!("{}: {e}", p.name));
+            let json = p.spec.to_json();
+            assert_eq!(FeatureSpec::from_json(&json).unwrap(), p.spec, "{}", p.name);
+            let toml_text = toml::to_string(&p.spec).unwrap();
+            assert_eq!(
+                FeatureSpec::from_toml(&toml_text).unwrap(),
+                p.spec,
+                "{}",
+                p.name
+            );
+        }
+    }
+
+    #[test]
+    fn spec_id_is_stable_and_sensitive() {
+        let a = FeatureSpec::whisper(80);
+        assert_eq!(a.spec_id(), FeatureSpec::whisper(80).spec_id());
+        assert_eq!(a.spec_id().len(), 16);
+        assert_ne!(a.spec_id(), FeatureSpec::whisper(128).spec_id());
+        let mut b = a.clone();
+        b.hop_length += 1;
+        assert_ne!(a.spec_id(), b.spec_id());
+    }
+
+    #[test]
+    fn invalid_specs_name_the_field() {
+        let mut s = FeatureSpec::whisper(80);
+        s.win_length = 1000;
+        let err = s.validate().unwrap_err().to_string();
+        assert!(err.contains("win_length"), "{err}");
+        let mut s = FeatureSpec::whisper(80);
+        s.fmax = Some(9000.0);
+        assert!(s.validate().unwrap_err().to_string().contains("fmax"));
+        assert!(FeatureSpec::from_json("{\"sample_rate\": 1}").is_err());
+        let err = FeatureSpec::preset("nope").unwrap_err().to_string();
+        assert!(err.contains("whisper"), "{err}");
+    }
+
+    #[test]
+    fn frame_counts_follow_the_references() {
+        let w = FeatureSpec::whisper(80);
+        // torch.stft(center=True) gives 1 + len/hop frames; whisper drops the last.
+        assert_eq!(w.n_frames(480_000), 3000);
+        assert_eq!(w.n_frames(0), 0);
+        let k = FeatureSpec::kaldi(80);
+        assert_eq!(k.n_frames(399), 0);
+        assert_eq!(k.n_frames(400), 1);
+        assert_eq!(k.n_frames(16_000), 98);
+        assert_eq!(k.fmax_hz(), 8000.0);
+        assert_eq!(k.n_bins(), 80);
+    }
+}

@@ -1,0 +1,637 @@
+#!/usr/bin/env python3
+"""Generate golden test fixtures for sonograph.
+
+Writes
+  tests/golden/audio/<signal>.wav     32-bit IEEE float mono WAV inputs
+  tests/golden/ref/<case>.npy         float32 C-order [frames, bins] references
+  tests/golden/cases.json             manifest of all cases
+  tests/data/*                        decoding fixtures (wav/flac/mp3/ogg)
+  tests/data/ref/*.npy                exact float32 per-channel sample references
+  tests/data/decode.json              manifest of decoding fixtures
+
+Requirements: the Python packages in scripts/requirements-golden.txt and the
+command line tools espeak-ng, sox, lame, oggenc, ffprobe (ffmpeg).
+
+Usage:  python scripts/golden.py            (run from anywhere; paths are
+        relative to the repository root, i.e. the parent of scripts/)
+
+All references are computed in float64 from exactly the float32 samples that
+were written to (and re-read from) the WAV files.  Output is deterministic for
+fixed tool/package versions (espeak-ng output may change between espeak-ng
+releases; the versions used are recorded in cases.json).
+"""
+
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+
+import numpy as np
+import scipy
+import scipy.signal
+import soundfile as sf
+import librosa
+import kaldi_native_fbank as knf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GOLDEN = os.path.join(ROOT, "tests", "golden")
+DATA = os.path.join(ROOT, "tests", "data")
+
+SPEECH_TEXT = "The quick brown fox jumps over the lazy dog."
+DEMO_TEXT = (
+    "Sonograph turns audio into features. This short clip is used by the "
+    "demo in the read me file."
+)
+
+# --------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------
+
+
+def run(cmd):
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def tool_version(cmd):
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
+        return out.splitlines()[0] if out else "unknown"
+    except OSError:
+        return "missing"
+
+
+SFC_SET_ADD_PEAK_CHUNK = 0x1050  # libsndfile command id (sndfile.h)
+
+
+def sf_write(path, data, sr, subtype, fmt="WAV"):
+    """soundfile.write without libsndfile's PEAK chunk (it embeds a timestamp, which
+    would make float WAVs differ between runs)."""
+    data = np.asarray(data)
+    channels = 1 if data.ndim == 1 else data.shape[1]
+    with sf.SoundFile(path, "w", sr, channels, subtype=subtype, format=fmt) as f:
+        if fmt == "WAV" and subtype in ("FLOAT", "DOUBLE"):
+            sf._snd.sf_command(f._file, SFC_SET_ADD_PEAK_CHUNK, sf._ffi.NULL, 0)
+        f.write(data)
+
+
+def write_float_wav(path, y, sr):
+    """Write mono float32 WAV and return the float32 samples read back."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    sf_write(path, np.asarray(y, dtype=np.float32), sr, "FLOAT")
+    back, sr2 = sf.read(path, dtype="float32", always_2d=False)
+    assert sr2 == sr
+    assert np.array_equal(back, np.asarray(y, dtype=np.float32))
+    return back
+
+
+def save_ref(path, arr):
+    arr = np.ascontiguousarray(np.asarray(arr, dtype=np.float32))
+    assert arr.ndim == 2
+    np.save(path, arr)
+    return arr.shape
+
+
+def espeak_to_rate(text, sr, out_path, tmpdir, extra_sox=()):
+    """espeak-ng (200 wpm, ~2.5 s for SPEECH_TEXT) -> sox float32 mono at `sr`."""
+    raw = os.path.join(tmpdir, "espeak_raw.wav")
+    run(["espeak-ng", "-v", "en-us", "-s", "200", "-w", raw, text])
+    run(["sox", "-D", raw, "-r", str(sr), "-e", "floating-point", "-b", "32", "-c", "1",
+         out_path, *extra_sox])
+
+
+# --------------------------------------------------------------------------
+# signals
+# --------------------------------------------------------------------------
+
+
+def make_signals(sr, tmpdir):
+    """Return an ordered dict name -> float64 signal (pre-quantisation)."""
+    sigs = {}
+    seed_base = 1000 + sr  # distinct seeds per rate
+
+    # speech: espeak-ng -> sox -> peak normalise to 0.9
+    p = os.path.join(tmpdir, f"speech_{sr}.wav")
+    espeak_to_rate(SPEECH_TEXT, sr, p, tmpdir)
+    y, sr2 = sf.read(p, dtype="float64", always_2d=False)
+    assert sr2 == sr
+    y = y / np.max(np.abs(y)) * 0.9
+    sigs["speech"] = y
+
+    rng = np.random.default_rng(seed_base)
+    sigs["noise"] = rng.normal(0.0, 0.1, size=sr)
+
+    sigs["silence"] = np.zeros(sr // 2)
+
+    n = sr // 2
+    imp = np.zeros(n)
+    for frac in (0.013, 0.171, 0.38, 0.5003, 0.777, 0.9431):
+        imp[int(frac * n)] = 1.0
+    sigs["impulses"] = imp
+
+    t = np.arange(sr) / sr
+    sigs["chirp"] = 0.5 * scipy.signal.chirp(t, f0=50.0, t1=1.0, f1=0.9 * sr / 2, method="linear")
+
+    t = np.arange(sr // 2) / sr
+    sigs["square"] = scipy.signal.square(2 * np.pi * 440.0 * t).astype(np.float64)
+
+    sigs["dc"] = np.full(sr // 2, 0.5)
+
+    lengths = (1, 160, 201, 399, 400, 401, 560) if sr == 16000 else (1, 1023, 1024, 2047, 2048, 2049)
+    for L in lengths:
+        rng = np.random.default_rng(seed_base * 10 + L)
+        sigs[f"short{L}"] = rng.normal(0.0, 0.1, size=L)
+    return sigs
+
+
+# --------------------------------------------------------------------------
+# references
+# --------------------------------------------------------------------------
+
+
+def ref_whisper(y, n_mels):
+    """Transcription of openai-whisper audio.log_mel_spectrogram(padding=0).
+
+    whisper:  window = torch.hann_window(400)  (periodic)
+              stft = torch.stft(audio, 400, 160, window=window, return_complex=True)
+                 (center=True, pad_mode='reflect' are torch defaults)
+              magnitudes = stft[..., :-1].abs() ** 2
+              mel_spec = filters @ magnitudes   (filters: librosa.filters.mel(16000, 400, n_mels),
+                                                 stored in mel_filters.npz as float32)
+              log_spec = clamp(mel_spec, 1e-10).log10()
+              log_spec = max(log_spec, log_spec.max() - 8.0)
+              log_spec = (log_spec + 4.0) / 4.0
+    """
+    n_fft, hop = 400, 160
+    if len(y) <= n_fft // 2:
+        raise ValueError("torch reflect padding needs len > 200")
+    n = np.arange(n_fft)
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * n / n_fft)
+    xp = np.pad(y, n_fft // 2, mode="reflect")
+    n_frames = 1 + len(y) // hop
+    idx = np.arange(n_fft)[None, :] + hop * np.arange(n_frames)[:, None]
+    frames = xp[idx] * window[None, :]
+    spec = np.fft.rfft(frames, n=n_fft, axis=1)  # [T, 201]
+    power = (spec.real ** 2 + spec.imag ** 2)[:-1]  # drop last frame
+    filters = librosa.filters.mel(sr=16000, n_fft=n_fft, n_mels=n_mels, dtype=np.float64)
+    mel = filters @ power.T  # [n_mels, T-1]
+    log_spec = np.log10(np.maximum(mel, 1e-10))
+    log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
+    return ((log_spec + 4.0) / 4.0).T
+
+
+def knf_options_dict():
+    opts = kaldi_options()
+    return str(opts)
+
+
+def kaldi_options():
+    opts = knf.FbankOptions()
+    opts.frame_opts.dither = 0.0
+    opts.frame_opts.samp_freq = 16000
+    opts.mel_opts.num_bins = 80
+    return opts
+
+
+def ref_kaldi(y):
+    """Real kaldi_native_fbank on int16-scaled samples (as compute-fbank-feats reads wav)."""
+    fb = knf.OnlineFbank(kaldi_options())
+    fb.accept_waveform(16000, (y * 32768.0).tolist())
+    fb.input_finished()
+    n = fb.num_frames_ready
+    if n == 0:
+        return np.zeros((0, 80))
+    return np.stack([np.asarray(fb.get_frame(i), dtype=np.float64) for i in range(n)])
+
+
+def ref_nemo(y, n_mels):
+    """numpy transcription of NeMo FilterbankFeatures.forward (eval mode) with the
+    FastConformer / Parakeet AudioToMelSpectrogramPreprocessor configuration:
+      sample_rate 16000, window_size 0.025 (400), window_stride 0.01 (160),
+      window hann, n_fft 512, features n_mels, normalize per_feature, log true,
+      dither 0 (fixed here; NeMo only dithers in training mode anyway),
+      pad_to 0, preemph 0.97, log_zero_guard add 2**-24, mag_power 2,
+      lowfreq 0, highfreq 8000, mel_norm slaney, exact_pad False,
+      frame_splicing 1.
+
+    Checked against NeMo's features.py as recalled/looked up:
+      * preemphasis: x = cat(x[:, :1], x[:, 1:] - 0.97 * x[:, :-1])
+      * stft: torch.stft(n_fft=512, hop=160, win_length=400, center=True,
+        window=torch.hann_window(400, periodic=False), return_complex=True,
+        pad_mode="constant").  DOUBT: older NeMo releases (< ~1.20) did not pass
+        pad_mode and therefore used torch's default 'reflect'; current NeMo
+        passes pad_mode="constant".  We follow current NeMo (zero padding).
+        torch zero-pads the 400-sample window to 512, centred (56 each side).
+      * magnitude sqrt(re^2 + im^2) (guard 0 in eval), then pow(2).
+      * fb = librosa.filters.mel(sr, n_fft=512, n_mels, fmin=0, fmax=8000,
+        norm='slaney') (NeMo casts it to float32; we use float64).
+      * log(x + 2**-24).
+      * normalize_batch per_feature: masked mean over valid frames, std with
+        (T-1) denominator, NaN std -> 0, std += 1e-5.  DOUBT: current NeMo
+        raises ValueError when a sequence has exactly one frame (len < 160
+        samples) instead of producing NaN->0; we emit the NaN->0 result (all
+        zeros) for T == 1 as the sonograph convention.
+      * padded frames masked to pad_value 0: no effect for a single sequence.
+      * NeMo computes everything in float32; we compute in float64.
+    """
+    sr, n_fft, win, hop = 16000, 512, 400, 160
+    x = np.concatenate([y[:1], y[1:] - 0.97 * y[:-1]])
+    xp = np.pad(x, n_fft // 2, mode="constant")
+    n = np.arange(win)
+    w = 0.5 - 0.5 * np.cos(2 * np.pi * n / (win - 1))  # symmetric Hann
+    window = np.zeros(n_fft)
+    left = (n_fft - win) // 2
+    window[left:left + win] = w
+    n_frames = 1 + len(y) // hop
+    idx = np.arange(n_fft)[None, :] + hop * np.arange(n_frames)[:, None]
+    frames = xp[idx] * window[None, :]
+    spec = np.fft.rfft(frames, n=n_fft, axis=1)
+    mag = np.sqrt(spec.real ** 2 + spec.imag ** 2)
+    power = mag ** 2  # [T, 257]
+    filters = librosa.filters.mel(sr=sr, n_fft=n_fft, n_mels=n_mels, fmin=0.0, fmax=8000.0,
+                                  norm="slaney", dtype=np.float64)
+    mel = filters @ power.T  # [n_mels, T]
+    logmel = np.log(mel + 2.0 ** -24)
+    T = logmel.shape[1]
+    mean = logmel.mean(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        std = np.sqrt(np.sum((logmel - mean) ** 2, axis=1, keepdims=True) / (T - 1))
+    std = np.where(np.isnan(std), 0.0, std)
+    std = std + 1e-5
+    return ((logmel - mean) / std).T
+
+
+def ref_librosa_mel(y):
+    S = librosa.feature.melspectrogram(y=y, sr=22050)
+    return librosa.power_to_db(S, ref=1.0, amin=1e-10, top_db=80.0).T
+
+
+def ref_librosa_mfcc(y):
+    return librosa.feature.mfcc(y=y, sr=22050).T
+
+
+def ref_power(y):
+    if len(y) < 257:
+        raise ValueError("reflect padding undefined for len <= 256")
+    D = librosa.stft(y, n_fft=512, hop_length=160, win_length=400, window="hann",
+                     center=True, pad_mode="reflect")
+    return (np.abs(D) ** 2).T
+
+
+def ref_psd(y):
+    if len(y) < 256:
+        raise ValueError("welch needs len >= nperseg=256")
+    _, p = scipy.signal.welch(y, fs=16000, nperseg=256)
+    return p[None, :]
+
+
+KEYS_16K = {
+    "whisper-80": (lambda y: ref_whisper(y, 80), "log_abs"),
+    "whisper-128": (lambda y: ref_whisper(y, 128), "log_abs"),
+    "kaldi-80": (ref_kaldi, "log_abs"),
+    "nemo-80": (lambda y: ref_nemo(y, 80), "log_abs"),
+    "nemo-128": (lambda y: ref_nemo(y, 128), "log_abs"),
+    "power-512": (ref_power, "linear_rel"),
+    "psd-welch": (ref_psd, "linear_rel"),
+}
+KEYS_22K = {
+    "librosa-mel": (ref_librosa_mel, "log_abs"),
+    "librosa-mfcc": (ref_librosa_mfcc, "log_abs"),
+}
+
+
+def applicable(key, name, n):
+    """Length rules from the fixture spec (checked before running the reference)."""
+    if key.startswith("whisper"):
+        return n > 200, "whisper: torch reflect padding needs len > 200"
+    if key == "power-512":
+        return n >= 257, "power-512: reflect padding needs len >= 257"
+    if key == "psd-welch":
+        return n >= 256, "psd-welch: needs len >= nperseg 256"
+    return True, ""
+
+
+# --------------------------------------------------------------------------
+# golden cases
+# --------------------------------------------------------------------------
+
+
+def build_golden(tmpdir):
+    audio_dir = os.path.join(GOLDEN, "audio")
+    ref_dir = os.path.join(GOLDEN, "ref")
+    for d in (audio_dir, ref_dir):
+        if os.path.isdir(d):
+            shutil.rmtree(d)
+        os.makedirs(d)
+
+    cases, skipped = [], []
+    signals16 = None
+    for sr, keys in ((16000, KEYS_16K), (22050, KEYS_22K)):
+        sigs = make_signals(sr, tmpdir)
+        if sr == 16000:
+            signals16 = sigs
+        for sname, y in sigs.items():
+            name = f"{sname}_{sr}"
+            apath = os.path.join(audio_dir, f"{name}.wav")
+            y32 = write_float_wav(apath, y, sr)
+            y64 = y32.astype(np.float64)
+            for key, (fn, compare) in keys.items():
+                ok, why = applicable(key, sname, len(y64))
+                if not ok:
+                    skipped.append((f"{name}.{key}", why))
+                    continue
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        out = fn(y64)
+                except Exception as e:  # noqa: BLE001
+                    skipped.append((f"{name}.{key}", f"reference raised {type(e).__name__}: {e}"))
+                    print(f"SKIP {name}.{key}: {type(e).__name__}: {e}")
+                    continue
+                if not np.all(np.isfinite(out)):
+                    skipped.append((f"{name}.{key}", "non-finite reference"))
+                    print(f"SKIP {name}.{key}: non-finite values")
+                    continue
+                rel = f"ref/{name}.{key}.npy"
+                shape = save_ref(os.path.join(GOLDEN, rel), out)
+                case = {
+                    "name": f"{name}.{key}",
+                    "audio": f"audio/{name}.wav",
+                    "key": key,
+                    "reference": rel,
+                    "sample_rate": sr,
+                    "samples": int(len(y64)),
+                    "frames": int(shape[0]),
+                    "bins": int(shape[1]),
+                    "compare": compare,
+                }
+                if key.startswith("nemo") and shape[0] == 1:
+                    case["note"] = ("single frame: NeMo itself raises ValueError here; reference uses "
+                                    "NaN std -> 0 (+1e-5), i.e. all zeros")
+                cases.append(case)
+    return cases, skipped, signals16
+
+
+# --------------------------------------------------------------------------
+# decoding fixtures
+# --------------------------------------------------------------------------
+
+
+def quantise16(y):
+    """Round to the int16 grid (k / 32768) so every >=16-bit lossless encoding decodes
+    to exactly the same float values."""
+    return np.clip(np.round(np.asarray(y, np.float64) * 32768.0), -32768, 32767).astype(np.int16)
+
+
+def write_pcm(path, ints16, sr, subtype, fmt="WAV"):
+    """Write int16-grid samples at the requested bit depth, bit-exactly.
+
+    libsndfile scales float->int asymmetrically, so we always hand it integers:
+    int16 arrays for PCM_16 / PCM_U8 (U8 keeps the top byte), int32 arrays
+    (k << 16) for PCM_24 / PCM_32.
+    """
+    if subtype in ("PCM_24", "PCM_32"):
+        data = ints16.astype(np.int32) << 16
+    elif subtype == "FLOAT":
+        data = ints16.astype(np.float32) / np.float32(32768.0)
+    else:
+        data = ints16
+    sf_write(path, data, sr, subtype, fmt)
+
+
+def sf_frames(path):
+    info = sf.info(path)
+    return info.frames, info.samplerate, info.channels, info.subtype
+
+
+def ffprobe(path):
+    out = subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "a:0", "-show_entries",
+         "stream=sample_rate,channels,duration_ts,codec_name,time_base", "-of", "json", path],
+        capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["streams"][0]
+
+
+def ffmpeg_decoded_frames(path, channels):
+    raw = subprocess.run(["ffmpeg", "-v", "error", "-i", path, "-f", "f32le", "-"],
+                         capture_output=True, check=True).stdout
+    return len(raw) // (4 * channels)
+
+
+def mp3_info(path):
+    """MPEG frame count and LAME tag encoder delay / padding."""
+    out = subprocess.run(["ffprobe", "-v", "error", "-count_packets", "-select_streams", "a:0",
+                          "-show_entries", "stream=nb_read_packets", "-of", "json", path],
+                         capture_output=True, text=True, check=True).stdout
+    n = int(json.loads(out)["streams"][0]["nb_read_packets"])
+    info = {"mp3_audio_frames": n, "samples_without_gapless": n * 1152}
+    d = open(path, "rb").read(4096)
+    i = d.find(b"LAME")
+    if i >= 0:
+        b = d[i + 21:i + 24]
+        info["lame_encoder_delay"] = (b[0] << 4) | (b[1] >> 4)
+        info["lame_padding"] = ((b[1] & 0xF) << 8) | b[2]
+    return info
+
+
+def resample_with_sox(y, sr_in, sr_out, tmpdir, tag):
+    pin = os.path.join(tmpdir, f"rs_in_{tag}.wav")
+    pout = os.path.join(tmpdir, f"rs_out_{tag}.wav")
+    sf.write(pin, np.asarray(y, np.float32), sr_in, subtype="FLOAT")
+    run(["sox", "-D", pin, "-r", str(sr_out), "-e", "floating-point", "-b", "32", pout])
+    out, sr2 = sf.read(pout, dtype="float64", always_2d=False)
+    assert sr2 == sr_out
+    return out
+
+
+def build_decode(speech16, tmpdir):
+    if os.path.isdir(DATA):
+        shutil.rmtree(DATA)
+    ref_dir = os.path.join(DATA, "ref")
+    os.makedirs(ref_dir)
+
+    clip_s = 2.0
+    clip16 = speech16[: int(clip_s * 16000)]
+    if len(clip16) < int(clip_s * 16000):
+        clip16 = np.pad(clip16, (0, int(clip_s * 16000) - len(clip16)))
+
+    files = []
+
+    def add(path, rate, channels, frames, lossless, encoding, refs=None, atol=None, **extra):
+        entry = {"path": os.path.relpath(path, DATA), "rate": rate, "channels": channels,
+                 "frames": int(frames), "lossless": lossless, "encoding": encoding}
+        if refs is not None:
+            entry["reference"] = refs
+            entry["atol"] = atol
+        entry.update(extra)
+        files.append(entry)
+
+    # --- 44.1 kHz stereo --------------------------------------------------
+    y44 = resample_with_sox(clip16, 16000, 44100, tmpdir, "44")
+    n44 = int(clip_s * 44100)
+    y44 = np.pad(y44, (0, max(0, n44 - len(y44))))[:n44]
+    left = quantise16(y44)
+    right = quantise16(y44 * 0.5)
+    st = np.stack([left, right], axis=1)  # [frames, 2] int16
+    lref = os.path.join(ref_dir, "speech_44100_left.npy")
+    rref = os.path.join(ref_dir, "speech_44100_right.npy")
+    np.save(lref, (left.astype(np.float32) / np.float32(32768.0)))
+    np.save(rref, (right.astype(np.float32) / np.float32(32768.0)))
+    refs44 = ["ref/speech_44100_left.npy", "ref/speech_44100_right.npy"]
+    ref_f = np.stack([np.load(lref), np.load(rref)], axis=1)
+
+    base = os.path.join(DATA, "speech_44100_stereo")
+    for suffix, subtype, enc, atol in (
+        ("f32", "FLOAT", "wav float32", 0.0),
+        ("s16", "PCM_16", "wav pcm s16le", 0.0),
+        ("s24", "PCM_24", "wav pcm s24le", 0.0),
+        ("s32", "PCM_32", "wav pcm s32le", 0.0),
+        ("u8", "PCM_U8", "wav pcm u8", 1.0 / 128.0),
+    ):
+        p = f"{base}_{suffix}.wav"
+        write_pcm(p, st, 44100, subtype)
+        back, _ = sf.read(p, dtype="float32")
+        err = float(np.max(np.abs(back.astype(np.float64) - ref_f)))
+        assert err <= atol, (p, err)
+        fr, sr_, ch, _ = sf_frames(p)
+        extra = {}
+        if suffix == "u8":
+            extra["note"] = ("8-bit unsigned PCM holds the top byte of the int16 value "
+                             "(truncation, (k >> 8)); decodes as (u - 128) / 128; "
+                             f"max |err| vs reference = {err:.6g}")
+        add(p, sr_, ch, fr, True, enc, refs44, atol, **extra)
+
+    p = f"{base}.flac"
+    write_pcm(p, st, 44100, "PCM_16", fmt="FLAC")
+    back, _ = sf.read(p, dtype="float32")
+    assert np.array_equal(back.astype(np.float64), ref_f)
+    fr, sr_, ch, _ = sf_frames(p)
+    add(p, sr_, ch, fr, True, "flac 16-bit", refs44, 0.0)
+
+    s16 = f"{base}_s16.wav"
+    p = f"{base}.mp3"
+    run(["lame", "--quiet", "-b", "128", s16, p])
+    pr = ffprobe(p)
+    add(p, int(pr["sample_rate"]), int(pr["channels"]), ffmpeg_decoded_frames(p, 2), False,
+        "mp3 (lame 3.100 CBR 128k)", source_frames=n44,
+        ffprobe_duration_ts=int(pr.get("duration_ts", 0)), ffprobe_time_base=pr.get("time_base"),
+        **mp3_info(p),
+        note="frames = samples decoded by ffmpeg (honours the LAME gapless header); "
+             "source_frames = frames of the encoded PCM; a decoder that ignores the "
+             "LAME/Info header yields mp3_audio_frames * 1152 samples")
+    p = f"{base}.ogg"
+    run(["oggenc", "--quiet", "-q", "5", "--serial", "1", "-o", p, s16])
+    pr = ffprobe(p)
+    fr_sf = sf.info(p).frames
+    add(p, int(pr["sample_rate"]), int(pr["channels"]), fr_sf, False, "ogg vorbis (oggenc q5)",
+        source_frames=n44, ffmpeg_decoded_frames=ffmpeg_decoded_frames(p, 2),
+        ffprobe_duration_ts=int(pr.get("duration_ts", 0)), ffprobe_time_base=pr.get("time_base"))
+
+    # --- mono 16 / 48 / 8 kHz -------------------------------------------------
+    q16 = quantise16(clip16)
+    np.save(os.path.join(ref_dir, "speech_16000_mono.npy"), q16.astype(np.float32) / np.float32(32768.0))
+    p = os.path.join(DATA, "speech_16000_mono_s16.wav")
+    write_pcm(p, q16, 16000, "PCM_16")
+    fr, sr_, ch, _ = sf_frames(p)
+    add(p, sr_, ch, fr, True, "wav pcm s16le", ["ref/speech_16000_mono.npy"], 0.0)
+    p = os.path.join(DATA, "speech_16000_mono_s16.flac")
+    write_pcm(p, q16, 16000, "PCM_16", fmt="FLAC")
+    fr, sr_, ch, _ = sf_frames(p)
+    add(p, sr_, ch, fr, True, "flac 16-bit", ["ref/speech_16000_mono.npy"], 0.0)
+
+    for rate in (48000, 8000):
+        yr = resample_with_sox(clip16, 16000, rate, tmpdir, str(rate))
+        qr = quantise16(yr)
+        refname = f"ref/speech_{rate}_mono.npy"
+        np.save(os.path.join(DATA, refname), qr.astype(np.float32) / np.float32(32768.0))
+        p = os.path.join(DATA, f"speech_{rate}_mono_s16.wav")
+        write_pcm(p, qr, rate, "PCM_16")
+        fr, sr_, ch, _ = sf_frames(p)
+        add(p, sr_, ch, fr, True, "wav pcm s16le", [refname], 0.0)
+
+    # verify all lossless references round-trip exactly
+    for e in files:
+        if e["lossless"] and e["atol"] == 0.0:
+            back, _ = sf.read(os.path.join(DATA, e["path"]), dtype="float32", always_2d=True)
+            for c, r in enumerate(e["reference"]):
+                assert np.array_equal(back[:, c], np.load(os.path.join(DATA, r))), e["path"]
+
+    # --- README demo ----------------------------------------------------------
+    p = os.path.join(DATA, "sample.flac")
+    raw = os.path.join(tmpdir, "demo_raw.wav")
+    run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", raw, DEMO_TEXT])
+    run(["sox", "-D", raw, "-r", "16000", "-b", "16", "-c", "1", p, "gain", "-n", "-1"])
+    fr, sr_, ch, _ = sf_frames(p)
+    add(p, sr_, ch, fr, True, "flac 16-bit", note="README demo clip (espeak-ng speech); no reference")
+
+    manifest = {
+        "generated_by": "scripts/golden.py",
+        "note": ("All lossless files with atol 0 decode (int / 2^(bits-1), float as-is) to exactly "
+                 "the float32 reference arrays (samples lie on the int16 grid k/32768). "
+                 "right channel = round(0.5 * left_float * 32768) / 32768."),
+        "files": files,
+    }
+    with open(os.path.join(DATA, "decode.json"), "w") as f:
+        json.dump(manifest, f, indent=2)
+        f.write("\n")
+    return files
+
+
+# --------------------------------------------------------------------------
+
+
+def dir_size(d):
+    total = 0
+    for root, _, fs in os.walk(d):
+        for f in fs:
+            total += os.path.getsize(os.path.join(root, f))
+    return total
+
+
+def main():
+    for tool in ("espeak-ng", "sox", "lame", "oggenc", "ffprobe", "ffmpeg"):
+        if shutil.which(tool) is None:
+            sys.exit(f"missing required tool: {tool}")
+    with tempfile.TemporaryDirectory() as tmpdir:
+        cases, skipped, sig16 = build_golden(tmpdir)
+        versions = {
+            "librosa": librosa.__version__,
+            "kaldi_native_fbank": importlib.metadata.version("kaldi_native_fbank"),
+            "numpy": np.__version__,
+            "scipy": scipy.__version__,
+            "soundfile": sf.__version__,
+            "libsndfile": sf.__libsndfile_version__,
+            "espeak-ng": tool_version(["espeak-ng", "--version"]),
+            "sox": tool_version(["sox", "--version"]),
+        }
+        manifest = {
+            "generated_by": "scripts/golden.py",
+            "versions": versions,
+            "kaldi_options": knf_options_dict(),
+            "skipped": [{"name": n, "reason": r} for n, r in skipped],
+            "cases": cases,
+        }
+        with open(os.path.join(GOLDEN, "cases.json"), "w") as f:
+            json.dump(manifest, f, indent=2)
+            f.write("\n")
+        files = build_decode(sig16["speech"], tmpdir)
+
+    counts = {}
+    for c in cases:
+        counts[c["key"]] = counts.get(c["key"], 0) + 1
+    print("cases per key:")
+    for k in list(KEYS_16K) + list(KEYS_22K):
+        print(f"  {k:14s} {counts.get(k, 0)}")
+    print(f"total cases: {len(cases)}; skipped: {len(skipped)}")
+    for n, r in skipped:
+        print(f"  skipped {n}: {r}")
+    print(f"decode fixtures: {len(files)}")
+    g, d = dir_size(GOLDEN), dir_size(DATA)
+    print(f"size tests/golden: {g / 1e6:.2f} MB, tests/data: {d / 1e6:.2f} MB, total {(g + d) / 1e6:.2f} MB")
+
+
+if __name__ == "__main__":
+    main()
