@@ -1,1 +1,344 @@
-fn main() {}
+//! The `sonograph` command line: parse, validate, call the libraries.
+//!
+//! Exit codes: 0 success; 2 bad input or usage (the message names the file and the reason);
+//! 1 an internal error.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use sonograph_dsp::{CpuExtractor, FeatureSpec, Precision};
+use sonograph_io::{ChannelMix, DecodeOptions, StreamError};
+
+#[derive(Parser)]
+#[command(
+    name = "sonograph",
+    version,
+    about = "Audio features (log-mel, MFCC, spectrograms, PSD) that match Whisper, Kaldi, NeMo and librosa"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Compute the features of one audio file and write them as a float32 .npy [frames, bins].
+    Features(FeaturesArgs),
+    /// List the presets, or print one as JSON.
+    Presets {
+        /// Preset to print.
+        name: Option<String>,
+    },
+    /// Time extraction (or decoding) on files already in memory; prints audio-seconds per second.
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct SpecArgs {
+    /// Named preset (see `sonograph presets`).
+    #[arg(long, env = "SONOGRAPH_PRESET", conflicts_with = "spec")]
+    preset: Option<String>,
+    /// A FeatureSpec in JSON or TOML (by extension).
+    #[arg(long, env = "SONOGRAPH_SPEC")]
+    spec: Option<PathBuf>,
+    /// Override the number of mel bands.
+    #[arg(long, env = "SONOGRAPH_N_MELS")]
+    n_mels: Option<usize>,
+    /// Arithmetic of the spectral core (outputs are f32 either way).
+    #[arg(long, env = "SONOGRAPH_PRECISION", value_enum, default_value_t = PrecisionArg::F64)]
+    precision: PrecisionArg,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PrecisionArg {
+    F32,
+    F64,
+}
+
+impl From<PrecisionArg> for Precision {
+    fn from(p: PrecisionArg) -> Self {
+        match p {
+            PrecisionArg::F32 => Precision::F32,
+            PrecisionArg::F64 => Precision::F64,
+        }
+    }
+}
+
+#[derive(Args)]
+struct FeaturesArgs {
+    /// Audio file (WAV, FLAC, MP3, OGG Vorbis).
+    input: PathBuf,
+    #[command(flatten)]
+    spec: SpecArgs,
+    /// Output .npy path.
+    #[arg(long, env = "SONOGRAPH_OUT")]
+    out: PathBuf,
+    /// Use one channel (0-based) instead of the mean of all channels.
+    #[arg(long, env = "SONOGRAPH_CHANNEL")]
+    channel: Option<usize>,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Audio files; each is decoded once, then timed from memory.
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+    #[command(flatten)]
+    spec: SpecArgs,
+    /// Worker threads (1 = single-threaded; 0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Time decoding at the files' own rates instead of extraction.
+    #[arg(long)]
+    decode_only: bool,
+    /// Timed repetitions; the median is reported.
+    #[arg(long, default_value_t = 5)]
+    repeat: usize,
+}
+
+/// An error caused by the input or the invocation (exit code 2), as opposed to a bug.
+#[derive(Debug)]
+struct UserError(String);
+impl std::fmt::Display for UserError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for UserError {}
+
+fn user(msg: impl Into<String>) -> anyhow::Error {
+    UserError(msg.into()).into()
+}
+
+fn main() -> ExitCode {
+    quiet_decoder_panics();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SONOGRAPH_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Features(args) => features(&args),
+        Command::Presets { name } => presets(name.as_deref()),
+        Command::Bench(args) => bench(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let user_error = e.chain().any(|c| c.is::<UserError>());
+            // One line: the chain joined, outermost first.
+            let msg = e
+                .chain()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(": ");
+            eprintln!("sonograph: error: {}", msg.replace('\n', " "));
+            ExitCode::from(if user_error { 2 } else { 1 })
+        }
+    }
+}
+
+/// symphonia 0.5 panics on some hostile headers; sonograph-io catches those panics and
+/// reports the file as corrupt, so the default hook's backtrace would only be noise.
+fn quiet_decoder_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let from_decoder = info
+            .location()
+            .is_some_and(|l| l.file().contains("symphonia"));
+        if !from_decoder {
+            default(info);
+        }
+    }));
+}
+
+fn load_spec(args: &SpecArgs) -> Result<FeatureSpec> {
+    let mut spec = match (&args.preset, &args.spec) {
+        (Some(_), Some(_)) => return Err(user("--preset and --spec are exclusive")),
+        (Some(name), None) => FeatureSpec::preset(name).map_err(|e| user(e.to_string()))?,
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| user(format!("{}: cannot read spec: {e}", path.display())))?;
+            let parsed = match path.extension().and_then(|e| e.to_str()) {
+                Some("toml") => FeatureSpec::from_toml(&text),
+                _ => FeatureSpec::from_json(&text),
+            };
+            parsed.map_err(|e| user(format!("{}: {e}", path.display())))?
+        }
+        (None, None) => FeatureSpec::preset("whisper").expect("whisper is a preset"),
+    };
+    if let Some(n) = args.n_mels {
+        spec.n_mels = n;
+    }
+    spec.validate().map_err(|e| user(e.to_string()))?;
+    Ok(spec)
+}
+
+fn decode_options(channel: Option<usize>) -> DecodeOptions {
+    DecodeOptions {
+        mix: channel.map_or(ChannelMix::Mean, ChannelMix::Select),
+        ..Default::default()
+    }
+}
+
+fn features(args: &FeaturesArgs) -> Result<()> {
+    let spec = load_spec(&args.spec)?;
+    let mut extractor = CpuExtractor::with_precision(&spec, args.spec.precision.into())
+        .map_err(|e| user(e.to_string()))?;
+    extractor.begin();
+    // Frames are computed while the file is still being decoded.
+    let summary = sonograph_io::stream_mono(
+        &args.input,
+        &decode_options(args.channel),
+        spec.sample_rate,
+        |chunk| extractor.push(chunk),
+    )
+    .map_err(|e| match e {
+        StreamError::Decode(d) => user(d.to_string()),
+        other => user(other.to_string()),
+    })?;
+    let mut out = Vec::new();
+    let frames = extractor
+        .finish(&mut out)
+        .map_err(|e| user(format!("{}: {e}", args.input.display())))?;
+    if frames == 0 {
+        eprintln!(
+            "sonograph: warning: {}: {} samples at {} Hz are shorter than one frame; writing 0 frames (as the reference does)",
+            args.input.display(),
+            summary.output_samples,
+            spec.sample_rate
+        );
+    }
+    sonograph_io::write_npy_f32(&args.out, &[frames, spec.n_bins()], &out)
+        .map_err(|e| user(e.to_string()))?;
+    tracing::info!(
+        input = %args.input.display(),
+        frames,
+        bins = spec.n_bins(),
+        spec_id = %spec.spec_id(),
+        "wrote {}",
+        args.out.display()
+    );
+    Ok(())
+}
+
+fn presets(name: Option<&str>) -> Result<()> {
+    match name {
+        Some(name) => {
+            let spec = FeatureSpec::preset(name).map_err(|e| user(e.to_string()))?;
+            println!("{}", spec.to_json());
+        }
+        None => {
+            for p in FeatureSpec::presets() {
+                println!(
+                    "{:<14} {:>6} Hz  {:>4} bins  {}",
+                    p.name,
+                    p.spec.sample_rate,
+                    p.spec.n_bins(),
+                    p.matches
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn bench(args: &BenchArgs) -> Result<()> {
+    let spec = load_spec(&args.spec)?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads)
+        .build()
+        .context("cannot start the thread pool")?;
+    let threads = pool.current_num_threads();
+    let opts = DecodeOptions::default();
+    let (audio_seconds, times) = if args.decode_only {
+        let mut seconds = 0.0;
+        for path in &args.inputs {
+            let info = sonograph_io::AudioReader::open(path, &opts)
+                .map_err(|e| user(e.to_string()))?
+                .info()
+                .clone();
+            let n = decode_native(path, &opts)?;
+            seconds += n as f64 / f64::from(info.sample_rate);
+        }
+        let times = timed(args.repeat, || {
+            pool.install(|| {
+                use rayon::prelude::*;
+                args.inputs
+                    .par_iter()
+                    .map(|p| decode_native(p, &opts).map(|_| ()))
+                    .collect::<Result<()>>()
+            })
+        })?;
+        (seconds, times)
+    } else {
+        let clips: Vec<Vec<f32>> = args
+            .inputs
+            .iter()
+            .map(|p| {
+                sonograph_io::decode_mono(p, &opts, spec.sample_rate)
+                    .map_err(|e| user(e.to_string()))
+            })
+            .collect::<Result<_>>()?;
+        let seconds =
+            clips.iter().map(|c| c.len()).sum::<usize>() as f64 / f64::from(spec.sample_rate);
+        let items: Vec<&[f32]> = clips.iter().map(|c| c.as_slice()).collect();
+        let precision: Precision = args.spec.precision.into();
+        let times = timed(args.repeat, || {
+            let results =
+                pool.install(|| sonograph_dsp::extract_batch(&spec, precision, &items))?;
+            for r in results {
+                r?;
+            }
+            Ok(())
+        })?;
+        (seconds, times)
+    };
+    let median = times[times.len() / 2];
+    let report = serde_json::json!({
+        "mode": if args.decode_only { "decode" } else { "extract" },
+        "spec_id": spec.spec_id(),
+        "threads": threads,
+        "files": args.inputs.len(),
+        "audio_seconds": audio_seconds,
+        "median_seconds": median,
+        "audio_seconds_per_second": audio_seconds / median,
+        "repeats": times.len(),
+    });
+    println!("{report}");
+    Ok(())
+}
+
+/// Decodes at the file's own rate, discarding the samples; returns the frame count.
+fn decode_native(path: &Path, opts: &DecodeOptions) -> Result<u64> {
+    let mut reader =
+        sonograph_io::AudioReader::open(path, opts).map_err(|e| user(e.to_string()))?;
+    while reader
+        .next_chunk()
+        .map_err(|e| user(e.to_string()))?
+        .is_some()
+    {}
+    Ok(reader.frames_read())
+}
+
+/// Runs `f` once to warm up, then `repeat` times; returns the sorted durations in seconds.
+fn timed(repeat: usize, mut f: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
+    if repeat == 0 {
+        bail!("--repeat must be at least 1");
+    }
+    f()?;
+    let mut times = Vec::with_capacity(repeat);
+    for _ in 0..repeat {
+        let t = Instant::now();
+        f()?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times)
+}

@@ -1,0 +1,360 @@
+//! Streaming decode through symphonia: one packet at a time, downmixed to mono.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use symphonia::core::audio::SampleBuffer;
+use symphonia::core::codecs::{Decoder, DecoderOptions, CODEC_TYPE_NULL};
+use symphonia::core::errors::Error as SymError;
+use symphonia::core::formats::{FormatOptions, FormatReader};
+use symphonia::core::io::MediaSourceStream;
+use symphonia::core::meta::MetadataOptions;
+use symphonia::core::probe::Hint;
+
+use crate::error::DecodeError;
+
+/// Channel counts above this are taken as a lying header, not a real recording.
+pub const MAX_CHANNELS: usize = 64;
+/// Sample rates outside `MIN_RATE..=MAX_RATE` are taken as a lying header.
+pub const MIN_RATE: u32 = 1_000;
+pub const MAX_RATE: u32 = 1_536_000;
+
+/// How channels become the one signal features are computed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ChannelMix {
+    /// The mean of all channels (librosa's `to_mono`).
+    #[default]
+    Mean,
+    /// One channel, 0-based.
+    Select(usize),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct DecodeOptions {
+    pub mix: ChannelMix,
+    /// Refuse files longer than this (a resource limit against hostile headers and streams).
+    pub max_seconds: Option<f64>,
+}
+
+/// What the container says about the stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AudioInfo {
+    pub sample_rate: u32,
+    pub channels: usize,
+    /// Frames per channel the header declares, when it does.
+    pub declared_frames: Option<u64>,
+    pub codec: String,
+}
+
+/// A file being decoded, chunk by chunk.
+pub struct AudioReader {
+    path: PathBuf,
+    format: Box<dyn FormatReader>,
+    decoder: Box<dyn Decoder>,
+    track_id: u32,
+    info: AudioInfo,
+    opts: DecodeOptions,
+    interleaved: Option<SampleBuffer<f32>>,
+    mono: Vec<f32>,
+    frames_read: u64,
+}
+
+impl AudioReader {
+    pub fn open(path: &Path, opts: &DecodeOptions) -> Result<Self, DecodeError> {
+        check_wav_header(path)?;
+        guard(path, || Self::open_unguarded(path, opts))
+    }
+
+    fn open_unguarded(path: &Path, opts: &DecodeOptions) -> Result<Self, DecodeError> {
+        let file = File::open(path).map_err(|source| DecodeError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mss = MediaSourceStream::new(Box::new(file), Default::default());
+        let mut hint = Hint::new();
+        if let Some(ext) = path.extension().and_then(|e| e.to_str()) {
+            hint.with_extension(ext);
+        }
+        let format_opts = FormatOptions {
+            // Trim encoder delay and padding (MP3 LAME header, Vorbis), as ffmpeg does.
+            enable_gapless: true,
+            ..Default::default()
+        };
+        let probed = symphonia::default::get_probe()
+            .format(&hint, mss, &format_opts, &MetadataOptions::default())
+            .map_err(|e| classify(path, e, "not a recognised audio container"))?;
+        let format = probed.format;
+        let track = format
+            .tracks()
+            .iter()
+            .find(|t| t.codec_params.codec != CODEC_TYPE_NULL)
+            .ok_or_else(|| DecodeError::Unsupported {
+                path: path.to_path_buf(),
+                reason: "no audio track".into(),
+            })?;
+        let params = &track.codec_params;
+        let sample_rate = params.sample_rate.unwrap_or(0);
+        if !(MIN_RATE..=MAX_RATE).contains(&sample_rate) {
+            return Err(DecodeError::BadHeader {
+                path: path.to_path_buf(),
+                reason: format!("sample rate {sample_rate} Hz is outside {MIN_RATE}..={MAX_RATE}"),
+            });
+        }
+        let channels = params.channels.map(|c| c.count()).unwrap_or(0);
+        if channels == 0 || channels > MAX_CHANNELS {
+            return Err(DecodeError::BadHeader {
+                path: path.to_path_buf(),
+                reason: format!("{channels} channels is outside 1..={MAX_CHANNELS}"),
+            });
+        }
+        if let ChannelMix::Select(c) = opts.mix {
+            if c >= channels {
+                return Err(DecodeError::Unsupported {
+                    path: path.to_path_buf(),
+                    reason: format!("channel {c} asked for, the file has {channels}"),
+                });
+            }
+        }
+        let declared_frames = params.n_frames;
+        if let (Some(n), Some(max)) = (declared_frames, opts.max_seconds) {
+            let seconds = n as f64 / f64::from(sample_rate);
+            if seconds > max {
+                return Err(DecodeError::ResourceLimit {
+                    path: path.to_path_buf(),
+                    reason: format!("{seconds:.1} s declared, the limit is {max} s"),
+                });
+            }
+        }
+        let codec = symphonia::default::get_codecs()
+            .get_codec(params.codec)
+            .map(|d| d.short_name.to_string())
+            .unwrap_or_else(|| "unknown".into());
+        let decoder = symphonia::default::get_codecs()
+            .make(params, &DecoderOptions::default())
+            .map_err(|e| classify(path, e, "no decoder for this codec"))?;
+        Ok(AudioReader {
+            path: path.to_path_buf(),
+            track_id: track.id,
+            info: AudioInfo {
+                sample_rate,
+                channels,
+                declared_frames,
+                codec,
+            },
+            format,
+            decoder,
+            opts: opts.clone(),
+            interleaved: None,
+            mono: Vec::new(),
+            frames_read: 0,
+        })
+    }
+
+    pub fn info(&self) -> &AudioInfo {
+        &self.info
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Frames per channel decoded so far.
+    pub fn frames_read(&self) -> u64 {
+        self.frames_read
+    }
+
+    /// The next decoded chunk, mixed to mono at the file's own rate; `None` at the end.
+    pub fn next_chunk(&mut self) -> Result<Option<&[f32]>, DecodeError> {
+        let path = self.path.clone();
+        let more = guard(&path, || self.decode_next())?;
+        Ok(more.then_some(&self.mono[..]))
+    }
+
+    /// Decodes the next packet into `self.mono`; false at the end of the stream.
+    fn decode_next(&mut self) -> Result<bool, DecodeError> {
+        loop {
+            let packet = match self.format.next_packet() {
+                Ok(p) => p,
+                Err(SymError::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    return self.end_of_stream().map(|()| false);
+                }
+                Err(e) => return Err(classify(&self.path, e, "cannot read the next packet")),
+            };
+            if packet.track_id() != self.track_id {
+                continue;
+            }
+            let decoded = match self.decoder.decode(&packet) {
+                Ok(d) => d,
+                Err(e) => return Err(classify(&self.path, e, "cannot decode a packet")),
+            };
+            let spec = *decoded.spec();
+            if spec.rate != self.info.sample_rate || spec.channels.count() != self.info.channels {
+                return Err(DecodeError::Unsupported {
+                    path: self.path.clone(),
+                    reason: format!(
+                        "the stream changes format mid-way ({} Hz × {} → {} Hz × {})",
+                        self.info.sample_rate,
+                        self.info.channels,
+                        spec.rate,
+                        spec.channels.count()
+                    ),
+                });
+            }
+            let frames = decoded.frames();
+            if frames == 0 {
+                continue;
+            }
+            let needed = decoded.capacity() as u64;
+            let buf = match &mut self.interleaved {
+                Some(b) if b.capacity() >= frames * spec.channels.count() => b,
+                slot => slot.insert(SampleBuffer::new(needed, spec)),
+            };
+            buf.copy_interleaved_ref(decoded);
+            let samples = buf.samples();
+            let channels = self.info.channels;
+            self.mono.clear();
+            match self.opts.mix {
+                ChannelMix::Select(c) => {
+                    self.mono
+                        .extend(samples.chunks_exact(channels).map(|f| f[c]));
+                }
+                ChannelMix::Mean if channels == 1 => self.mono.extend_from_slice(samples),
+                ChannelMix::Mean => {
+                    let inv = 1.0 / channels as f32;
+                    self.mono.extend(
+                        samples
+                            .chunks_exact(channels)
+                            .map(|f| f.iter().sum::<f32>() * inv),
+                    );
+                }
+            }
+            if let Some(i) = self.mono.iter().position(|s| !s.is_finite()) {
+                return Err(DecodeError::Corrupt {
+                    path: self.path.clone(),
+                    reason: format!("sample {} is not finite", self.frames_read + i as u64),
+                });
+            }
+            self.frames_read += self.mono.len() as u64;
+            if let Some(max) = self.opts.max_seconds {
+                let seconds = self.frames_read as f64 / f64::from(self.info.sample_rate);
+                if seconds > max {
+                    return Err(DecodeError::ResourceLimit {
+                        path: self.path.clone(),
+                        reason: format!("longer than the limit of {max} s"),
+                    });
+                }
+            }
+            return Ok(true);
+        }
+    }
+
+    fn end_of_stream(&mut self) -> Result<(), DecodeError> {
+        if self.frames_read == 0 {
+            return Err(DecodeError::Empty {
+                path: self.path.clone(),
+            });
+        }
+        // Lossy codecs' declared counts include priming; only a clear shortfall is truncation.
+        if let Some(expected) = self.info.declared_frames {
+            let lossless = matches!(self.info.codec.as_str(), "flac" | "alac")
+                || self.info.codec.starts_with("pcm");
+            if lossless && self.frames_read < expected {
+                return Err(DecodeError::Truncated {
+                    path: self.path.clone(),
+                    expected,
+                    got: self.frames_read,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs a symphonia call, turning a panic inside it (symphonia 0.5 asserts on some hostile
+/// headers instead of returning an error) into a `Corrupt` error for this file.
+fn guard<T>(path: &Path, f: impl FnOnce() -> Result<T, DecodeError>) -> Result<T, DecodeError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown".into());
+        Err(DecodeError::Corrupt {
+            path: path.to_path_buf(),
+            reason: format!("the decoder gave up: {what}"),
+        })
+    })
+}
+
+/// Reads a RIFF/WAVE `fmt ` chunk, if the file is one, and refuses the lies symphonia would
+/// trip over (zero or absurd rates and channel counts). Other formats pass untouched.
+fn check_wav_header(path: &Path) -> Result<(), DecodeError> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(4096);
+    if let Ok(f) = File::open(path) {
+        let _ = f.take(4096).read_to_end(&mut head);
+    }
+    if head.len() < 12 || &head[..4] != b"RIFF" || &head[8..12] != b"WAVE" {
+        return Ok(());
+    }
+    let mut pos = 12;
+    while pos + 8 <= head.len() {
+        let id = &head[pos..pos + 4];
+        let len = u32::from_le_bytes([head[pos + 4], head[pos + 5], head[pos + 6], head[pos + 7]]);
+        if id == b"fmt " && pos + 16 <= head.len() {
+            let channels = u16::from_le_bytes([head[pos + 10], head[pos + 11]]);
+            let rate = u32::from_le_bytes([
+                head[pos + 12],
+                head[pos + 13],
+                head[pos + 14],
+                head[pos + 15],
+            ]);
+            let bad = |reason: String| DecodeError::BadHeader {
+                path: path.to_path_buf(),
+                reason,
+            };
+            if !(MIN_RATE..=MAX_RATE).contains(&rate) {
+                return Err(bad(format!(
+                    "sample rate {rate} Hz is outside {MIN_RATE}..={MAX_RATE}"
+                )));
+            }
+            if channels == 0 || usize::from(channels) > MAX_CHANNELS {
+                return Err(bad(format!(
+                    "{channels} channels is outside 1..={MAX_CHANNELS}"
+                )));
+            }
+            return Ok(());
+        }
+        pos += 8 + len as usize + (len as usize & 1);
+    }
+    Ok(())
+}
+
+/// Maps symphonia's errors onto ours, with the file name and a reason a person can act on.
+fn classify(path: &Path, e: SymError, context: &str) -> DecodeError {
+    let path = path.to_path_buf();
+    match e {
+        SymError::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+            DecodeError::Corrupt {
+                path,
+                reason: format!("{context}: the file ends too early"),
+            }
+        }
+        SymError::IoError(io) => DecodeError::Corrupt {
+            path,
+            reason: format!("{context}: {io}"),
+        },
+        SymError::Unsupported(what) => DecodeError::Unsupported {
+            path,
+            reason: format!("{context}: {what}"),
+        },
+        SymError::LimitError(what) => DecodeError::ResourceLimit {
+            path,
+            reason: format!("{context}: {what}"),
+        },
+        other => DecodeError::Corrupt {
+            path,
+            reason: format!("{context}: {other}"),
+        },
+    }
+}

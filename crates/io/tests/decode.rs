@@ -1,0 +1,217 @@
+//! Decoding against the committed fixtures (tests/data, made by scripts/make_test_audio.sh)
+//! and against hostile files made on the spot.
+
+use std::path::{Path, PathBuf};
+
+use sonograph_io::{
+    decode_mono, read_npy_f32, AudioReader, ChannelMix, DecodeError, DecodeOptions,
+};
+
+fn data_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data")
+}
+
+fn manifest() -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(data_dir().join("decode.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["files"].as_array().unwrap().clone()
+}
+
+fn decode(path: &Path, mix: ChannelMix, rate: u32) -> Result<Vec<f32>, DecodeError> {
+    let opts = DecodeOptions {
+        mix,
+        ..Default::default()
+    };
+    decode_mono(path, &opts, rate)
+}
+
+#[test]
+fn lossless_files_decode_exactly_per_channel_and_mixed() {
+    let mut checked = 0;
+    for f in manifest() {
+        let Some(refs) = f["reference"].as_array() else {
+            continue;
+        };
+        let path = data_dir().join(f["path"].as_str().unwrap());
+        let rate = f["rate"].as_u64().unwrap() as u32;
+        let atol = f["atol"].as_f64().unwrap() as f32;
+        let channels: Vec<Vec<f32>> = refs
+            .iter()
+            .map(|r| {
+                read_npy_f32(&data_dir().join(r.as_str().unwrap()))
+                    .unwrap()
+                    .1
+            })
+            .collect();
+        let info = AudioReader::open(&path, &DecodeOptions::default())
+            .unwrap()
+            .info()
+            .clone();
+        assert_eq!(info.sample_rate, rate, "{}", path.display());
+        assert_eq!(info.channels, channels.len(), "{}", path.display());
+        for (c, expect) in channels.iter().enumerate() {
+            let got = decode(&path, ChannelMix::Select(c), rate).unwrap();
+            assert_eq!(got.len(), expect.len(), "{} channel {c}", path.display());
+            let worst = got
+                .iter()
+                .zip(expect)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            assert!(
+                worst <= atol,
+                "{} channel {c}: max error {worst} > {atol}",
+                path.display()
+            );
+        }
+        let mixed = decode(&path, ChannelMix::Mean, rate).unwrap();
+        for (i, m) in mixed.iter().enumerate() {
+            let mean = channels.iter().map(|c| c[i]).sum::<f32>() / channels.len() as f32;
+            assert!(
+                (m - mean).abs() <= atol + 1e-7,
+                "{} sample {i}",
+                path.display()
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 10, "only {checked} lossless fixtures found");
+}
+
+#[test]
+fn lossy_files_have_the_right_length_and_content() {
+    let reference = read_npy_f32(&data_dir().join("ref/speech_44100_left.npy"))
+        .unwrap()
+        .1;
+    for name in ["speech_44100_stereo.mp3", "speech_44100_stereo.ogg"] {
+        let path = data_dir().join(name);
+        let got = decode(&path, ChannelMix::Select(0), 44_100).unwrap();
+        // Gapless trimming (LAME header, Vorbis granule positions) gives ffmpeg's count.
+        assert_eq!(got.len(), 88_200, "{name}");
+        let dot: f64 = got
+            .iter()
+            .zip(&reference)
+            .map(|(a, b)| f64::from(a * b))
+            .sum();
+        let ea: f64 = got.iter().map(|a| f64::from(a * a)).sum();
+        let eb: f64 = reference.iter().map(|b| f64::from(b * b)).sum();
+        let corr = dot / (ea * eb).sqrt();
+        assert!(corr > 0.99, "{name}: correlation {corr}");
+    }
+}
+
+#[test]
+fn resampled_decode_has_the_librosa_length() {
+    let path = data_dir().join("speech_48000_mono_s16.wav");
+    let got = decode(&path, ChannelMix::Mean, 16_000).unwrap();
+    assert_eq!(got.len(), 32_000);
+    let path = data_dir().join("speech_44100_stereo_s16.wav");
+    let got = decode(&path, ChannelMix::Mean, 16_000).unwrap();
+    assert_eq!(got.len(), (88_200usize * 16_000).div_ceil(44_100));
+}
+
+#[test]
+fn streaming_hands_over_chunks_before_the_end() {
+    let path = data_dir().join("sample.flac");
+    let mut chunks = 0;
+    let mut total = 0;
+    let summary = sonograph_io::stream_mono::<std::convert::Infallible>(
+        &path,
+        &DecodeOptions::default(),
+        16_000,
+        |c| {
+            chunks += 1;
+            total += c.len();
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert!(chunks > 10, "{chunks} chunks");
+    assert_eq!(total as u64, summary.output_samples);
+    assert_eq!(summary.source_frames, 101_062);
+}
+
+struct TempDir(PathBuf);
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("sonograph-io-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    }
+}
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A canonical 44-byte-header PCM WAV.
+fn wav(rate: u32, channels: u16, bits: u16, data: &[u8], declared_data_len: u32) -> Vec<u8> {
+    let block = channels * bits / 8;
+    let mut v = Vec::new();
+    v.extend_from_slice(b"RIFF");
+    v.extend_from_slice(&(36 + declared_data_len).to_le_bytes());
+    v.extend_from_slice(b"WAVEfmt ");
+    v.extend_from_slice(&16u32.to_le_bytes());
+    v.extend_from_slice(&1u16.to_le_bytes());
+    v.extend_from_slice(&channels.to_le_bytes());
+    v.extend_from_slice(&rate.to_le_bytes());
+    v.extend_from_slice(&(rate * u32::from(block)).to_le_bytes());
+    v.extend_from_slice(&block.to_le_bytes());
+    v.extend_from_slice(&bits.to_le_bytes());
+    v.extend_from_slice(b"data");
+    v.extend_from_slice(&declared_data_len.to_le_bytes());
+    v.extend_from_slice(data);
+    v
+}
+
+fn expect_err(path: &Path, needle: &str) {
+    let err = decode(path, ChannelMix::Mean, 16_000).expect_err("must fail");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&*path.to_string_lossy()),
+        "message names the file: {msg}"
+    );
+    assert!(!msg.contains('\n'), "one line: {msg}");
+    assert!(msg.contains(needle), "expected {needle:?} in {msg}");
+}
+
+#[test]
+fn bad_files_get_one_line_errors_naming_file_and_reason() {
+    let dir = TempDir::new("bad");
+    let pcm: Vec<u8> = (0..3200i16).flat_map(|i| (i * 7).to_le_bytes()).collect();
+    expect_err(&dir.0.join("missing.wav"), "cannot open");
+    expect_err(&dir.write("empty.wav", b""), "");
+    expect_err(&dir.write("noise.mp3", &[0x5a; 4096]), "");
+    expect_err(&dir.write("text.flac", b"this is not audio at all"), "");
+    expect_err(&dir.write("zero_hz.wav", &wav(0, 1, 16, &pcm, 6400)), "");
+    expect_err(
+        &dir.write("many_channels.wav", &wav(16_000, 1000, 16, &pcm, 6000)),
+        "",
+    );
+    expect_err(
+        &dir.write("no_samples.wav", &wav(16_000, 1, 16, &[], 0)),
+        "",
+    );
+    expect_err(
+        &dir.write("lying_length.wav", &wav(16_000, 1, 16, &pcm, 64_000)),
+        "truncated",
+    );
+    let flac = std::fs::read(data_dir().join("speech_16000_mono_s16.flac")).unwrap();
+    expect_err(&dir.write("cut.flac", &flac[..flac.len() / 2]), "");
+    let mut nan = Vec::new();
+    for i in 0..1000 {
+        let v = if i == 500 { f32::NAN } else { 0.1 };
+        nan.extend_from_slice(&v.to_le_bytes());
+    }
+    let mut float_wav = wav(16_000, 1, 32, &nan, 4000);
+    float_wav[20] = 3; // WAVE_FORMAT_IEEE_FLOAT
+    expect_err(&dir.write("nan.wav", &float_wav), "not finite");
+    // A good file decodes, as a control.
+    let ok = dir.write("ok.wav", &wav(16_000, 1, 16, &pcm, 6400));
+    assert_eq!(decode(&ok, ChannelMix::Mean, 16_000).unwrap().len(), 3200);
+}
