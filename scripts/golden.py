@@ -16,7 +16,12 @@ Usage:  python scripts/golden.py            (run from anywhere; paths are
         relative to the repository root, i.e. the parent of scripts/)
 
 All references are computed in float64 from exactly the float32 samples that
-were written to (and re-read from) the WAV files.  Output is deterministic for
+were written to (and re-read from) the WAV files, except key `kaldi-80`, which is
+the real kaldi_native_fbank (float32 arithmetic).  Key `kaldi-80-f64` is a float64
+numpy transcription of the same computation: knf's float32 FFT has no correct
+digits on bands more than ~16 nats (70 dB) below their frame's peak, so the Rust
+test compares every element with `kaldi-80-f64` and, above that depth, with knf
+itself.  Output is deterministic for
 fixed tool/package versions (espeak-ng output may change between espeak-ng
 releases; the versions used are recorded in cases.json).
 """
@@ -207,6 +212,65 @@ def ref_kaldi(y):
     return np.stack([np.asarray(fb.get_frame(i), dtype=np.float64) for i in range(n)])
 
 
+FLT_EPSILON = float(np.finfo(np.float32).eps)  # 1.1920929e-07
+
+
+def kaldi_mel_banks_f64(num_bins=80, sample_rate=16000, n_padded=512, low_freq=20.0):
+    """Kaldi MelBanks (knf InitKaldiMelBanks, vtln_warp 1, htk_mode false) in float64.
+
+    mel(f) = 1127 ln(1 + f/700); high_freq 0 -> Nyquist; num_bins + 1 equal mel steps
+    between mel(low_freq) and mel(high_freq); fft bin i (i < n_padded/2, so the Nyquist bin
+    is never used) at freq i * sr / n_padded gets the mel-domain triangle weight, nonzero
+    only where left_mel < mel < right_mel.  Returns [num_bins, n_padded // 2].
+    """
+    num_fft_bins = n_padded // 2
+    high_freq = 0.5 * sample_rate
+
+    def mel(f):
+        return 1127.0 * np.log(1.0 + np.asarray(f, dtype=np.float64) / 700.0)
+
+    mel_low, mel_high = mel(low_freq), mel(high_freq)
+    delta = (mel_high - mel_low) / (num_bins + 1)
+    fft_mel = mel(np.arange(num_fft_bins) * (sample_rate / n_padded))
+    banks = np.zeros((num_bins, num_fft_bins))
+    for b in range(num_bins):
+        left = mel_low + b * delta
+        center = mel_low + (b + 1) * delta
+        right = mel_low + (b + 2) * delta
+        inside = (fft_mel > left) & (fft_mel < right)
+        up = (fft_mel - left) / (center - left)
+        down = (right - fft_mel) / (right - center)
+        banks[b] = np.where(inside, np.where(fft_mel <= center, up, down), 0.0)
+    return banks
+
+
+def ref_kaldi_f64(y):
+    """float64 numpy transcription of kaldi_native_fbank with kaldi_options():
+    samples * 32768; snip_edges frames of 400 every 160 (only whole frames); per frame:
+    subtract the mean; pre-emphasis 0.97 as knf's Preemphasize (for i = n-1..1:
+    w[i] -= c*w[i-1]; then w[0] -= c*w[0]); povey window (0.5 - 0.5 cos(2 pi i/(N-1)))^0.85;
+    zero-pad to 512; rfft; power |X|^2; Kaldi mel banks on bins 0..255 (kaldi_mel_banks_f64);
+    log(max(energy, FLT_EPSILON)).  knf does all of this in float32 (options, window and
+    weights included); here everything is float64 with the nominal constants.
+    """
+    win, hop, n_fft, preemph, num_bins = 400, 160, 512, 0.97, 80
+    x = np.asarray(y, dtype=np.float64) * 32768.0
+    if len(x) < win:
+        return np.zeros((0, num_bins))
+    n_frames = 1 + (len(x) - win) // hop
+    idx = np.arange(win)[None, :] + hop * np.arange(n_frames)[:, None]
+    frames = x[idx]
+    frames = frames - frames.mean(axis=1, keepdims=True)
+    frames = np.concatenate([frames[:, :1] - preemph * frames[:, :1],
+                             frames[:, 1:] - preemph * frames[:, :-1]], axis=1)
+    i = np.arange(win)
+    window = (0.5 - 0.5 * np.cos(2.0 * np.pi * i / (win - 1))) ** 0.85
+    spec = np.fft.rfft(frames * window[None, :], n=n_fft, axis=1)
+    power = (spec.real ** 2 + spec.imag ** 2)[:, : n_fft // 2]
+    mel = power @ kaldi_mel_banks_f64(num_bins).T
+    return np.log(np.maximum(mel, FLT_EPSILON))
+
+
 def ref_nemo(y, n_mels):
     """numpy transcription of NeMo FilterbankFeatures.forward (eval mode) with the
     FastConformer / Parakeet AudioToMelSpectrogramPreprocessor configuration:
@@ -292,6 +356,7 @@ KEYS_16K = {
     "whisper-80": (lambda y: ref_whisper(y, 80), "log_abs"),
     "whisper-128": (lambda y: ref_whisper(y, 128), "log_abs"),
     "kaldi-80": (ref_kaldi, "log_abs"),
+    "kaldi-80-f64": (ref_kaldi_f64, "log_abs"),
     "nemo-80": (lambda y: ref_nemo(y, 80), "log_abs"),
     "nemo-128": (lambda y: ref_nemo(y, 128), "log_abs"),
     "power-512": (ref_power, "linear_rel"),

@@ -13,6 +13,12 @@ use sonograph_io::{decode_mono, read_npy_f32, DecodeOptions};
 
 const LOG_ATOL: f64 = 2e-4;
 const LINEAR_RTOL: f64 = 1e-4;
+/// kaldi-native-fbank computes in float32: a band more than this many nats (≈ 61 dB) under
+/// its frame's peak has fewer correct digits than the tolerance asks for, and on a chirp
+/// thousands of such bands are pure rounding noise. Against knf itself only bands above this
+/// depth are compared; every band is compared with `kaldi-80-f64`, the same computation
+/// transcribed in float64 (scripts/golden.py).
+const KNF_F32_DEPTH: f64 = 14.0;
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
@@ -23,7 +29,7 @@ fn spec_for(key: &str) -> FeatureSpec {
     match key {
         "whisper-80" => FeatureSpec::preset("whisper").unwrap(),
         "whisper-128" => FeatureSpec::preset("whisper-128").unwrap(),
-        "kaldi-80" => FeatureSpec::preset("kaldi").unwrap(),
+        "kaldi-80" | "kaldi-80-f64" => FeatureSpec::preset("kaldi").unwrap(),
         "nemo-80" => FeatureSpec::preset("nemo").unwrap(),
         "nemo-128" => FeatureSpec::preset("nemo-128").unwrap(),
         "librosa-mel" => FeatureSpec::preset("librosa").unwrap(),
@@ -51,6 +57,9 @@ fn spec_for(key: &str) -> FeatureSpec {
 
 struct Worst {
     cases: usize,
+    /// Elements left out of the comparison (knf's float32 noise floor).
+    skipped: usize,
+    compared: usize,
     worst: f64,
     at: String,
 }
@@ -89,8 +98,21 @@ fn run_suite(precision: Precision, keys: &[&str]) -> (BTreeMap<String, Worst>, V
         }
         let bins = spec.n_bins();
         let mut case_worst = (0.0f64, String::new());
+        let frame_max: Vec<f64> = expect
+            .chunks(bins)
+            .map(|row| {
+                row.iter()
+                    .fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)))
+            })
+            .collect();
+        let (mut skipped, mut compared) = (0, 0);
         for (i, (&a, &b)) in got.iter().zip(&expect).enumerate() {
             let (a, b) = (f64::from(a), f64::from(b));
+            if key == "kaldi-80" && b < frame_max[i / bins] - KNF_F32_DEPTH {
+                skipped += 1;
+                continue;
+            }
+            compared += 1;
             let err = if log {
                 (a - b).abs()
             } else if b == 0.0 {
@@ -110,7 +132,7 @@ fn run_suite(precision: Precision, keys: &[&str]) -> (BTreeMap<String, Worst>, V
             }
         }
         let tol = if log { LOG_ATOL } else { LINEAR_RTOL };
-        if !(case_worst.0 <= tol) {
+        if case_worst.0.is_nan() || case_worst.0 > tol {
             failures.push(format!(
                 "{} (error {:.3e} > {tol:e})",
                 case_worst.1, case_worst.0
@@ -118,10 +140,14 @@ fn run_suite(precision: Precision, keys: &[&str]) -> (BTreeMap<String, Worst>, V
         }
         let w = worst.entry(key.to_string()).or_insert(Worst {
             cases: 0,
+            skipped: 0,
+            compared: 0,
             worst: 0.0,
             at: String::new(),
         });
         w.cases += 1;
+        w.skipped += skipped;
+        w.compared += compared;
         if case_worst.0 >= w.worst {
             w.worst = case_worst.0;
             w.at = case_worst.1;
@@ -134,8 +160,8 @@ fn report(title: &str, worst: &BTreeMap<String, Worst>) {
     eprintln!("{title}");
     for (key, w) in worst {
         eprintln!(
-            "  {key:<13} {:>3} cases  worst {:.3e}  ({})",
-            w.cases, w.worst, w.at
+            "  {key:<13} {:>3} cases {:>7} values compared ({} under knf's f32 floor not)  worst {:.3e}  ({})",
+            w.cases, w.compared, w.skipped, w.worst, w.at
         );
     }
 }
@@ -144,7 +170,16 @@ fn report(title: &str, worst: &BTreeMap<String, Worst>) {
 fn every_preset_matches_its_reference_f64() {
     let (worst, failures) = run_suite(Precision::F64, &[]);
     report("golden parity, f64 core", &worst);
-    assert_eq!(worst.len(), 9, "every key has cases");
+    assert_eq!(worst.len(), 10, "every key has cases");
+    let knf = &worst["kaldi-80"];
+    // Most of the skipped bands are the chirp's: a sweep leaves most of each frame's bands
+    // 60–150 dB under its peak.
+    assert!(
+        knf.compared > 5 * knf.skipped,
+        "knf: {} compared, {} skipped",
+        knf.compared,
+        knf.skipped
+    );
     assert!(
         failures.is_empty(),
         "{} failures:\n{}",

@@ -19,6 +19,7 @@ use rustfft::FftNum;
 
 use crate::dct::Dct;
 use crate::error::{ExtractError, SpecError};
+use crate::fastlog;
 use crate::mel::MelBank;
 use crate::spec::{
     FeatureSpec, Framing, LogGuard, LogKind, Normalize, OutputKind, PadMode, PreemphasisScope,
@@ -56,6 +57,8 @@ struct Core<T: Real> {
     spectrum: Vec<Complex<T>>,
     scratch: Vec<Complex<T>>,
     power: Vec<T>,
+    /// One output row before the log, in f64.
+    row: Vec<f64>,
 }
 
 impl<T: Real> Core<T> {
@@ -78,6 +81,7 @@ impl<T: Real> Core<T> {
                 .unwrap_or_default(),
             frame: vec![T::zero(); spec.n_fft],
             power: vec![T::zero(); spectrum.len()],
+            row: Vec::with_capacity(spectrum.len().max(spec.n_mels)),
             spectrum,
             scratch,
             fft,
@@ -138,19 +142,22 @@ impl<T: Real> Core<T> {
         for (p, c) in self.power.iter_mut().zip(&self.spectrum) {
             *p = c.re * c.re + c.im * c.im;
         }
+        let to_f64 = |v: &T| v.to_f64().unwrap_or(f64::NAN);
+        self.row.clear();
         match spec.output {
             OutputKind::Power => {
                 let bins = &self.power[..spec.n_spectrum_bins()];
-                out.extend(bins.iter().map(|&p| log_value(spec, p)));
+                self.row.extend(bins.iter().map(to_f64));
             }
             OutputKind::Magnitude => {
                 let bins = &self.power[..spec.n_spectrum_bins()];
-                out.extend(bins.iter().map(|&p| log_value(spec, p.sqrt())));
+                self.row.extend(bins.iter().map(|p| to_f64(p).sqrt()));
             }
             OutputKind::Psd => {
                 for (s, p) in psd_sum.iter_mut().zip(&self.power) {
-                    *s += p.to_f64().unwrap_or(f64::NAN);
+                    *s += to_f64(p);
                 }
+                return;
             }
             OutputKind::Mel | OutputKind::Logmel | OutputKind::Mfcc => {
                 if spec.power == 1.0 {
@@ -162,27 +169,37 @@ impl<T: Real> Core<T> {
                         .iter()
                         .zip(bins)
                         .fold(T::zero(), |acc, (&w, &p)| acc + w * p);
-                    out.push(log_value(spec, e));
+                    self.row.push(to_f64(&e));
                 }
             }
         }
+        log_row(spec, &mut self.row, out);
     }
 }
 
-/// `log` with its guard, or the value itself when the spec has no log.
-fn log_value<T: Real>(spec: &FeatureSpec, x: T) -> f32 {
-    let guarded = match spec.log_guard {
-        _ if spec.log == LogKind::None => x,
-        LogGuard::Clamp(floor) => x.max(cast(f64::from(floor))),
-        LogGuard::Add(eps) => x + cast(f64::from(eps)),
+/// Applies the spec's guard and log to a row of energies and appends it to `out` as f32.
+fn log_row(spec: &FeatureSpec, row: &mut [f64], out: &mut Vec<f32>) {
+    let scale = match spec.log {
+        LogKind::None => {
+            out.extend(row.iter().map(|&v| v as f32));
+            return;
+        }
+        LogKind::Ln => 1.0,
+        LogKind::Log10 => std::f64::consts::LOG10_E,
+        LogKind::Db => 10.0 * std::f64::consts::LOG10_E,
     };
-    let y = match spec.log {
-        LogKind::None => guarded,
-        LogKind::Ln => guarded.ln(),
-        LogKind::Log10 => guarded.log10(),
-        LogKind::Db => guarded.log10() * cast(10.0),
-    };
-    y.to_f32().unwrap_or(f32::NAN)
+    match spec.log_guard {
+        LogGuard::Clamp(floor) => {
+            let floor = f64::from(floor);
+            row.iter_mut().for_each(|v| *v = v.max(floor));
+        }
+        LogGuard::Add(eps) => {
+            let eps = f64::from(eps);
+            row.iter_mut().for_each(|v| *v += eps);
+        }
+    }
+    fastlog::ln_in_place(row);
+    out.extend(row.iter().map(|&v| (v * scale) as f32));
 }
 
 enum Engine {
@@ -210,6 +227,7 @@ pub struct CpuExtractor {
     rng: ChaCha8Rng,
     raw: Vec<f32>,
     psd_sum: Vec<f64>,
+    psd_row: Vec<f64>,
     psd_frames: usize,
     in_item: bool,
 }
@@ -250,6 +268,7 @@ impl CpuExtractor {
             rng: ChaCha8Rng::seed_from_u64(spec.dither_seed),
             raw: Vec::new(),
             psd_sum: vec![0.0; spec.n_fft / 2 + 1],
+            psd_row: Vec::new(),
             psd_frames: 0,
             in_item: false,
         })
@@ -303,18 +322,28 @@ impl CpuExtractor {
             0.0
         };
         self.pending.reserve(samples.len());
-        for &s in samples {
-            let x = s * scale;
-            // NeMo keeps the first sample as is: y[0] = x[0].
-            let y = if self.signal_len == 0 || c == 0.0 {
-                x
-            } else {
-                x - c * self.prev_input
-            };
-            self.prev_input = x;
-            self.pending.push(y);
-            self.signal_len += 1;
+        if c == 0.0 && scale == 1.0 {
+            self.pending.extend_from_slice(samples);
+        } else {
+            let mut rest = samples;
+            let mut prev = self.prev_input;
+            if self.signal_len == 0 {
+                if let Some((&first, tail)) = samples.split_first() {
+                    // NeMo keeps the first sample as is: y[0] = x[0].
+                    prev = first * scale;
+                    self.pending.push(prev);
+                    rest = tail;
+                }
+            }
+            self.pending.extend(rest.iter().map(|&s| {
+                let x = s * scale;
+                let y = x - c * prev;
+                prev = x;
+                y
+            }));
+            self.prev_input = prev;
         }
+        self.signal_len += samples.len();
         if !self.started && self.can_start() {
             self.start_with_left_pad();
         }
@@ -514,13 +543,14 @@ impl CpuExtractor {
         let energy: f64 = w.iter().map(|v| v * v).sum();
         let scale = 1.0 / (f64::from(spec.sample_rate) * energy * self.psd_frames as f64);
         let n = self.psd_sum.len();
+        self.psd_row.clear();
         // One-sided: double all but DC, and Nyquist when n_fft is even.
         let last_doubled = if spec.n_fft % 2 == 0 { n - 1 } else { n };
         for (k, &s) in self.psd_sum.iter().enumerate() {
             let doubled = if k >= 1 && k < last_doubled { 2.0 } else { 1.0 };
-            let v = s * scale * doubled;
-            out.push(log_value(spec, v));
+            self.psd_row.push(s * scale * doubled);
         }
+        log_row(spec, &mut self.psd_row, out);
         1
     }
 }

@@ -7,6 +7,7 @@ pub mod complex;
 pub mod dct;
 pub mod error;
 pub mod extractor;
+pub mod fastlog;
 pub mod mel;
 pub mod spec;
 pub mod window;
