@@ -118,7 +118,8 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SONOGRAPH_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+                // symphonia logs what sonograph already reports as the file's error.
+                .unwrap_or_else(|_| "warn,symphonia_core=off,symphonia=off".into()),
         )
         .with_writer(std::io::stderr)
         .init();

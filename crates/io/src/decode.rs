@@ -70,6 +70,11 @@ impl AudioReader {
             path: path.to_path_buf(),
             source,
         })?;
+        if file.metadata().is_ok_and(|m| m.len() == 0) {
+            return Err(DecodeError::Empty {
+                path: path.to_path_buf(),
+            });
+        }
         let mss = MediaSourceStream::new(Box::new(file), Default::default());
         let mut hint = Hint::new();
         if let Some(ext) = path.extension().and_then(|e| e.to_str()) {

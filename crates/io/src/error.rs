@@ -23,7 +23,7 @@ pub enum DecodeError {
     },
     #[error("{path}: bad header: {reason}")]
     BadHeader { path: PathBuf, reason: String },
-    #[error("{path}: no audio: the stream has zero samples")]
+    #[error("{path}: no audio: the file is empty or has zero samples")]
     Empty { path: PathBuf },
     #[error("{path}: resource limit: {reason}")]
     ResourceLimit { path: PathBuf, reason: String },

@@ -1,0 +1,236 @@
+//! The `sonograph` binary end to end: outputs, flags, environment variables, exit codes and
+//! error messages.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sonograph_dsp::{CpuExtractor, FeatureSpec};
+use sonograph_io::{decode_mono, read_npy_f32, DecodeOptions};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_sonograph"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("SONOGRAPH_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+struct Tmp(PathBuf);
+impl Tmp {
+    fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("sonograph-cli-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        Tmp(p)
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn features_writes_the_same_array_as_the_library() {
+    let tmp = Tmp::new("features");
+    let out = tmp.path("f.npy");
+    let input = data("speech_44100_stereo.flac");
+    let o = bin()
+        .args([
+            "features",
+            input.to_str().unwrap(),
+            "--preset",
+            "kaldi",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (shape, values) = read_npy_f32(&out).unwrap();
+    let spec = FeatureSpec::preset("kaldi").unwrap();
+    let samples = decode_mono(&input, &DecodeOptions::default(), 16_000).unwrap();
+    let mut expect = Vec::new();
+    let frames = CpuExtractor::new(&spec)
+        .unwrap()
+        .extract(&samples, &mut expect)
+        .unwrap();
+    assert_eq!(shape, vec![frames, 80]);
+    assert_eq!(values, expect);
+}
+
+#[test]
+fn n_mels_spec_files_and_environment_variables() {
+    let tmp = Tmp::new("flags");
+    let input = data("speech_16000_mono_s16.wav");
+    // --n-mels through the environment, preset through the environment.
+    let out = tmp.path("a.npy");
+    let o = bin()
+        .args(["features", input.to_str().unwrap()])
+        .env("SONOGRAPH_PRESET", "nemo")
+        .env("SONOGRAPH_N_MELS", "64")
+        .env("SONOGRAPH_OUT", &out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(read_npy_f32(&out).unwrap().0, vec![32_000 / 160 + 1, 64]);
+    // A TOML spec gives the same result as the preset it was printed from.
+    let json = bin().args(["presets", "whisper-128"]).output().unwrap();
+    assert!(json.status.success());
+    let spec = FeatureSpec::from_json(&String::from_utf8(json.stdout).unwrap()).unwrap();
+    let toml_path = tmp.path("spec.toml");
+    std::fs::write(&toml_path, toml_text(&spec)).unwrap();
+    let (b, c) = (tmp.path("b.npy"), tmp.path("c.npy"));
+    for (args, out) in [
+        (vec!["--spec", toml_path.to_str().unwrap()], &b),
+        (vec!["--preset", "whisper-128"], &c),
+    ] {
+        let o = bin()
+            .args([
+                "features",
+                input.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    assert_eq!(read_npy_f32(&b).unwrap(), read_npy_f32(&c).unwrap());
+    assert_eq!(read_npy_f32(&b).unwrap().0, vec![200, 128]);
+}
+
+fn toml_text(spec: &FeatureSpec) -> String {
+    // The library's JSON is the source of truth; TOML goes through serde the same way.
+    let value: serde_json::Value = serde_json::from_str(&spec.to_json()).unwrap();
+    let mut out = String::new();
+    let mut tables = String::new();
+    for (k, v) in value.as_object().unwrap() {
+        match v {
+            serde_json::Value::Null => {}
+            serde_json::Value::Object(m) => {
+                tables.push_str(&format!("[{k}]\n"));
+                for (ik, iv) in m {
+                    tables.push_str(&format!("{ik} = {iv}\n"));
+                }
+            }
+            other => out.push_str(&format!("{k} = {other}\n")),
+        }
+    }
+    out + &tables
+}
+
+#[test]
+fn presets_lists_every_preset_and_prints_json() {
+    let o = bin().arg("presets").output().unwrap();
+    assert!(o.status.success());
+    let text = String::from_utf8(o.stdout).unwrap();
+    for p in FeatureSpec::presets() {
+        assert!(
+            text.lines().any(|l| l.starts_with(p.name)),
+            "{} missing:\n{text}",
+            p.name
+        );
+        let o = bin().args(["presets", p.name]).output().unwrap();
+        let spec = FeatureSpec::from_json(&String::from_utf8(o.stdout).unwrap()).unwrap();
+        assert_eq!(spec, p.spec);
+    }
+}
+
+fn expect_user_error(args: &[&str], needle: &str) {
+    let o = bin().args(args).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.contains(needle), "{needle:?} not in {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn bad_input_exits_2_with_one_line_naming_the_file() {
+    let tmp = Tmp::new("bad");
+    let out = tmp.path("o.npy");
+    let out = out.to_str().unwrap();
+    let missing = tmp.path("missing.wav");
+    expect_user_error(
+        &["features", missing.to_str().unwrap(), "--out", out],
+        "missing.wav",
+    );
+    let junk = tmp.path("junk.flac");
+    std::fs::write(&junk, b"fLaC but not really").unwrap();
+    expect_user_error(
+        &["features", junk.to_str().unwrap(), "--out", out],
+        "junk.flac",
+    );
+    let empty = tmp.path("empty.wav");
+    std::fs::write(&empty, b"").unwrap();
+    expect_user_error(
+        &["features", empty.to_str().unwrap(), "--out", out],
+        "empty.wav",
+    );
+    // A WAV header claiming 0 Hz (symphonia 0.5 would panic on it).
+    let mut zero_hz = std::fs::read(data("speech_16000_mono_s16.wav")).unwrap();
+    zero_hz[24..28].copy_from_slice(&0u32.to_le_bytes());
+    let zero_path = tmp.path("zero_hz.wav");
+    std::fs::write(&zero_path, zero_hz).unwrap();
+    expect_user_error(
+        &["features", zero_path.to_str().unwrap(), "--out", out],
+        "sample rate 0 Hz",
+    );
+    let input = data("speech_16000_mono_s16.wav");
+    let input = input.to_str().unwrap();
+    expect_user_error(
+        &["features", input, "--preset", "nope", "--out", out],
+        "unknown preset",
+    );
+    expect_user_error(
+        &["features", input, "--n-mels", "0", "--out", out],
+        "n_mels",
+    );
+    expect_user_error(
+        &["features", input, "--channel", "3", "--out", out],
+        "channel 3",
+    );
+    assert!(!Path::new(out).exists(), "nothing is written on error");
+}
+
+#[test]
+fn audio_shorter_than_a_frame_gives_zero_frames_and_says_so() {
+    let tmp = Tmp::new("short");
+    let out = tmp.path("s.npy");
+    // 399 samples: Kaldi's snip_edges framing has no whole 400-sample frame.
+    let input = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/audio/short399_16000.wav");
+    let o = bin()
+        .args([
+            "features",
+            input.to_str().unwrap(),
+            "--preset",
+            "kaldi",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("shorter than one frame"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(read_npy_f32(&out).unwrap(), (vec![0, 80], vec![]));
+}
