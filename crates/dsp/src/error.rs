@@ -20,6 +20,16 @@ pub enum ExtractError {
     NonFinite { index: usize, value: f32 },
     #[error("the output would need {needed} values, over the limit of {limit}")]
     ResourceLimit { needed: usize, limit: usize },
-    #[error("no samples were pushed before finish()")]
+    #[error("the item has no samples")]
     Empty,
+    /// The batch did not fit in the device's memory; the message says what was asked, the
+    /// budget, what is in use and what will be tried next.
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
+    /// The device stopped answering or was lost; its work must move elsewhere.
+    #[error("device lost: {0}")]
+    DeviceLost(String),
+    /// The backend cannot run here (not built in, no adapter).
+    #[error("backend unavailable: {0}")]
+    Unavailable(String),
 }

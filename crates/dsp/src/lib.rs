@@ -2,6 +2,7 @@
 //! extractor. No I/O, no GPU, no async: everything here is a pure function of samples and a
 //! [`FeatureSpec`].
 
+pub mod backend;
 pub mod batch;
 pub mod complex;
 pub mod dct;
@@ -12,6 +13,7 @@ pub mod mel;
 pub mod spec;
 pub mod window;
 
+pub use backend::{AudioBatch, CpuBackend, Extractor, FeatureBatch};
 pub use batch::{extract_batch, Features};
 pub use error::{ExtractError, SpecError};
 pub use extractor::{CpuExtractor, Precision};

@@ -1,0 +1,283 @@
+//! The extractor interface every backend implements (CPU here, GPU in `sonograph-gpu`), and
+//! the flat batch buffers it works on: many items in one buffer with offsets, which is what a
+//! GPU wants and what keeps the CPU path free of per-item allocations.
+
+use rayon::prelude::*;
+
+use crate::error::{ExtractError, SpecError};
+use crate::extractor::{CpuExtractor, Precision};
+use crate::spec::FeatureSpec;
+
+/// Items of audio in one buffer: item `i` is `samples[offsets[i]..offsets[i + 1]]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AudioBatch {
+    samples: Vec<f32>,
+    offsets: Vec<usize>,
+}
+
+impl Default for AudioBatch {
+    fn default() -> Self {
+        AudioBatch {
+            samples: Vec::new(),
+            offsets: vec![0],
+        }
+    }
+}
+
+impl AudioBatch {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn from_items<'a>(items: impl IntoIterator<Item = &'a [f32]>) -> Self {
+        let mut b = Self::new();
+        for item in items {
+            b.push(item);
+        }
+        b
+    }
+
+    pub fn push(&mut self, item: &[f32]) {
+        self.samples.extend_from_slice(item);
+        self.offsets.push(self.samples.len());
+    }
+
+    pub fn clear(&mut self) {
+        self.samples.clear();
+        self.offsets.truncate(1);
+    }
+
+    /// Number of items.
+    pub fn len(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn item(&self, i: usize) -> &[f32] {
+        &self.samples[self.offsets[i]..self.offsets[i + 1]]
+    }
+
+    pub fn items(&self) -> impl ExactSizeIterator<Item = &[f32]> + '_ {
+        self.offsets.windows(2).map(|w| &self.samples[w[0]..w[1]])
+    }
+
+    /// All samples, items back to back.
+    pub fn samples(&self) -> &[f32] {
+        &self.samples
+    }
+
+    /// `len() + 1` offsets into [`samples`](Self::samples).
+    pub fn offsets(&self) -> &[usize] {
+        &self.offsets
+    }
+
+    /// Items `range` as a batch of their own (for splitting a batch that did not fit).
+    pub fn slice(&self, range: std::ops::Range<usize>) -> AudioBatch {
+        AudioBatch::from_items(range.map(|i| self.item(i)))
+    }
+}
+
+/// Features of a batch, item by item, in the batch's order. An item either has its rows
+/// (`frames × bins`, row-major) or the error that stopped it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FeatureBatch {
+    bins: usize,
+    data: Vec<f32>,
+    offsets: Vec<usize>,
+    results: Vec<Result<usize, ExtractError>>,
+}
+
+impl FeatureBatch {
+    pub fn new(bins: usize) -> Self {
+        FeatureBatch {
+            bins,
+            data: Vec::new(),
+            offsets: vec![0],
+            results: Vec::new(),
+        }
+    }
+
+    /// Empties the batch, keeping its buffers.
+    pub fn reset(&mut self, bins: usize) {
+        self.bins = bins;
+        self.data.clear();
+        self.offsets.clear();
+        self.offsets.push(0);
+        self.results.clear();
+    }
+
+    pub fn bins(&self) -> usize {
+        self.bins
+    }
+
+    pub fn len(&self) -> usize {
+        self.results.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.results.is_empty()
+    }
+
+    /// Appends an item's rows.
+    pub fn push_rows(&mut self, frames: usize, rows: &[f32]) {
+        debug_assert_eq!(rows.len(), frames * self.bins);
+        self.data.extend_from_slice(rows);
+        self.offsets.push(self.data.len());
+        self.results.push(Ok(frames));
+    }
+
+    /// Appends an item that failed.
+    pub fn push_error(&mut self, error: ExtractError) {
+        self.offsets.push(self.data.len());
+        self.results.push(Err(error));
+    }
+
+    /// Appends every item of `other` (same bins).
+    pub fn append(&mut self, other: &FeatureBatch) {
+        for i in 0..other.len() {
+            match other.item(i) {
+                Ok((frames, rows)) => self.push_rows(frames, rows),
+                Err(e) => self.push_error(e.clone()),
+            }
+        }
+    }
+
+    /// Item `i`: its frame count and rows, or its error.
+    pub fn item(&self, i: usize) -> Result<(usize, &[f32]), &ExtractError> {
+        match &self.results[i] {
+            Ok(frames) => Ok((*frames, &self.data[self.offsets[i]..self.offsets[i + 1]])),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Grows the output buffer by `len` values for the caller to fill (GPU readback).
+    pub fn data_mut(&mut self) -> &mut Vec<f32> {
+        &mut self.data
+    }
+}
+
+/// A feature extractor on some device. `extract_batch` appends one result per input item to
+/// `out`; it returns `Err` only when the whole batch could not run (out of memory, device
+/// lost) — then `out` is unchanged and the caller may split the batch or move it elsewhere.
+pub trait Extractor: Send {
+    fn spec(&self) -> &FeatureSpec;
+    /// Where it runs, for reports: "cpu", "gpu:0 NVIDIA H100 (Vulkan)".
+    fn device(&self) -> String;
+    fn extract_batch(
+        &mut self,
+        batch: &AudioBatch,
+        out: &mut FeatureBatch,
+    ) -> Result<(), ExtractError>;
+}
+
+/// The CPU backend: items in parallel on a rayon pool, one [`CpuExtractor`] per worker.
+pub struct CpuBackend {
+    spec: FeatureSpec,
+    precision: Precision,
+    pool: Option<rayon::ThreadPool>,
+}
+
+impl CpuBackend {
+    /// Runs on the global rayon pool.
+    pub fn new(spec: &FeatureSpec, precision: Precision) -> Result<Self, SpecError> {
+        CpuExtractor::with_precision(spec, precision)?;
+        Ok(CpuBackend {
+            spec: spec.clone(),
+            precision,
+            pool: None,
+        })
+    }
+
+    /// Runs on a pool of its own with `threads` workers.
+    pub fn with_threads(
+        spec: &FeatureSpec,
+        precision: Precision,
+        threads: usize,
+    ) -> Result<Self, SpecError> {
+        let mut b = Self::new(spec, precision)?;
+        b.pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .ok();
+        Ok(b)
+    }
+
+    fn run(&self, batch: &AudioBatch) -> Vec<Result<Vec<f32>, ExtractError>> {
+        let spec = &self.spec;
+        let precision = self.precision;
+        let work = || {
+            (0..batch.len())
+                .into_par_iter()
+                .map_init(
+                    || CpuExtractor::with_precision(spec, precision).expect("validated in new()"),
+                    |ex, i| {
+                        let mut rows = Vec::new();
+                        ex.extract(batch.item(i), &mut rows)?;
+                        Ok(rows)
+                    },
+                )
+                .collect()
+        };
+        match &self.pool {
+            Some(pool) => pool.install(work),
+            None => work(),
+        }
+    }
+}
+
+impl Extractor for CpuBackend {
+    fn spec(&self) -> &FeatureSpec {
+        &self.spec
+    }
+
+    fn device(&self) -> String {
+        "cpu".into()
+    }
+
+    fn extract_batch(
+        &mut self,
+        batch: &AudioBatch,
+        out: &mut FeatureBatch,
+    ) -> Result<(), ExtractError> {
+        let bins = self.spec.n_bins();
+        for result in self.run(batch) {
+            match result {
+                Ok(rows) => out.push_rows(rows.len() / bins, &rows),
+                Err(e) => out.push_error(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_backend_keeps_order_and_isolates_bad_items() {
+        let spec = FeatureSpec::whisper(80);
+        let a: Vec<f32> = (0..3000).map(|i| (i as f32 * 0.02).sin()).collect();
+        let b = vec![0.25f32; 1234];
+        let bad = vec![f32::NAN; 500];
+        let batch = AudioBatch::from_items([&a[..], &bad, &b, &[]]);
+        assert_eq!(batch.len(), 4);
+        let mut backend = CpuBackend::with_threads(&spec, Precision::F64, 2).unwrap();
+        let mut out = FeatureBatch::new(spec.n_bins());
+        backend.extract_batch(&batch, &mut out).unwrap();
+        assert_eq!(out.len(), 4);
+        let mut ex = CpuExtractor::new(&spec).unwrap();
+        for (i, item) in [(0, &a), (2, &b)] {
+            let mut expect = Vec::new();
+            let frames = ex.extract(item, &mut expect).unwrap();
+            assert_eq!(out.item(i).unwrap(), (frames, &expect[..]));
+        }
+        assert!(matches!(out.item(1), Err(ExtractError::NonFinite { .. })));
+        assert_eq!(out.item(3), Err(&ExtractError::Empty));
+        let half = batch.slice(2..4);
+        assert_eq!(half.item(0), &b[..]);
+    }
+}
