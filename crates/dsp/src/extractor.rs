@@ -488,22 +488,51 @@ impl CpuExtractor {
         }
     }
 
+    /// Width of a raw row (MFCC rows are log-mel until the DCT at the end).
+    fn raw_width(&self) -> usize {
+        match self.spec.output {
+            OutputKind::Mfcc => self.spec.n_mels,
+            _ => self.spec.n_bins(),
+        }
+    }
+
+    /// Frames computed and not yet taken by [`take_frames`](Self::take_frames) or `finish`.
+    pub fn pending_frames(&self) -> usize {
+        self.raw.len() / self.raw_width()
+    }
+
+    /// Takes the first `frames` computed frames of the current item and finishes them as a
+    /// row of their own: the item-level steps (dynamic-range clamp, DCT, affine scaling,
+    /// per-feature normalisation) see only these frames. Frame values are those of the whole
+    /// item, so consecutive pieces concatenate to the item's frames. Returns the frame count.
+    /// (Welch PSD keeps no frames; it has none to take.)
+    pub fn take_frames(&mut self, frames: usize, out: &mut Vec<f32>) -> usize {
+        let width = self.raw_width();
+        let n = frames.min(self.pending_frames());
+        let mut piece: Vec<f32> = self.raw.drain(..n * width).collect();
+        self.finish_rows(&mut piece, false, out)
+    }
+
     /// Item-level steps over the raw rows; appends the final rows to `out`.
     fn post_process(&mut self, out: &mut Vec<f32>) -> usize {
-        let spec = &self.spec;
-        if spec.output == OutputKind::Psd {
+        if self.spec.output == OutputKind::Psd {
             return self.finish_psd(out);
         }
-        let width = match spec.output {
-            OutputKind::Mfcc => spec.n_mels,
-            _ => spec.n_bins(),
-        };
-        let mut frames = self.raw.len() / width;
-        if spec.drop_last_frame && frames > 0 {
+        let mut raw = std::mem::take(&mut self.raw);
+        let frames = self.finish_rows(&mut raw, self.spec.drop_last_frame, out);
+        raw.clear();
+        self.raw = raw;
+        frames
+    }
+
+    fn finish_rows(&self, raw: &mut Vec<f32>, drop_last: bool, out: &mut Vec<f32>) -> usize {
+        let spec = &self.spec;
+        let width = self.raw_width();
+        let mut frames = raw.len() / width;
+        if drop_last && frames > 0 {
             frames -= 1;
-            self.raw.truncate(frames * width);
+            raw.truncate(frames * width);
         }
-        let raw = &mut self.raw;
         if let Some(range) = spec.dynamic_range {
             let max = raw.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let floor = max - range;
@@ -624,6 +653,28 @@ mod tests {
                 assert_eq!(streamed, whole, "chunk {chunk}");
             }
         }
+    }
+
+    #[test]
+    fn pieces_concatenate_to_the_whole_item() {
+        let x = chirp(50_000);
+        // Kaldi has no item-level step: pieces equal the whole item exactly.
+        let spec = FeatureSpec::kaldi(80);
+        let mut ex = CpuExtractor::new(&spec).unwrap();
+        let mut whole = Vec::new();
+        let frames = ex.extract(&x, &mut whole).unwrap();
+        ex.begin();
+        let mut pieces = Vec::new();
+        let mut taken = 0;
+        for c in x.chunks(3000) {
+            ex.push(c).unwrap();
+            while ex.pending_frames() >= 40 + 2 {
+                taken += ex.take_frames(40, &mut pieces);
+            }
+        }
+        taken += ex.finish(&mut pieces).unwrap();
+        assert_eq!(taken, frames);
+        assert_eq!(pieces, whole);
     }
 
     #[test]

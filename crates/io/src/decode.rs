@@ -34,6 +34,10 @@ pub struct DecodeOptions {
     pub mix: ChannelMix,
     /// Refuse files longer than this (a resource limit against hostile headers and streams).
     pub max_seconds: Option<f64>,
+    /// Start this many seconds into the file (NeMo manifests' `offset`).
+    pub offset_s: f64,
+    /// Stop after this many seconds (NeMo manifests' `duration`); `None` = to the end.
+    pub duration_s: Option<f64>,
 }
 
 /// What the container says about the stream.
@@ -57,6 +61,12 @@ pub struct AudioReader {
     interleaved: Option<SampleBuffer<f32>>,
     mono: Vec<f32>,
     frames_read: u64,
+    /// Frames still to drop before `offset_s` is reached.
+    skip_left: u64,
+    /// Frames still to deliver before `duration_s` is reached.
+    take_left: Option<u64>,
+    /// Frames decoded from the file, including skipped ones.
+    frames_decoded: u64,
 }
 
 impl AudioReader {
@@ -121,6 +131,22 @@ impl AudioReader {
             }
         }
         let declared_frames = params.n_frames;
+        if !opts.offset_s.is_finite() || opts.offset_s < 0.0 {
+            return Err(DecodeError::Unsupported {
+                path: path.to_path_buf(),
+                reason: format!("offset {} s must be finite and ≥ 0", opts.offset_s),
+            });
+        }
+        if let Some(n) = declared_frames {
+            let total = n as f64 / f64::from(sample_rate);
+            if opts.offset_s > 0.0 && opts.offset_s >= total {
+                return Err(DecodeError::OffsetPastEnd {
+                    path: path.to_path_buf(),
+                    offset_s: opts.offset_s,
+                    length_s: total,
+                });
+            }
+        }
         if let (Some(n), Some(max)) = (declared_frames, opts.max_seconds) {
             let seconds = n as f64 / f64::from(sample_rate);
             if seconds > max {
@@ -148,10 +174,15 @@ impl AudioReader {
             },
             format,
             decoder,
+            skip_left: (opts.offset_s.max(0.0) * f64::from(sample_rate)).round() as u64,
+            take_left: opts
+                .duration_s
+                .map(|d| (d.max(0.0) * f64::from(sample_rate)).round() as u64),
             opts: opts.clone(),
             interleaved: None,
             mono: Vec::new(),
             frames_read: 0,
+            frames_decoded: 0,
         })
     }
 
@@ -168,11 +199,46 @@ impl AudioReader {
         self.frames_read
     }
 
-    /// The next decoded chunk, mixed to mono at the file's own rate; `None` at the end.
+    /// Seconds of audio this reader will deliver, when the header says: what is left after
+    /// the offset, capped by the duration.
+    pub fn expected_seconds(&self) -> Option<f64> {
+        let rate = f64::from(self.info.sample_rate);
+        let total = self.info.declared_frames? as f64 / rate;
+        let left = (total - self.opts.offset_s).max(0.0);
+        Some(self.opts.duration_s.map_or(left, |d| d.min(left)))
+    }
+
+    /// The next decoded chunk, mixed to mono at the file's own rate, within the offset and
+    /// duration; `None` at the end.
     pub fn next_chunk(&mut self) -> Result<Option<&[f32]>, DecodeError> {
         let path = self.path.clone();
-        let more = guard(&path, || self.decode_next())?;
-        Ok(more.then_some(&self.mono[..]))
+        loop {
+            if self.take_left == Some(0) {
+                return Ok(None);
+            }
+            if !guard(&path, || self.decode_next())? {
+                if self.skip_left > 0 {
+                    return Err(DecodeError::OffsetPastEnd {
+                        path,
+                        offset_s: self.opts.offset_s,
+                        length_s: self.frames_decoded as f64 / f64::from(self.info.sample_rate),
+                    });
+                }
+                return Ok(None);
+            }
+            let n = self.mono.len() as u64;
+            let skip = self.skip_left.min(n);
+            self.skip_left -= skip;
+            let mut end = n;
+            if let Some(left) = &mut self.take_left {
+                end = end.min(skip + *left);
+                *left -= end - skip;
+            }
+            if end > skip {
+                self.frames_read += end - skip;
+                return Ok(Some(&self.mono[skip as usize..end as usize]));
+            }
+        }
     }
 
     /// Decodes the next packet into `self.mono`; false at the end of the stream.
@@ -236,12 +302,12 @@ impl AudioReader {
             if let Some(i) = self.mono.iter().position(|s| !s.is_finite()) {
                 return Err(DecodeError::Corrupt {
                     path: self.path.clone(),
-                    reason: format!("sample {} is not finite", self.frames_read + i as u64),
+                    reason: format!("sample {} is not finite", self.frames_decoded + i as u64),
                 });
             }
-            self.frames_read += self.mono.len() as u64;
+            self.frames_decoded += self.mono.len() as u64;
             if let Some(max) = self.opts.max_seconds {
-                let seconds = self.frames_read as f64 / f64::from(self.info.sample_rate);
+                let seconds = self.frames_decoded as f64 / f64::from(self.info.sample_rate);
                 if seconds > max {
                     return Err(DecodeError::ResourceLimit {
                         path: self.path.clone(),
@@ -254,7 +320,7 @@ impl AudioReader {
     }
 
     fn end_of_stream(&mut self) -> Result<(), DecodeError> {
-        if self.frames_read == 0 {
+        if self.frames_decoded == 0 {
             return Err(DecodeError::Empty {
                 path: self.path.clone(),
             });
@@ -263,11 +329,11 @@ impl AudioReader {
         if let Some(expected) = self.info.declared_frames {
             let lossless = matches!(self.info.codec.as_str(), "flac" | "alac")
                 || self.info.codec.starts_with("pcm");
-            if lossless && self.frames_read < expected {
+            if lossless && self.frames_decoded < expected {
                 return Err(DecodeError::Truncated {
                     path: self.path.clone(),
                     expected,
-                    got: self.frames_read,
+                    got: self.frames_decoded,
                 });
             }
         }

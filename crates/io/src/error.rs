@@ -23,6 +23,12 @@ pub enum DecodeError {
     },
     #[error("{path}: bad header: {reason}")]
     BadHeader { path: PathBuf, reason: String },
+    #[error("{path}: offset {offset_s} s is past the end of the audio ({length_s:.3} s)")]
+    OffsetPastEnd {
+        path: PathBuf,
+        offset_s: f64,
+        length_s: f64,
+    },
     #[error("{path}: no audio: the file is empty or has zero samples")]
     Empty { path: PathBuf },
     #[error("{path}: resource limit: {reason}")]

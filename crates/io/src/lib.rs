@@ -2,8 +2,12 @@
 
 pub mod decode;
 pub mod error;
+pub mod ledger;
+pub mod manifest;
 pub mod npy;
+pub mod parquet;
 pub mod resample;
+pub mod segment;
 
 use std::path::Path;
 

@@ -1,0 +1,358 @@
+//! Sources of items: a directory walked recursively, or a manifest (NeMo JSON lines or CSV).
+//!
+//! A manifest line that cannot be used becomes an [`Entry::Invalid`] with its reason: one bad
+//! line is one failed item in the report, never a failed job.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use thiserror::Error;
+
+/// File extensions treated as audio when walking a directory.
+pub const AUDIO_EXTENSIONS: &[&str] = &["wav", "wave", "flac", "mp3", "ogg", "oga"];
+
+/// One unit of work: a file, or a span of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceItem {
+    /// Stable identifier: the path relative to the walked directory, the CSV `id`, or the
+    /// NeMo `audio_filepath` (with `@offset` when an offset is given).
+    pub id: String,
+    pub path: PathBuf,
+    pub offset_s: f64,
+    pub duration_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Entry {
+    Item(SourceItem),
+    /// A manifest line that could not be used, with its id (`manifest:LINE`) and reason.
+    Invalid {
+        id: String,
+        reason: String,
+    },
+}
+
+impl Entry {
+    pub fn id(&self) -> &str {
+        match self {
+            Entry::Item(i) => &i.id,
+            Entry::Invalid { id, .. } => id,
+        }
+    }
+}
+
+/// A source that cannot be read at all (a usage error, not an item error).
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum SourceError {
+    #[error("{path}: cannot read: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {reason}")]
+    Format { path: PathBuf, reason: String },
+}
+
+/// The entries of a directory or a manifest file, sorted by id (ids must be unique).
+pub fn read_source(path: &Path) -> Result<Vec<Entry>, SourceError> {
+    let io = |source| SourceError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    let mut entries = if meta.is_dir() {
+        walk_dir(path)?
+    } else {
+        let text = std::fs::read_to_string(path).map_err(io)?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let name = path.display().to_string();
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("csv") => parse_csv(&text, base, &name)?,
+            Some("json" | "jsonl" | "ndjson") => parse_nemo(&text, base, &name),
+            _ => {
+                return Err(SourceError::Format {
+                    path: path.to_path_buf(),
+                    reason: "a source is a directory, a .jsonl (NeMo) or a .csv manifest".into(),
+                })
+            }
+        }
+    };
+    entries.sort_by(|a, b| a.id().cmp(b.id()));
+    if let Some(w) = entries.windows(2).find(|w| w[0].id() == w[1].id()) {
+        return Err(SourceError::Format {
+            path: path.to_path_buf(),
+            reason: format!("id {:?} appears more than once", w[0].id()),
+        });
+    }
+    Ok(entries)
+}
+
+/// Audio files under `root` (recursively; symlinked directories are not followed, so a loop
+/// cannot hang the walk), with ids relative to `root`.
+pub fn walk_dir(root: &Path) -> Result<Vec<Entry>, SourceError> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let rd = std::fs::read_dir(&dir).map_err(|source| SourceError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        for entry in rd {
+            let entry = entry.map_err(|source| SourceError::Io {
+                path: dir.clone(),
+                source,
+            })?;
+            let path = entry.path();
+            let name = entry.file_name();
+            // Hidden entries and our own bookkeeping (e.g. an output dir inside the input).
+            if name.to_string_lossy().starts_with(['.', '_']) {
+                continue;
+            }
+            let ft = entry.file_type().map_err(|source| SourceError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            if ft.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let is_audio = path
+                .extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| AUDIO_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()));
+            if is_audio && (ft.is_file() || path.is_file()) {
+                let rel = path.strip_prefix(root).unwrap_or(&path);
+                let id = rel
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join("/");
+                out.push(Entry::Item(SourceItem {
+                    id,
+                    path,
+                    offset_s: 0.0,
+                    duration_s: None,
+                }));
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+struct NemoLine {
+    audio_filepath: String,
+    #[serde(default)]
+    offset: Option<f64>,
+    #[serde(default)]
+    duration: Option<f64>,
+}
+
+fn resolve(base: &Path, p: &str) -> PathBuf {
+    let path = Path::new(p);
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        base.join(path)
+    }
+}
+
+fn check_span(offset: f64, duration: Option<f64>) -> Result<(), String> {
+    if !offset.is_finite() || offset < 0.0 {
+        return Err(format!("offset {offset} must be a finite number ≥ 0"));
+    }
+    if let Some(d) = duration {
+        if !d.is_finite() || d <= 0.0 {
+            return Err(format!("duration {d} must be a finite number > 0"));
+        }
+    }
+    Ok(())
+}
+
+/// NeMo manifest: one JSON object per line with `audio_filepath`, optional `offset` and
+/// `duration` (seconds); other keys (`text`, …) are ignored. Relative paths are relative to the
+/// manifest's folder.
+pub fn parse_nemo(text: &str, base: &Path, name: &str) -> Vec<Entry> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let line_id = format!("{name}:{}", n + 1);
+        let parsed: Result<NemoLine, _> = serde_json::from_str(line);
+        let entry = match parsed {
+            Err(e) => Entry::Invalid {
+                id: line_id,
+                reason: format!("line does not parse: {e}"),
+            },
+            Ok(l) => {
+                let offset = l.offset.unwrap_or(0.0);
+                match check_span(offset, l.duration) {
+                    Err(reason) => Entry::Invalid {
+                        id: line_id,
+                        reason,
+                    },
+                    Ok(()) => Entry::Item(SourceItem {
+                        id: if l.offset.is_some() {
+                            format!("{}@{offset}", l.audio_filepath)
+                        } else {
+                            l.audio_filepath.clone()
+                        },
+                        path: resolve(base, &l.audio_filepath),
+                        offset_s: offset,
+                        duration_s: l.duration,
+                    }),
+                }
+            }
+        };
+        out.push(entry);
+    }
+    out
+}
+
+/// CSV manifest with a header naming `id` and `path`, optionally `offset` and `duration`.
+pub fn parse_csv(text: &str, base: &Path, name: &str) -> Result<Vec<Entry>, SourceError> {
+    let format = |reason: String| SourceError::Format {
+        path: PathBuf::from(name),
+        reason,
+    };
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
+    let headers = reader
+        .headers()
+        .map_err(|e| format(format!("bad CSV header: {e}")))?
+        .clone();
+    let col = |name: &str| headers.iter().position(|h| h == name);
+    let (Some(id_col), Some(path_col)) = (col("id"), col("path")) else {
+        return Err(format(
+            "the CSV header must name the columns id and path".into(),
+        ));
+    };
+    let (offset_col, duration_col) = (col("offset"), col("duration"));
+    let mut out = Vec::new();
+    for (n, record) in reader.records().enumerate() {
+        let line_id = format!("{name}:{}", n + 2);
+        let record = match record {
+            Ok(r) => r,
+            Err(e) => {
+                out.push(Entry::Invalid {
+                    id: line_id,
+                    reason: format!("row does not parse: {e}"),
+                });
+                continue;
+            }
+        };
+        let field = |c: Option<usize>| c.and_then(|c| record.get(c)).filter(|s| !s.is_empty());
+        let number = |c: Option<usize>, what: &str| -> Result<Option<f64>, String> {
+            field(c)
+                .map(|s| {
+                    s.parse::<f64>()
+                        .map_err(|_| format!("{what} {s:?} is not a number"))
+                })
+                .transpose()
+        };
+        let entry = match (field(Some(id_col)), field(Some(path_col))) {
+            (Some(id), Some(p)) => {
+                let span = number(offset_col, "offset").and_then(|o| {
+                    let d = number(duration_col, "duration")?;
+                    let o = o.unwrap_or(0.0);
+                    check_span(o, d).map(|()| (o, d))
+                });
+                match span {
+                    Ok((offset_s, duration_s)) => Entry::Item(SourceItem {
+                        id: id.to_string(),
+                        path: resolve(base, p),
+                        offset_s,
+                        duration_s,
+                    }),
+                    Err(reason) => Entry::Invalid {
+                        id: line_id,
+                        reason,
+                    },
+                }
+            }
+            _ => Entry::Invalid {
+                id: line_id,
+                reason: "id and path must not be empty".into(),
+            },
+        };
+        out.push(entry);
+    }
+    Ok(out)
+}
+
+/// The contiguous share `[n·i/N, n·(i+1)/N)` of `len` sorted items for shard `index` of `count`.
+pub fn shard_range(len: usize, index: usize, count: usize) -> std::ops::Range<usize> {
+    let (len, index, count) = (len as u128, index as u128, count as u128);
+    let start = len * index / count;
+    let end = len * (index + 1) / count;
+    start as usize..end as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nemo_lines_good_and_bad() {
+        let text = concat!(
+            "{\"audio_filepath\": \"a.wav\", \"duration\": 2.5, \"text\": \"hi\"}\n",
+            "\n",
+            "{\"audio_filepath\": \"/abs/b.flac\", \"offset\": 1.5, \"duration\": 1.0}\n",
+            "not json\n",
+            "{\"audio_filepath\": \"c.wav\", \"offset\": -1}\n",
+        );
+        let e = parse_nemo(text, Path::new("/m"), "m.jsonl");
+        assert_eq!(e.len(), 4);
+        assert_eq!(
+            e[0],
+            Entry::Item(SourceItem {
+                id: "a.wav".into(),
+                path: "/m/a.wav".into(),
+                offset_s: 0.0,
+                duration_s: Some(2.5)
+            })
+        );
+        assert_eq!(e[1].id(), "/abs/b.flac@1.5");
+        assert!(matches!(&e[2], Entry::Invalid { id, .. } if id == "m.jsonl:4"));
+        assert!(matches!(&e[3], Entry::Invalid { reason, .. } if reason.contains("offset")));
+    }
+
+    #[test]
+    fn csv_with_quotes_optional_columns_and_bad_rows() {
+        let text = "id,path,offset,duration\nx,\"dir, with comma/x.wav\",0.5,\ny,y.wav,,2\nz,,1,1\nw,w.wav,abc,1\n";
+        let e = parse_csv(text, Path::new("/d"), "m.csv").unwrap();
+        assert_eq!(e.len(), 4);
+        assert_eq!(
+            e[0],
+            Entry::Item(SourceItem {
+                id: "x".into(),
+                path: "/d/dir, with comma/x.wav".into(),
+                offset_s: 0.5,
+                duration_s: None
+            })
+        );
+        assert!(matches!(&e[1], Entry::Item(i) if i.duration_s == Some(2.0)));
+        assert!(matches!(&e[2], Entry::Invalid { .. }));
+        assert!(matches!(&e[3], Entry::Invalid { reason, .. } if reason.contains("abc")));
+        assert!(parse_csv("name,file\na,b\n", Path::new("."), "m.csv").is_err());
+    }
+
+    #[test]
+    fn shards_partition_the_items() {
+        for len in [0, 1, 7, 100, 101] {
+            for count in [1, 2, 3, 8] {
+                let mut next = 0;
+                for i in 0..count {
+                    let r = shard_range(len, i, count);
+                    assert_eq!(r.start, next);
+                    next = r.end;
+                }
+                assert_eq!(next, len);
+            }
+        }
+    }
+}

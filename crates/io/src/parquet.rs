@@ -1,0 +1,267 @@
+//! Parquet parts: one row per item (or per piece of a long item), zstd, written under a
+//! temporary name and renamed when complete, so a reader never sees half a part.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::builder::{Float64Builder, StringBuilder, UInt32Builder};
+use arrow_array::{ArrayRef, Float16Array, Float32Array, ListArray, RecordBatch};
+use arrow_schema::{DataType, Field, Schema};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+
+use crate::error::WriteError;
+
+/// Storage type of the `features` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dtype {
+    #[default]
+    F32,
+    F16,
+}
+
+/// One output row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeatureRow {
+    pub id: String,
+    pub source: String,
+    pub offset_s: f64,
+    pub duration_s: f64,
+    pub sample_rate: u32,
+    pub num_frames: u32,
+    pub num_bins: u32,
+    /// `num_frames × num_bins`, row-major.
+    pub features: Vec<f32>,
+}
+
+/// Keys of the file metadata.
+pub const META_SPEC_ID: &str = "sonograph.spec_id";
+pub const META_SPEC: &str = "sonograph.spec";
+
+/// The Arrow schema of a part.
+pub fn schema(dtype: Dtype, spec_id: &str, spec_json: &str) -> Schema {
+    let item = match dtype {
+        Dtype::F32 => DataType::Float32,
+        Dtype::F16 => DataType::Float16,
+    };
+    let fields = vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("source", DataType::Utf8, false),
+        Field::new("offset_s", DataType::Float64, false),
+        Field::new("duration_s", DataType::Float64, false),
+        Field::new("sample_rate", DataType::UInt32, false),
+        Field::new("num_frames", DataType::UInt32, false),
+        Field::new("num_bins", DataType::UInt32, false),
+        Field::new(
+            "features",
+            DataType::List(Arc::new(Field::new("item", item, false))),
+            false,
+        ),
+    ];
+    let metadata = HashMap::from([
+        (META_SPEC_ID.to_string(), spec_id.to_string()),
+        (META_SPEC.to_string(), spec_json.to_string()),
+    ]);
+    Schema::new_with_metadata(fields, metadata)
+}
+
+fn record_batch(
+    rows: &[FeatureRow],
+    schema: Arc<Schema>,
+    dtype: Dtype,
+) -> Result<RecordBatch, String> {
+    let mut id = StringBuilder::new();
+    let mut source = StringBuilder::new();
+    let mut offset = Float64Builder::new();
+    let mut duration = Float64Builder::new();
+    let mut rate = UInt32Builder::new();
+    let mut frames = UInt32Builder::new();
+    let mut bins = UInt32Builder::new();
+    for r in rows {
+        id.append_value(&r.id);
+        source.append_value(&r.source);
+        offset.append_value(r.offset_s);
+        duration.append_value(r.duration_s);
+        rate.append_value(r.sample_rate);
+        frames.append_value(r.num_frames);
+        bins.append_value(r.num_bins);
+    }
+    let offsets = list_offsets(rows.iter().map(|r| r.features.len()))?;
+    let values: ArrayRef = match dtype {
+        Dtype::F32 => Arc::new(Float32Array::from_iter_values(
+            rows.iter().flat_map(|r| r.features.iter().copied()),
+        )),
+        Dtype::F16 => {
+            Arc::new(Float16Array::from_iter_values(rows.iter().flat_map(|r| {
+                r.features.iter().map(|&v| half::f16::from_f32(v))
+            })))
+        }
+    };
+    let DataType::List(item_field) = schema.field(7).data_type().clone() else {
+        return Err("the features column is a list".into());
+    };
+    let features =
+        ListArray::try_new(item_field, offsets, values, None).map_err(|e| e.to_string())?;
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(id.finish()),
+        Arc::new(source.finish()),
+        Arc::new(offset.finish()),
+        Arc::new(duration.finish()),
+        Arc::new(rate.finish()),
+        Arc::new(frames.finish()),
+        Arc::new(bins.finish()),
+        Arc::new(features),
+    ];
+    RecordBatch::try_new(schema, columns).map_err(|e| e.to_string())
+}
+
+fn list_offsets(
+    lengths: impl Iterator<Item = usize>,
+) -> Result<arrow_buffer::OffsetBuffer<i32>, String> {
+    let mut total = 0usize;
+    let mut offsets = vec![0i32];
+    for len in lengths {
+        total += len;
+        offsets.push(
+            i32::try_from(total)
+                .map_err(|_| "a part holds more than 2^31 values; lower --part-mb".to_string())?,
+        );
+    }
+    Ok(arrow_buffer::OffsetBuffer::new(offsets.into()))
+}
+
+/// Writes `rows` as the part `path`: to `path.tmp` first, synced, then renamed. Returns the
+/// file's size in bytes.
+pub fn write_part(
+    path: &Path,
+    rows: &[FeatureRow],
+    dtype: Dtype,
+    spec_id: &str,
+    spec_json: &str,
+) -> Result<u64, WriteError> {
+    let io = |source| WriteError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let other = |e: String| WriteError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::other(e),
+    };
+    let schema = Arc::new(schema(dtype, spec_id, spec_json));
+    let tmp = tmp_path(path);
+    let file = File::create(&tmp).map_err(io)?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(
+            ZstdLevel::try_new(3).map_err(|e| other(e.to_string()))?,
+        ))
+        .build();
+    let mut writer = ArrowWriter::try_new(file, schema.clone(), Some(props))
+        .map_err(|e| other(e.to_string()))?;
+    // Row groups of at most 256 rows keep the writer's buffer small for long items.
+    for chunk in rows.chunks(256) {
+        let batch = record_batch(chunk, schema.clone(), dtype).map_err(other)?;
+        writer.write(&batch).map_err(|e| other(e.to_string()))?;
+        writer.flush().map_err(|e| other(e.to_string()))?;
+    }
+    let file = writer.into_inner().map_err(|e| other(e.to_string()))?;
+    file.sync_all().map_err(io)?;
+    let size = file.metadata().map_err(io)?.len();
+    drop(file);
+    std::fs::rename(&tmp, path).map_err(io)?;
+    if let Some(dir) = path.parent() {
+        // The rename is durable only once the directory is synced.
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(size)
+}
+
+/// `name.tmp` beside `path`.
+pub fn tmp_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".tmp");
+    PathBuf::from(s)
+}
+
+/// Reads every row of a part (for tests and tools). f16 values come back as f32.
+pub fn read_part(path: &Path) -> Result<(Vec<FeatureRow>, HashMap<String, String>), String> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Float16Type, Float32Type, Float64Type, UInt32Type};
+    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| e.to_string())?;
+    let metadata = builder.schema().metadata().clone();
+    let reader = builder.build().map_err(|e| e.to_string())?;
+    let mut rows = Vec::new();
+    for batch in reader {
+        let b = batch.map_err(|e| e.to_string())?;
+        let id = b.column(0).as_string::<i32>();
+        let source = b.column(1).as_string::<i32>();
+        let offset = b.column(2).as_primitive::<Float64Type>();
+        let duration = b.column(3).as_primitive::<Float64Type>();
+        let rate = b.column(4).as_primitive::<UInt32Type>();
+        let frames = b.column(5).as_primitive::<UInt32Type>();
+        let bins = b.column(6).as_primitive::<UInt32Type>();
+        let features = b.column(7).as_list::<i32>();
+        for i in 0..b.num_rows() {
+            let values = features.value(i);
+            let features: Vec<f32> = match values.data_type() {
+                DataType::Float16 => values
+                    .as_primitive::<Float16Type>()
+                    .values()
+                    .iter()
+                    .map(|v| v.to_f32())
+                    .collect(),
+                _ => values.as_primitive::<Float32Type>().values().to_vec(),
+            };
+            rows.push(FeatureRow {
+                id: id.value(i).to_string(),
+                source: source.value(i).to_string(),
+                offset_s: offset.value(i),
+                duration_s: duration.value(i),
+                sample_rate: rate.value(i),
+                num_frames: frames.value(i),
+                num_bins: bins.value(i),
+                features,
+            });
+        }
+    }
+    Ok((rows, metadata.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_round_trip_in_both_dtypes() {
+        let dir = std::env::temp_dir().join(format!("sonograph-pq-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let rows: Vec<FeatureRow> = (0..3)
+            .map(|i| FeatureRow {
+                id: format!("item{i}"),
+                source: format!("/data/item{i}.wav"),
+                offset_s: i as f64 * 30.0,
+                duration_s: 30.0,
+                sample_rate: 16_000,
+                num_frames: i,
+                num_bins: 2,
+                features: (0..2 * i).map(|v| v as f32 * 0.5).collect(),
+            })
+            .collect();
+        for dtype in [Dtype::F32, Dtype::F16] {
+            let path = dir.join(format!("part-{dtype:?}.parquet"));
+            write_part(&path, &rows, dtype, "abc", "{\"n\":1}").unwrap();
+            assert!(!tmp_path(&path).exists());
+            let (back, meta) = read_part(&path).unwrap();
+            assert_eq!(back, rows);
+            assert_eq!(meta[META_SPEC_ID], "abc");
+            assert_eq!(meta[META_SPEC], "{\"n\":1}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
