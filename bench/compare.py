@@ -222,15 +222,15 @@ def machine_info(bin_, ncores):
     vers["numpy"] = np.__version__
     try:
         from threadpoolctl import threadpool_info
-        blas = "; ".join(f"{d.get('internal_api')} {d.get('version')} ({d.get('user_api')}, "
-                         f"{d.get('num_threads')} threads)" for d in threadpool_info())
+        blas = "; ".join(f"{d['prefix']} ({d['internal_api']} {d.get('version') or '?'}, "
+                         f"{d['num_threads']} thread(s))" for d in threadpool_info())
     except ImportError:
         blas = "threadpoolctl not installed"
     git = sh("git", "-C", str(Path(__file__).resolve().parent), "describe", "--always", "--dirty")
     return [
         f"- date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
-        f"- CPU: {model}; {ncores} cores usable (`nproc` {sh('nproc')}); "
-        f"load average at start {os.getloadavg()[0]:.2f}",
+        f"- CPU: {model}; {ncores} of {os.cpu_count()} logical CPUs usable; "
+        f"1-min load average at start {os.getloadavg()[0]:.2f} (shared machines: noisy)",
         f"- {sh(str(bin_), '--version')} (git {git}); {sh('rustc', '--version')}",
         f"- Python {platform.python_version()}; "
         + ", ".join(f"{k} {v}" for k, v in vers.items()),
@@ -331,6 +331,7 @@ def main():
         lines.append(f"| {label} | {ours:,.0f} | {peer} {pv:,.0f} | {ratio:.2f} "
                      f"| {'PASS' if ratio >= need else 'MISS'} |")
     lines += ["", "Notes:", "",
+              f"- 1-min load average at the end: {os.getloadavg()[0]:.2f}.",
               f"- {parity}.",
               "- sonograph decodes the FLACs before timing; peers get the same samples (read "
               "from the WAVs as float32). Pool rows: one single-threaded worker per core, each "

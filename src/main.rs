@@ -1,11 +1,13 @@
 //! The `sonograph` command line: parse, validate, call the libraries.
 //!
 //! Exit codes: 0 success; 2 bad input or usage (the message names the file and the reason);
-//! 1 an internal error.
+//! 3 `extract` finished but some items failed (they are in the report); 1 an internal error.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
+
+mod extract;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -34,26 +36,28 @@ enum Command {
     },
     /// Time extraction (or decoding) on files already in memory; prints audio-seconds per second.
     Bench(BenchArgs),
+    /// Turn a corpus (a folder or a manifest) into sharded Parquet; resumable.
+    Extract(extract::ExtractArgs),
 }
 
 #[derive(Args)]
-struct SpecArgs {
+pub(crate) struct SpecArgs {
     /// Named preset (see `sonograph presets`).
     #[arg(long, env = "SONOGRAPH_PRESET", conflicts_with = "spec")]
-    preset: Option<String>,
+    pub(crate) preset: Option<String>,
     /// A FeatureSpec in JSON or TOML (by extension).
     #[arg(long, env = "SONOGRAPH_SPEC")]
-    spec: Option<PathBuf>,
+    pub(crate) spec: Option<PathBuf>,
     /// Override the number of mel bands.
     #[arg(long, env = "SONOGRAPH_N_MELS")]
-    n_mels: Option<usize>,
+    pub(crate) n_mels: Option<usize>,
     /// Arithmetic of the spectral core (outputs are f32 either way).
     #[arg(long, env = "SONOGRAPH_PRECISION", value_enum, default_value_t = PrecisionArg::F64)]
-    precision: PrecisionArg,
+    pub(crate) precision: PrecisionArg,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum PrecisionArg {
+pub(crate) enum PrecisionArg {
     F32,
     F64,
 }
@@ -109,7 +113,7 @@ impl std::fmt::Display for UserError {
 }
 impl std::error::Error for UserError {}
 
-fn user(msg: impl Into<String>) -> anyhow::Error {
+pub(crate) fn user(msg: impl Into<String>) -> anyhow::Error {
     UserError(msg.into()).into()
 }
 
@@ -125,12 +129,13 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Features(args) => features(&args),
-        Command::Presets { name } => presets(name.as_deref()),
-        Command::Bench(args) => bench(&args),
+        Command::Features(args) => features(&args).map(|()| 0),
+        Command::Presets { name } => presets(name.as_deref()).map(|()| 0),
+        Command::Bench(args) => bench(&args).map(|()| 0),
+        Command::Extract(args) => extract::extract(&args),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             let user_error = e.chain().any(|c| c.is::<UserError>());
             // One line: the chain joined, outermost first.
@@ -159,7 +164,7 @@ fn quiet_decoder_panics() {
     }));
 }
 
-fn load_spec(args: &SpecArgs) -> Result<FeatureSpec> {
+pub(crate) fn load_spec(args: &SpecArgs) -> Result<FeatureSpec> {
     let mut spec = match (&args.preset, &args.spec) {
         (Some(_), Some(_)) => return Err(user("--preset and --spec are exclusive")),
         (Some(name), None) => FeatureSpec::preset(name).map_err(|e| user(e.to_string()))?,

@@ -32,9 +32,19 @@ pub fn stream_mono<E: std::error::Error + 'static>(
     path: &Path,
     opts: &DecodeOptions,
     rate: u32,
+    sink: impl FnMut(&[f32]) -> Result<(), E>,
+) -> Result<StreamSummary, StreamError<E>> {
+    stream_reader(AudioReader::open(path, opts)?, rate, sink)
+}
+
+/// [`stream_mono`] from a reader already open (e.g. one whose header was inspected first).
+pub fn stream_reader<E: std::error::Error + 'static>(
+    mut reader: AudioReader,
+    rate: u32,
     mut sink: impl FnMut(&[f32]) -> Result<(), E>,
 ) -> Result<StreamSummary, StreamError<E>> {
-    let mut reader = AudioReader::open(path, opts)?;
+    let path = reader.path().to_path_buf();
+    let path = path.as_path();
     let info = reader.info().clone();
     let mut resampler =
         StreamResampler::new(info.sample_rate, rate).map_err(|reason| DecodeError::Resample {
@@ -71,8 +81,13 @@ pub fn stream_mono<E: std::error::Error + 'static>(
 
 /// Decodes the whole file to mono at `rate`.
 pub fn decode_mono(path: &Path, opts: &DecodeOptions, rate: u32) -> Result<Vec<f32>, DecodeError> {
+    decode_reader(AudioReader::open(path, opts)?, rate)
+}
+
+/// Decodes what is left of `reader` to mono at `rate`.
+pub fn decode_reader(reader: AudioReader, rate: u32) -> Result<Vec<f32>, DecodeError> {
     let mut all = Vec::new();
-    stream_mono::<std::convert::Infallible>(path, opts, rate, |chunk| {
+    stream_reader::<std::convert::Infallible>(reader, rate, |chunk| {
         all.extend_from_slice(chunk);
         Ok(())
     })

@@ -12,7 +12,7 @@ use std::path::Path;
 use sonograph_dsp::spec::OutputKind;
 use sonograph_dsp::CpuExtractor;
 
-use crate::decode::DecodeOptions;
+use crate::decode::{AudioReader, DecodeOptions};
 use crate::error::{DecodeError, StreamError};
 use crate::StreamSummary;
 
@@ -45,8 +45,25 @@ pub fn extract_streaming<E: std::error::Error + 'static>(
     opts: &DecodeOptions,
     extractor: &mut CpuExtractor,
     chunk_seconds: Option<f64>,
+    sink: impl FnMut(Piece) -> Result<(), E>,
+) -> Result<StreamSummary, StreamError<E>> {
+    extract_from_reader(
+        AudioReader::open(path, opts)?,
+        extractor,
+        chunk_seconds,
+        sink,
+    )
+}
+
+/// [`extract_streaming`] from a reader already open.
+pub fn extract_from_reader<E: std::error::Error + 'static>(
+    reader: AudioReader,
+    extractor: &mut CpuExtractor,
+    chunk_seconds: Option<f64>,
     mut sink: impl FnMut(Piece) -> Result<(), E>,
 ) -> Result<StreamSummary, StreamError<E>> {
+    let path = reader.path().to_path_buf();
+    let path = path.as_path();
     let spec = extractor.spec().clone();
     let per_piece = match chunk_seconds {
         Some(c) if spec.output != OutputKind::Psd => Some(frames_per_piece(extractor, c)),
@@ -58,7 +75,7 @@ pub fn extract_streaming<E: std::error::Error + 'static>(
     let mut failed: Option<StreamError<E>> = None;
     extractor.begin();
     let summary =
-        crate::stream_mono::<sonograph_dsp::ExtractError>(path, opts, spec.sample_rate, |chunk| {
+        crate::stream_reader::<sonograph_dsp::ExtractError>(reader, spec.sample_rate, |chunk| {
             extractor.push(chunk)?;
             let Some(n) = per_piece else { return Ok(()) };
             // Keep two frames back so that the final piece is never empty, even when Whisper

@@ -1,0 +1,514 @@
+//! The job: sources → shard → stages → report.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sonograph_dsp::spec::OutputKind;
+use sonograph_dsp::{CpuExtractor, Extractor, FeatureSpec, Precision};
+use sonograph_io::decode::{AudioReader, ChannelMix, DecodeOptions};
+use sonograph_io::ledger::{Ledger, LedgerError};
+use sonograph_io::manifest::{read_source, shard_range, Entry, SourceError, SourceItem};
+use sonograph_io::parquet::{Dtype, FeatureRow};
+use sonograph_io::segment::extract_from_reader;
+use sonograph_io::{decode_reader, StreamError, WriteError};
+use thiserror::Error;
+
+use crate::executor::{run_executor, ExecutorStats, Unit};
+use crate::report::{peak_rss_mb, Failure, Report, StageTimes};
+use crate::writer::{RowMsg, Writer, WriterMsg, WriterStats};
+
+/// Everything a job needs to know.
+#[derive(Debug, Clone)]
+pub struct JobConfig {
+    /// A directory, a NeMo `.jsonl` or a `.csv` manifest.
+    pub source: PathBuf,
+    pub out: PathBuf,
+    pub spec: FeatureSpec,
+    pub precision: Precision,
+    pub mix: ChannelMix,
+    /// Decode threads.
+    pub workers: usize,
+    /// Depth of the prefetch queue, in batches.
+    pub prefetch: usize,
+    /// Items per executor batch.
+    pub batch_items: usize,
+    /// Items longer than this are streamed and cut into pieces.
+    pub max_seconds: f64,
+    /// Length of a piece of a long item.
+    pub chunk_seconds: f64,
+    pub shard_index: usize,
+    pub shard_count: usize,
+    pub dtype: Dtype,
+    /// A part is closed once its features reach this many MiB.
+    pub part_mb: usize,
+    /// Draw a progress bar (on a terminal); otherwise a log line every 10 s.
+    pub progress: bool,
+}
+
+impl JobConfig {
+    /// Defaults for everything but the source, the output and the spec.
+    pub fn new(source: PathBuf, out: PathBuf, spec: FeatureSpec) -> Self {
+        JobConfig {
+            source,
+            out,
+            spec,
+            precision: Precision::default(),
+            mix: ChannelMix::Mean,
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            prefetch: 4,
+            batch_items: 16,
+            max_seconds: 60.0,
+            chunk_seconds: 30.0,
+            shard_index: 0,
+            shard_count: 1,
+            dtype: Dtype::F32,
+            part_mb: 64,
+            progress: false,
+        }
+    }
+}
+
+/// Why a job could not run. Item problems are never job errors: they are in the report.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum JobError {
+    #[error("{0}")]
+    Config(String),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl JobError {
+    /// A usage or configuration problem (exit code 2), as opposed to a failure while running.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            JobError::Config(_)
+                | JobError::Source(_)
+                | JobError::Ledger(
+                    LedgerError::SpecMismatch { .. } | LedgerError::ShardMismatch { .. }
+                )
+        )
+    }
+}
+
+/// How a job ended.
+#[derive(Debug, Clone)]
+pub enum JobOutcome {
+    Finished(Report),
+    /// The shard's completion marker was there: nothing to do.
+    AlreadyDone(Report),
+}
+
+impl JobOutcome {
+    pub fn report(&self) -> &Report {
+        match self {
+            JobOutcome::Finished(r) | JobOutcome::AlreadyDone(r) => r,
+        }
+    }
+}
+
+/// Where a shard keeps its files. Parts sit in `out/`; everything else under `out/_sonograph/`,
+/// which dataset readers skip.
+#[derive(Debug, Clone)]
+pub struct OutputLayout {
+    pub out: PathBuf,
+    pub meta_dir: PathBuf,
+    pub ledger: PathBuf,
+    pub report: PathBuf,
+    pub done_marker: PathBuf,
+}
+
+impl OutputLayout {
+    /// A single-shard job uses `ledger.sqlite` and `report.json`; shard `I` of `N` adds
+    /// `-IIIII` so that shards can share one output folder.
+    pub fn new(out: &Path, shard_index: usize, shard_count: usize) -> Self {
+        let meta_dir = out.join("_sonograph");
+        let suffix = if shard_count == 1 {
+            String::new()
+        } else {
+            format!("-{shard_index:05}")
+        };
+        OutputLayout {
+            out: out.to_path_buf(),
+            ledger: meta_dir.join(format!("ledger{suffix}.sqlite")),
+            report: meta_dir.join(format!("report{suffix}.json")),
+            done_marker: meta_dir.join(format!("shard-{shard_index:05}-of-{shard_count:05}.done")),
+            meta_dir,
+        }
+    }
+}
+
+fn io_err(path: &Path) -> impl Fn(std::io::Error) -> JobError + '_ {
+    move |source| JobError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn check(config: &JobConfig) -> Result<(), JobError> {
+    let bad = |m: &str| Err(JobError::Config(m.to_string()));
+    if config.workers == 0 {
+        return bad("--workers must be at least 1");
+    }
+    if config.prefetch == 0 || config.batch_items == 0 {
+        return bad("--prefetch and --batch-items must be at least 1");
+    }
+    if !(config.chunk_seconds > 0.0 && config.max_seconds >= config.chunk_seconds) {
+        return bad("--chunk-seconds must be > 0 and not above --max-seconds");
+    }
+    if config.part_mb == 0 {
+        return bad("--part-mb must be at least 1");
+    }
+    if config.shard_count == 0 || config.shard_index >= config.shard_count {
+        return bad("--shard-index must be below --shard-count");
+    }
+    config
+        .spec
+        .validate()
+        .map_err(|e| JobError::Config(e.to_string()))
+}
+
+/// Runs the job on `devices` (at least one; the CLI builds them from `--device`).
+pub fn run(config: &JobConfig, devices: Vec<Box<dyn Extractor>>) -> Result<JobOutcome, JobError> {
+    check(config)?;
+    if devices.is_empty() {
+        return Err(JobError::Config("no device to run on".into()));
+    }
+    let start = Instant::now();
+    let spec_id = config.spec.spec_id();
+    let entries = read_source(&config.source)?;
+    let range = shard_range(entries.len(), config.shard_index, config.shard_count);
+    let shard_entries = &entries[range];
+    let layout = OutputLayout::new(&config.out, config.shard_index, config.shard_count);
+    std::fs::create_dir_all(&layout.meta_dir).map_err(io_err(&layout.meta_dir))?;
+    let shard = format!("{}/{}", config.shard_index, config.shard_count);
+    let ledger = Ledger::open(&layout.ledger, &layout.out, &spec_id, &shard)?;
+    if layout.done_marker.exists() {
+        if let Some(report) = read_report(&layout.report) {
+            return Ok(JobOutcome::AlreadyDone(report));
+        }
+    }
+    let done = ledger.done_items()?;
+    let failed_before: std::collections::HashSet<String> = ledger
+        .failures()?
+        .into_iter()
+        .map(|(id, _, _)| id)
+        .collect();
+    let todo: Vec<Entry> = shard_entries
+        .iter()
+        .filter(|e| !done.contains(e.id()) && !failed_before.contains(e.id()))
+        .cloned()
+        .collect();
+    let resumed = (shard_entries.len() - todo.len()) as u64;
+    tracing::info!(
+        items = shard_entries.len(),
+        todo = todo.len(),
+        shard = %shard,
+        spec_id = %spec_id,
+        "starting"
+    );
+
+    let writer = Writer::new(
+        layout.out.clone(),
+        config.shard_index,
+        ledger,
+        config.dtype,
+        spec_id.clone(),
+        config.spec.to_json(),
+        config.part_mb << 20,
+    )?;
+    let bar = progress_bar(config.progress, todo.len() as u64);
+    let (work_tx, work_rx) = bounded::<Entry>(config.workers * 2);
+    let (unit_tx, unit_rx) = bounded::<Unit>(config.prefetch * config.batch_items);
+    let (writer_tx, writer_rx) = bounded::<WriterMsg>(256);
+
+    let writer_handle = {
+        let bar = bar.clone();
+        std::thread::Builder::new()
+            .name("writer".into())
+            .spawn(move || writer_loop(writer, writer_rx, bar))
+            .map_err(|e| JobError::Internal(e.to_string()))?
+    };
+    let executor_handles: Vec<_> = devices
+        .into_iter()
+        .map(|device| {
+            let (units, writer_tx) = (unit_rx.clone(), writer_tx.clone());
+            let (precision, batch_items) = (config.precision, config.batch_items);
+            std::thread::Builder::new()
+                .name("executor".into())
+                .spawn(move || run_executor(device, precision, batch_items, units, writer_tx))
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|e| JobError::Internal(e.to_string()))?;
+    drop(unit_rx);
+    let worker_handles: Vec<_> = (0..config.workers)
+        .map(|i| {
+            let (work, units, writer_tx) = (work_rx.clone(), unit_tx.clone(), writer_tx.clone());
+            let config = config.clone();
+            std::thread::Builder::new()
+                .name(format!("decode-{i}"))
+                .spawn(move || decode_worker(&config, work, units, writer_tx))
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|e| JobError::Internal(e.to_string()))?;
+    drop((work_rx, unit_tx, writer_tx));
+
+    for entry in todo {
+        if work_tx.send(entry).is_err() {
+            break; // every worker is gone; the joins below say why
+        }
+    }
+    drop(work_tx);
+    let mut stages = StageTimes::default();
+    for h in worker_handles {
+        stages.decode_s += h
+            .join()
+            .map_err(|_| JobError::Internal("a decode worker panicked".into()))?;
+    }
+    let mut devices_report = Vec::new();
+    for h in executor_handles {
+        let ExecutorStats {
+            report,
+            queue_wait_s,
+            compute_s,
+        } = h
+            .join()
+            .map_err(|_| JobError::Internal("an executor panicked".into()))?;
+        stages.queue_wait_s += queue_wait_s;
+        stages.compute_s += compute_s;
+        devices_report.push(report);
+    }
+    let (writer, wstats) = writer_handle
+        .join()
+        .map_err(|_| JobError::Internal("the writer panicked".into()))?;
+    let wstats = wstats?;
+    bar.finish_and_clear();
+    stages.write_s = wstats.write_s;
+
+    let failures: Vec<Failure> = writer
+        .ledger
+        .failures()?
+        .into_iter()
+        .filter(|(id, _, _)| shard_entries.iter().any(|e| e.id() == id))
+        .map(|(id, source, reason)| Failure { id, source, reason })
+        .collect();
+    let wall = start.elapsed().as_secs_f64();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let report = Report {
+        spec_id,
+        shard_index: config.shard_index,
+        shard_count: config.shard_count,
+        items_total: shard_entries.len() as u64,
+        items_ok: writer.ledger.done_items()?.len() as u64,
+        items_failed: failures.len() as u64,
+        items_resumed: resumed,
+        rows: wstats.rows,
+        parts: wstats.parts,
+        audio_seconds: wstats.audio_seconds,
+        wall_seconds: wall,
+        real_time_factor: if wall > 0.0 {
+            wstats.audio_seconds / wall
+        } else {
+            0.0
+        },
+        core_utilisation: (stages.decode_s + stages.compute_s) / (wall * cores).max(1e-9),
+        stages,
+        devices: devices_report,
+        peak_rss_mb: peak_rss_mb(),
+        failures,
+    };
+    write_json_atomically(&layout.report, &report)?;
+    std::fs::write(&layout.done_marker, format!("{}\n", report.spec_id))
+        .map_err(io_err(&layout.done_marker))?;
+    Ok(JobOutcome::Finished(report))
+}
+
+fn read_report(path: &Path) -> Option<Report> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+fn write_json_atomically(path: &Path, report: &Report) -> Result<(), JobError> {
+    let tmp = sonograph_io::parquet::tmp_path(path);
+    let text =
+        serde_json::to_string_pretty(report).map_err(|e| JobError::Internal(e.to_string()))?;
+    std::fs::write(&tmp, text).map_err(io_err(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io_err(path))
+}
+
+fn progress_bar(enabled: bool, len: u64) -> ProgressBar {
+    if !enabled {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} items  {msg}  ETA {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar
+}
+
+fn writer_loop(
+    mut writer: Writer,
+    rx: Receiver<WriterMsg>,
+    bar: ProgressBar,
+) -> (Writer, Result<WriterStats, JobError>) {
+    let started = Instant::now();
+    let mut last_log = Instant::now();
+    let hidden = bar.is_hidden();
+    for msg in rx {
+        let finished_item = match &msg {
+            WriterMsg::Row(r) => r.last,
+            WriterMsg::Failed(_) => true,
+        };
+        if let Err(e) = writer.handle(msg) {
+            return (writer, Err(e));
+        }
+        if finished_item {
+            bar.inc(1);
+            let hours = writer.stats.audio_seconds / 3600.0;
+            let rate = writer.stats.audio_seconds / started.elapsed().as_secs_f64().max(1e-9);
+            bar.set_message(format!("{hours:.2} h audio  {rate:.0}× real time"));
+            if hidden && last_log.elapsed() >= Duration::from_secs(10) {
+                last_log = Instant::now();
+                tracing::info!(
+                    items_ok = writer.stats.items_ok,
+                    items_failed = writer.stats.items_failed,
+                    audio_hours = hours,
+                    real_time_factor = rate,
+                    "progress"
+                );
+            }
+        }
+    }
+    let result = writer.flush().map(|()| std::mem::take(&mut writer.stats));
+    (writer, result)
+}
+
+/// Decodes items; short ones go to the prefetch queue, long ones are streamed here.
+/// Returns the seconds spent busy.
+fn decode_worker(
+    config: &JobConfig,
+    work: Receiver<Entry>,
+    units: Sender<Unit>,
+    writer: Sender<WriterMsg>,
+) -> f64 {
+    let spec = Arc::new(config.spec.clone());
+    let mut extractor: Option<CpuExtractor> = None;
+    let mut busy = 0.0;
+    for entry in work {
+        let t = Instant::now();
+        let outcome = match entry {
+            Entry::Invalid { id, reason } => Err(Failure {
+                id,
+                source: config.source.display().to_string(),
+                reason,
+            }),
+            Entry::Item(item) => {
+                let ex = extractor.get_or_insert_with(|| {
+                    CpuExtractor::with_precision(&spec, config.precision)
+                        .expect("the spec was validated")
+                });
+                decode_item(config, &item, ex, &units, &writer)
+            }
+        };
+        busy += t.elapsed().as_secs_f64();
+        let sent = match outcome {
+            Ok(()) => true,
+            Err(f) => writer.send(WriterMsg::Failed(f)).is_ok(),
+        };
+        if !sent {
+            break;
+        }
+    }
+    busy
+}
+
+fn decode_item(
+    config: &JobConfig,
+    item: &SourceItem,
+    extractor: &mut CpuExtractor,
+    units: &Sender<Unit>,
+    writer: &Sender<WriterMsg>,
+) -> Result<(), Failure> {
+    let source = item.path.display().to_string();
+    let fail = |reason: String| Failure {
+        id: item.id.clone(),
+        source: source.clone(),
+        reason,
+    };
+    let opts = DecodeOptions {
+        mix: config.mix,
+        max_seconds: None,
+        offset_s: item.offset_s,
+        duration_s: item.duration_s,
+    };
+    let reader = AudioReader::open(&item.path, &opts).map_err(|e| fail(e.to_string()))?;
+    // Welch PSD keeps only running sums, so a long item costs no memory in the executor either.
+    let short = config.spec.output == OutputKind::Psd
+        || reader
+            .expected_seconds()
+            .is_some_and(|s| s <= config.max_seconds);
+    if short {
+        let samples =
+            decode_reader(reader, config.spec.sample_rate).map_err(|e| fail(e.to_string()))?;
+        // A closed queue means the job is shutting down; the item stays undone for a resume.
+        let _ = units.send(Unit {
+            id: item.id.clone(),
+            source,
+            offset_s: item.offset_s,
+            samples,
+        });
+        return Ok(());
+    }
+    let spec = &config.spec;
+    let mut pieces = 0u32;
+    let result = extract_from_reader(reader, extractor, Some(config.chunk_seconds), |piece| {
+        pieces += 1;
+        writer
+            .send(WriterMsg::Row(Box::new(RowMsg {
+                row: FeatureRow {
+                    id: item.id.clone(),
+                    source: source.clone(),
+                    offset_s: item.offset_s + piece.offset_s,
+                    duration_s: piece.duration_s,
+                    sample_rate: spec.sample_rate,
+                    num_frames: piece.frames as u32,
+                    num_bins: spec.n_bins() as u32,
+                    features: piece.rows,
+                },
+                piece: piece.index,
+                last: piece.last,
+            })))
+            .map_err(|_| WriterGone)
+    });
+    match result {
+        Ok(_) => Ok(()),
+        Err(StreamError::Sink { .. }) => Ok(()), // shutting down
+        Err(e) if pieces > 0 => Err(fail(format!(
+            "{e} (after {pieces} pieces; the rows already written for this item stay)"
+        ))),
+        Err(e) => Err(fail(e.to_string())),
+    }
+}
+
+#[derive(Debug, Error)]
+#[error("the writer has stopped")]
+struct WriterGone;

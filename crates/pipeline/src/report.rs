@@ -1,0 +1,76 @@
+//! `OUT/_sonograph/report.json`.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Failure {
+    pub id: String,
+    pub source: String,
+    pub reason: String,
+}
+
+/// Seconds each stage spent busy, summed over its threads.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct StageTimes {
+    /// Decoding and resampling (and, for long items, their streamed extraction).
+    pub decode_s: f64,
+    /// Executors waiting for the prefetch queue (decoding was the bottleneck while this grew).
+    pub queue_wait_s: f64,
+    /// Feature extraction in the executors.
+    pub compute_s: f64,
+    /// Encoding and writing Parquet parts and the ledger.
+    pub write_s: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct DeviceReport {
+    pub device: String,
+    pub items: u64,
+    pub batches: u64,
+    pub min_batch: u64,
+    pub max_batch: u64,
+    pub mean_batch: f64,
+    pub out_of_memory: u64,
+    pub retries: u64,
+    pub splits: u64,
+    /// Batches or items moved to the CPU after an OOM of one item or a lost device.
+    pub moved_to_cpu: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Report {
+    pub spec_id: String,
+    pub shard_index: usize,
+    pub shard_count: usize,
+    pub items_total: u64,
+    pub items_ok: u64,
+    pub items_failed: u64,
+    /// Items found done in the ledger and skipped by this run.
+    pub items_resumed: u64,
+    /// Rows written (long items are several rows).
+    pub rows: u64,
+    pub parts: u64,
+    pub audio_seconds: f64,
+    pub wall_seconds: f64,
+    /// Audio seconds per wall second of this run.
+    pub real_time_factor: f64,
+    pub stages: StageTimes,
+    /// Busy time of decode + compute over wall time × cores: 1.0 keeps every core busy.
+    pub core_utilisation: f64,
+    pub devices: Vec<DeviceReport>,
+    pub peak_rss_mb: f64,
+    pub failures: Vec<Failure>,
+}
+
+/// Peak resident set size of this process (VmHWM), in MiB; 0 where /proc is absent.
+pub fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}

@@ -1,0 +1,155 @@
+//! `sonograph extract`: a corpus to sharded Parquet.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+use sonograph_dsp::{CpuBackend, Extractor, FeatureSpec, Precision};
+use sonograph_io::decode::ChannelMix;
+use sonograph_io::parquet::Dtype;
+use sonograph_pipeline::{JobConfig, JobOutcome};
+
+use crate::{load_spec, user, SpecArgs};
+
+#[derive(Args)]
+pub struct ExtractArgs {
+    /// A directory (walked recursively), a NeMo manifest (.jsonl) or a CSV manifest (id,path[,offset,duration]).
+    source: PathBuf,
+    /// Output folder: Parquet parts, and _sonograph/ (ledger, report).
+    #[arg(long, env = "SONOGRAPH_OUT")]
+    out: PathBuf,
+    #[command(flatten)]
+    spec: SpecArgs,
+    /// Where features are computed: auto, cpu.
+    #[arg(long, env = "SONOGRAPH_DEVICE", default_value = "auto")]
+    device: String,
+    /// Decode threads (default: the cores).
+    #[arg(long, env = "SONOGRAPH_WORKERS")]
+    workers: Option<usize>,
+    /// Depth of the prefetch queue, in batches.
+    #[arg(long, env = "SONOGRAPH_PREFETCH", default_value_t = 4)]
+    prefetch: usize,
+    /// Items per batch handed to a device.
+    #[arg(long, env = "SONOGRAPH_BATCH_ITEMS", default_value_t = 16)]
+    batch_items: usize,
+    /// Items longer than this are streamed and cut into pieces.
+    #[arg(long, env = "SONOGRAPH_MAX_SECONDS", default_value_t = 60.0)]
+    max_seconds: f64,
+    /// Length of each piece of a long item.
+    #[arg(long, env = "SONOGRAPH_CHUNK_SECONDS", default_value_t = 30.0)]
+    chunk_seconds: f64,
+    /// This machine's shard (default: from JOB_COMPLETION_INDEX or SLURM_ARRAY_TASK_ID, else 0).
+    #[arg(long, env = "SONOGRAPH_SHARD_INDEX")]
+    shard_index: Option<usize>,
+    /// Number of shards (default: SLURM_ARRAY_TASK_COUNT, else 1).
+    #[arg(long, env = "SONOGRAPH_SHARD_COUNT")]
+    shard_count: Option<usize>,
+    /// Storage type of the features column.
+    #[arg(long, env = "SONOGRAPH_DTYPE", value_enum, default_value_t = DtypeArg::F32)]
+    dtype: DtypeArg,
+    /// Close a Parquet part when its features reach this many MiB.
+    #[arg(long, env = "SONOGRAPH_PART_MB", default_value_t = 64)]
+    part_mb: usize,
+    /// Use one channel (0-based) instead of the mean of all channels.
+    #[arg(long, env = "SONOGRAPH_CHANNEL")]
+    channel: Option<usize>,
+    /// No progress bar even on a terminal.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DtypeArg {
+    F32,
+    F16,
+}
+
+/// Exit codes of `extract`, as documented in the README.
+pub const EXIT_SOME_FAILED: u8 = 3;
+
+/// Builds the executors `--device` names.
+pub fn devices(
+    spec: &FeatureSpec,
+    precision: Precision,
+    device: &str,
+) -> Result<Vec<Box<dyn Extractor>>> {
+    match device {
+        "auto" | "cpu" => Ok(vec![Box::new(
+            CpuBackend::new(spec, precision).map_err(|e| user(e.to_string()))?,
+        )]),
+        other => Err(user(format!(
+            "--device {other}: this build has no GPU backend yet; use cpu or auto"
+        ))),
+    }
+}
+
+/// Runs the job; returns the process exit code.
+pub fn extract(args: &ExtractArgs) -> Result<u8> {
+    let spec = load_spec(&args.spec)?;
+    let (shard_index, shard_count) =
+        sonograph_pipeline::resolve_shard(args.shard_index, args.shard_count, |k| {
+            std::env::var(k).ok()
+        })
+        .map_err(user)?;
+    let precision: Precision = args.spec.precision.into();
+    let mut config = JobConfig::new(args.source.clone(), args.out.clone(), spec.clone());
+    config.precision = precision;
+    config.mix = args.channel.map_or(ChannelMix::Mean, ChannelMix::Select);
+    if let Some(w) = args.workers {
+        config.workers = w;
+    }
+    config.prefetch = args.prefetch;
+    config.batch_items = args.batch_items;
+    config.max_seconds = args.max_seconds;
+    config.chunk_seconds = args.chunk_seconds;
+    config.shard_index = shard_index;
+    config.shard_count = shard_count;
+    config.dtype = match args.dtype {
+        DtypeArg::F32 => Dtype::F32,
+        DtypeArg::F16 => Dtype::F16,
+    };
+    config.part_mb = args.part_mb;
+    config.progress = !args.no_progress && std::io::stderr().is_terminal();
+    let devices = devices(&spec, precision, &args.device)?;
+    let outcome = sonograph_pipeline::run(&config, devices).map_err(|e| {
+        if e.is_usage() {
+            user(e.to_string())
+        } else {
+            anyhow::Error::new(e)
+        }
+    })?;
+    let report = outcome.report();
+    match &outcome {
+        JobOutcome::AlreadyDone(_) => eprintln!(
+            "sonograph: shard {}/{} of {} is already complete ({} items ok, {} failed)",
+            report.shard_index,
+            report.shard_count,
+            args.out.display(),
+            report.items_ok,
+            report.items_failed
+        ),
+        JobOutcome::Finished(r) => {
+            for f in &r.failures {
+                eprintln!("sonograph: failed: {}: {}", f.id, f.reason);
+            }
+            eprintln!(
+                "sonograph: {} items ok, {} failed ({} done earlier); {:.1} s of audio in {:.1} s ({:.0}× real time); {} rows in {} parts; peak RSS {:.0} MiB",
+                r.items_ok,
+                r.items_failed,
+                r.items_resumed,
+                r.audio_seconds,
+                r.wall_seconds,
+                r.real_time_factor,
+                r.rows,
+                r.parts,
+                r.peak_rss_mb
+            );
+        }
+    }
+    Ok(match &outcome {
+        JobOutcome::AlreadyDone(_) => 0,
+        JobOutcome::Finished(r) if r.items_failed > 0 => EXIT_SOME_FAILED,
+        JobOutcome::Finished(_) => 0,
+    })
+}
