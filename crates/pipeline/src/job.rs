@@ -235,7 +235,9 @@ pub fn run(config: &JobConfig, devices: Vec<Box<dyn Extractor>>) -> Result<JobOu
     let bar = progress_bar(config.progress, todo.len() as u64);
     let (work_tx, work_rx) = bounded::<Entry>(config.workers * 2);
     let (unit_tx, unit_rx) = bounded::<Unit>(config.prefetch * config.batch_items);
-    let (writer_tx, writer_rx) = bounded::<WriterMsg>(256);
+    // Rows are up to a piece of features each (about 1 MB for 30 s of Whisper): a short queue
+    // keeps a fast producer from holding many of them while a part is being written.
+    let (writer_tx, writer_rx) = bounded::<WriterMsg>(8);
 
     let writer_handle = {
         let bar = bar.clone();

@@ -1,0 +1,402 @@
+//! `sonograph extract` end to end: a mixed corpus with broken files, kill -9 and resume,
+//! shards, long files in flat memory, manifests.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use sonograph_dsp::{CpuExtractor, FeatureSpec};
+use sonograph_io::parquet::{read_part, META_SPEC_ID};
+use sonograph_io::{decode_mono, DecodeOptions};
+use sonograph_pipeline::Report;
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_sonograph"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("SONOGRAPH_") || k.starts_with("SLURM_") || k == "JOB_COMPLETION_INDEX" {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+fn repo(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
+}
+
+struct Tmp(PathBuf);
+impl Tmp {
+    fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("sonograph-extract-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Tmp(p)
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A 16-bit PCM mono WAV of `seconds` of a deterministic tone-and-noise mixture.
+fn write_wav(path: &Path, rate: u32, seconds: f64, seed: u32) {
+    use std::io::Write;
+    let n = (seconds * f64::from(rate)) as u32;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut header = Vec::new();
+    header.extend_from_slice(b"RIFF");
+    header.extend_from_slice(&(36 + 2 * n).to_le_bytes());
+    header.extend_from_slice(b"WAVEfmt ");
+    header.extend_from_slice(&16u32.to_le_bytes());
+    header.extend_from_slice(&1u16.to_le_bytes());
+    header.extend_from_slice(&1u16.to_le_bytes());
+    header.extend_from_slice(&rate.to_le_bytes());
+    header.extend_from_slice(&(2 * rate).to_le_bytes());
+    header.extend_from_slice(&2u16.to_le_bytes());
+    header.extend_from_slice(&16u16.to_le_bytes());
+    header.extend_from_slice(b"data");
+    header.extend_from_slice(&(2 * n).to_le_bytes());
+    f.write_all(&header).unwrap();
+    let mut state = 0x9e37_79b9u32 ^ seed.wrapping_mul(0x85eb_ca6b);
+    let mut buf = Vec::with_capacity(1 << 16);
+    for i in 0..n {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        let noise = (state >> 16) as f64 / 65536.0 - 0.5;
+        let t = f64::from(i) / f64::from(rate);
+        let f0 = 150.0 + 40.0 * (0.3 * t + f64::from(seed)).sin();
+        let v = 0.3 * (std::f64::consts::TAU * f0 * t).sin() + 0.05 * noise;
+        buf.extend_from_slice(&((v * 32767.0) as i16).to_le_bytes());
+        if buf.len() >= 1 << 16 {
+            f.write_all(&buf).unwrap();
+            buf.clear();
+        }
+    }
+    f.write_all(&buf).unwrap();
+}
+
+/// Fixtures in several formats and rates, generated clips, and broken files.
+fn make_corpus(dir: &Path, copies: usize) -> (usize, usize) {
+    let sub = dir.join("nested/deeper");
+    std::fs::create_dir_all(&sub).unwrap();
+    let mut good = 0;
+    for name in [
+        "speech_44100_stereo.flac",
+        "speech_44100_stereo.mp3",
+        "speech_44100_stereo.ogg",
+        "speech_44100_stereo_s24.wav",
+        "speech_48000_mono_s16.wav",
+        "speech_8000_mono_s16.wav",
+        "sample.flac",
+    ] {
+        std::fs::copy(repo("tests/data").join(name), dir.join(name)).unwrap();
+        good += 1;
+    }
+    for i in 0..copies {
+        write_wav(&sub.join(format!("clip{i:03}.wav")), 16_000, 2.0 + (i % 5) as f64, i as u32);
+        good += 1;
+    }
+    std::fs::write(dir.join("garbage.wav"), b"RIFF....WAVEnot really").unwrap();
+    std::fs::write(dir.join("empty.flac"), b"").unwrap();
+    let flac = std::fs::read(repo("tests/data/speech_16000_mono_s16.flac")).unwrap();
+    std::fs::write(sub.join("cut.flac"), &flac[..flac.len() / 3]).unwrap();
+    (good, 3)
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+type Dataset = BTreeMap<(String, u64), (u32, u32, Vec<f32>)>;
+
+/// Every row of every part under `out`, keyed by (id, offset in µs); panics on a duplicate.
+fn read_dataset(out: &Path, spec_id: &str) -> Dataset {
+    let mut rows = Dataset::new();
+    let mut names: Vec<_> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    for name in names {
+        assert!(!name.ends_with(".tmp"), "a temporary part was left behind: {name}");
+        if !name.ends_with(".parquet") {
+            continue;
+        }
+        let (part_rows, meta) = read_part(&out.join(&name)).unwrap();
+        assert_eq!(meta[META_SPEC_ID], spec_id);
+        for r in part_rows {
+            assert_eq!(r.features.len(), (r.num_frames * r.num_bins) as usize);
+            let key = (r.id.clone(), (r.offset_s * 1e6).round() as u64);
+            let dup = rows.insert(key.clone(), (r.num_frames, r.num_bins, r.features));
+            assert!(dup.is_none(), "row {key:?} written twice");
+        }
+    }
+    rows
+}
+
+fn report(out: &Path, name: &str) -> Report {
+    serde_json::from_str(&std::fs::read_to_string(out.join("_sonograph").join(name)).unwrap()).unwrap()
+}
+
+#[test]
+fn mixed_corpus_to_parquet_with_failures_reported() {
+    let tmp = Tmp::new("mixed");
+    let corpus = tmp.path("corpus");
+    let (good, bad) = make_corpus(&corpus, 6);
+    let out = tmp.path("out");
+    let o = run(&["extract", corpus.to_str().unwrap(), "--out", out.to_str().unwrap(), "--preset", "whisper"]);
+    assert_eq!(o.status.code(), Some(3), "some items failed → exit 3\n{}", stderr(&o));
+    let r = report(&out, "report.json");
+    assert_eq!((r.items_total, r.items_ok, r.items_failed), ((good + bad) as u64, good as u64, bad as u64));
+    let failed: Vec<&str> = r.failures.iter().map(|f| f.id.as_str()).collect();
+    assert_eq!(failed, ["empty.flac", "garbage.wav", "nested/deeper/cut.flac"]);
+    assert!(r.failures.iter().all(|f| f.reason.contains(&f.source)), "{:?}", r.failures);
+    assert!(r.audio_seconds > 30.0 && r.real_time_factor > 0.0 && r.peak_rss_mb > 0.0);
+    assert_eq!(r.devices[0].device, "cpu");
+    assert_eq!(r.devices[0].items, good as u64);
+    let spec = FeatureSpec::preset("whisper").unwrap();
+    let rows = read_dataset(&out, &spec.spec_id());
+    assert_eq!(rows.len(), good);
+    // Every row equals the library's features of the decoded file.
+    let mut ex = CpuExtractor::new(&spec).unwrap();
+    for ((id, offset), (frames, bins, features)) in &rows {
+        assert_eq!((*offset, *bins), (0, 80), "{id}");
+        let samples = decode_mono(&corpus.join(id), &DecodeOptions::default(), 16_000).unwrap();
+        let mut expect = Vec::new();
+        let n = ex.extract(&samples, &mut expect).unwrap();
+        assert_eq!(*frames as usize, n, "{id}");
+        assert_eq!(features, &expect, "{id}");
+    }
+    // Running again does nothing and succeeds.
+    let again = run(&["extract", corpus.to_str().unwrap(), "--out", out.to_str().unwrap(), "--preset", "whisper"]);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    assert!(stderr(&again).contains("already complete"));
+    // A different spec on the same output is refused.
+    let other = run(&["extract", corpus.to_str().unwrap(), "--out", out.to_str().unwrap(), "--preset", "kaldi"]);
+    assert_eq!(other.status.code(), Some(2));
+    assert!(stderr(&other).contains("spec"), "{}", stderr(&other));
+}
+
+/// A deterministic generator for the kill times; the seed is printed so a failure replays.
+struct Lcg(u64);
+impl Lcg {
+    fn next_f64(&mut self) -> f64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[test]
+fn killed_at_random_moments_and_resumed_equals_a_clean_run() {
+    let tmp = Tmp::new("kill");
+    let corpus = tmp.path("corpus");
+    make_corpus(&corpus, 30);
+    // Two long items, streamed in pieces across parts.
+    write_wav(&corpus.join("long_a.wav"), 16_000, 150.0, 91);
+    write_wav(&corpus.join("long_b.wav"), 22_050, 95.0, 92);
+    let args = |out: &Path| -> Vec<String> {
+        [
+            "extract",
+            corpus.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--preset",
+            "nemo",
+            "--part-mb",
+            "1",
+            "--batch-items",
+            "2",
+            "--workers",
+            "2",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let clean = tmp.path("clean");
+    let t = Instant::now();
+    let o = bin().args(args(&clean)).output().unwrap();
+    let clean_wall = t.elapsed();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let spec_id = FeatureSpec::preset("nemo").unwrap().spec_id();
+    let expect = read_dataset(&clean, &spec_id);
+    assert!(expect.len() > 35, "{} rows", expect.len());
+
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("kill-time seed {seed}, clean run {clean_wall:?}");
+    let mut rng = Lcg(seed);
+    let resumed = tmp.path("resumed");
+    let mut kills = 0;
+    for _ in 0..6 {
+        let mut child = bin().args(args(&resumed)).spawn().unwrap();
+        let at = clean_wall.mul_f64(0.05 + 0.9 * rng.next_f64());
+        std::thread::sleep(at);
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap(); // SIGKILL
+            kills += 1;
+        }
+        child.wait().unwrap();
+    }
+    // Crashes at the two instants that matter to the ledger: a part written but not renamed,
+    // and renamed but not committed.
+    for point in ["writer-before-rename", "writer-before-commit"] {
+        let o = bin().args(args(&resumed)).env("SONOGRAPH_FAIL_AT", point).output().unwrap();
+        assert!(!o.status.success() || stderr(&o).contains("already complete"), "{point}");
+    }
+    let o = bin().args(args(&resumed)).output().unwrap();
+    assert!(matches!(o.status.code(), Some(0 | 3)), "{}", stderr(&o));
+    eprintln!("{kills} kills, then resumed to completion");
+    let got = read_dataset(&resumed, &spec_id);
+    assert_eq!(got.len(), expect.len());
+    for (key, value) in &expect {
+        assert_eq!(got.get(key), Some(value), "row {key:?} differs from the clean run");
+    }
+    let (a, b) = (report(&clean, "report.json"), report(&resumed, "report.json"));
+    assert_eq!((a.items_ok, a.items_failed), (b.items_ok, b.items_failed));
+}
+
+#[test]
+fn shards_union_equals_one_run_and_finished_shards_exit_at_once() {
+    let tmp = Tmp::new("shards");
+    let corpus = tmp.path("corpus");
+    make_corpus(&corpus, 9);
+    let single = tmp.path("single");
+    let c = corpus.to_str().unwrap();
+    let o = run(&["extract", c, "--out", single.to_str().unwrap(), "--preset", "kaldi"]);
+    assert_eq!(o.status.code(), Some(3));
+    let spec_id = FeatureSpec::preset("kaldi").unwrap().spec_id();
+    let expect = read_dataset(&single, &spec_id);
+    let sharded = tmp.path("sharded");
+    let s = sharded.to_str().unwrap();
+    let mut total = 0;
+    for i in 0..3 {
+        // Shard 1 comes from Slurm's environment, the others from flags.
+        let mut cmd = bin();
+        cmd.args(["extract", c, "--out", s, "--preset", "kaldi"]);
+        if i == 1 {
+            cmd.env("SLURM_ARRAY_TASK_ID", "8").env("SLURM_ARRAY_TASK_MIN", "7").env("SLURM_ARRAY_TASK_COUNT", "3");
+        } else {
+            cmd.args(["--shard-index", &i.to_string(), "--shard-count", "3"]);
+        }
+        let o = cmd.output().unwrap();
+        assert!(matches!(o.status.code(), Some(0 | 3)), "{}", stderr(&o));
+        let r = report(&sharded, &format!("report-{i:05}.json"));
+        assert_eq!((r.shard_index, r.shard_count), (i, 3));
+        total += r.items_total;
+        let again = run(&["extract", c, "--out", s, "--preset", "kaldi", "--shard-index", &i.to_string(), "--shard-count", "3"]);
+        assert_eq!(again.status.code(), Some(0));
+        assert!(stderr(&again).contains("already complete"));
+    }
+    assert_eq!(total, report(&single, "report.json").items_total);
+    assert_eq!(read_dataset(&sharded, &spec_id), expect);
+}
+
+#[test]
+fn long_items_are_cut_into_pieces_that_concatenate_to_the_whole() {
+    let tmp = Tmp::new("pieces");
+    let corpus = tmp.path("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    write_wav(&corpus.join("long.wav"), 16_000, 150.0, 7);
+    let out = tmp.path("out");
+    let o = run(&["extract", corpus.to_str().unwrap(), "--out", out.to_str().unwrap(), "--preset", "kaldi"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let spec = FeatureSpec::preset("kaldi").unwrap();
+    let rows = read_dataset(&out, &spec.spec_id());
+    let offsets: Vec<u64> = rows.keys().map(|(_, o)| o / 1_000_000).collect();
+    assert_eq!(offsets, [0, 30, 60, 90, 120]);
+    let joined: Vec<f32> = rows.values().flat_map(|(_, _, f)| f.iter().copied()).collect();
+    let samples = decode_mono(&corpus.join("long.wav"), &DecodeOptions::default(), 16_000).unwrap();
+    let mut whole = Vec::new();
+    CpuExtractor::new(&spec).unwrap().extract(&samples, &mut whole).unwrap();
+    assert_eq!(joined.len(), whole.len());
+    assert!(joined == whole, "pieces differ from the whole file");
+}
+
+#[test]
+fn an_hour_long_file_streams_in_flat_memory() {
+    let tmp = Tmp::new("hour");
+    let mut rss = Vec::new();
+    for minutes in [10.0, 60.0] {
+        let corpus = tmp.path(&format!("c{minutes}"));
+        std::fs::create_dir_all(&corpus).unwrap();
+        write_wav(&corpus.join("long.wav"), 16_000, minutes * 60.0, 3);
+        let out = tmp.path(&format!("o{minutes}"));
+        let o = run(&[
+            "extract",
+            corpus.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--preset",
+            "whisper",
+            "--part-mb",
+            "16",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let r = report(&out, "report.json");
+        assert_eq!(r.rows, (minutes * 2.0) as u64);
+        assert!((r.audio_seconds - minutes * 60.0).abs() < 0.1);
+        rss.push(r.peak_rss_mb);
+        std::fs::remove_dir_all(&corpus).unwrap();
+    }
+    eprintln!("peak RSS: 10 min {:.0} MiB, 60 min {:.0} MiB", rss[0], rss[1]);
+    assert!(rss[1] < 200.0, "an hour took {:.0} MiB", rss[1]);
+    assert!(rss[1] < rss[0] + 20.0, "memory grows with length: {rss:?}");
+}
+
+#[test]
+fn manifests_honour_offsets_and_durations_and_report_bad_lines() {
+    let tmp = Tmp::new("manifest");
+    let data = repo("tests/data");
+    let flac = data.join("sample.flac");
+    let manifest = tmp.path("m.jsonl");
+    let lines = [
+        format!("{{\"audio_filepath\": \"{}\", \"duration\": 6.3, \"text\": \"all\"}}", flac.display()),
+        format!("{{\"audio_filepath\": \"{}\", \"offset\": 1.25, \"duration\": 2.0, \"text\": \"part\"}}", flac.display()),
+        format!("{{\"audio_filepath\": \"{}\", \"offset\": 99.0, \"duration\": 1.0}}", flac.display()),
+        "{not json".to_string(),
+    ];
+    std::fs::write(&manifest, lines.join("\n")).unwrap();
+    let out = tmp.path("out");
+    let o = run(&["extract", manifest.to_str().unwrap(), "--out", out.to_str().unwrap(), "--preset", "kaldi"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let r = report(&out, "report.json");
+    assert_eq!((r.items_total, r.items_ok, r.items_failed), (4, 2, 2));
+    assert!(r.failures.iter().any(|f| f.reason.contains("past the end")), "{:?}", r.failures);
+    assert!(r.failures.iter().any(|f| f.id.ends_with("m.jsonl:4")), "{:?}", r.failures);
+    let spec = FeatureSpec::preset("kaldi").unwrap();
+    let rows = read_dataset(&out, &spec.spec_id());
+    let part_key = (format!("{}@1.25", flac.display()), 1_250_000);
+    let (frames, _, features) = &rows[&part_key];
+    let opts = DecodeOptions {
+        offset_s: 1.25,
+        duration_s: Some(2.0),
+        ..Default::default()
+    };
+    let samples = decode_mono(&flac, &opts, 16_000).unwrap();
+    assert_eq!(samples.len(), 32_000);
+    let mut expect = Vec::new();
+    let n = CpuExtractor::new(&spec).unwrap().extract(&samples, &mut expect).unwrap();
+    assert_eq!((*frames as usize, features), (n, &expect));
+    // A CSV manifest of the same span gives the same row.
+    let csv = tmp.path("m.csv");
+    std::fs::write(&csv, format!("id,path,offset,duration\nspan,{},1.25,2.0\n", flac.display())).unwrap();
+    let out2 = tmp.path("out2");
+    let o = run(&["extract", csv.to_str().unwrap(), "--out", out2.to_str().unwrap(), "--preset", "kaldi"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let rows2 = read_dataset(&out2, &spec.spec_id());
+    assert_eq!(rows2[&("span".to_string(), 1_250_000)].2, expect);
+    let _ = Duration::ZERO;
+}
