@@ -16,7 +16,7 @@ use crate::{load_spec, user, SpecArgs};
 pub struct ExtractArgs {
     /// A directory (walked recursively), a NeMo manifest (.jsonl) or a CSV manifest (id,path[,offset,duration]).
     source: PathBuf,
-    /// Output folder: Parquet parts, and _sonograph/ (ledger, report).
+    /// Output folder: Parquet parts, and __sonograph/ (ledger, report).
     #[arg(long, env = "SONOGRAPH_OUT")]
     out: PathBuf,
     #[command(flatten)]

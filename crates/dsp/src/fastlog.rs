@@ -23,6 +23,7 @@ fn is_normal_positive(x: f64) -> bool {
 }
 
 /// `ln` of every value, in place; branch-free (so vectorised) when all are normal positive.
+#[inline(always)]
 pub fn ln_in_place(values: &mut [f64]) {
     if values.iter().all(|&v| is_normal_positive(v)) {
         values.iter_mut().for_each(|v| *v = ln_normal(*v));
@@ -32,7 +33,7 @@ pub fn ln_in_place(values: &mut [f64]) {
 }
 
 /// The series, valid for normal positive finite `x` only; no branches.
-#[inline]
+#[inline(always)]
 fn ln_normal(x: f64) -> f64 {
     let bits = x.to_bits();
     let e = ((bits >> 52) & 0x7ff) as i64 - 1023;

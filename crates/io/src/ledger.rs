@@ -1,4 +1,4 @@
-//! The resume ledger: SQLite in `OUT/_sonograph/ledger.sqlite`.
+//! The resume ledger: SQLite in `OUT/__sonograph/ledger.sqlite`.
 //!
 //! A part's rows are recorded as *pending* before its file is renamed into place and marked
 //! *committed* after. On open, a pending part whose file exists was completed just before a

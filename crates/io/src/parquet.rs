@@ -133,7 +133,138 @@ fn list_offsets(
     Ok(arrow_buffer::OffsetBuffer::new(offsets.into()))
 }
 
-/// Writes `rows` as the part `path`: to `path.tmp` first, synced, then renamed. Returns the
+/// Features buffered before they are encoded as a row group: bounds the writer's memory
+/// whatever the part's size.
+const ROW_GROUP_BYTES: usize = 8 << 20;
+
+/// A part being written: rows go to `path.tmp` in row groups of about [`ROW_GROUP_BYTES`] as
+/// they arrive, so memory does not grow with the part.
+pub struct PartWriter {
+    path: PathBuf,
+    tmp: PathBuf,
+    schema: Arc<Schema>,
+    dtype: Dtype,
+    writer: ArrowWriter<File>,
+    buffer: Vec<FeatureRow>,
+    buffered_bytes: usize,
+    rows: usize,
+}
+
+/// A part whose temporary file is complete and synced, waiting to be renamed into place.
+pub struct ClosedPart {
+    path: PathBuf,
+    tmp: PathBuf,
+    pub bytes: u64,
+    pub rows: usize,
+}
+
+fn io_error(path: &Path) -> impl Fn(std::io::Error) -> WriteError + '_ {
+    move |source| WriteError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn other_error(path: &Path) -> impl Fn(String) -> WriteError + '_ {
+    move |e| WriteError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::other(e),
+    }
+}
+
+impl PartWriter {
+    /// Starts `path` (as `path.tmp`, replacing any leftover of a crashed run).
+    pub fn create(
+        path: &Path,
+        dtype: Dtype,
+        spec_id: &str,
+        spec_json: &str,
+    ) -> Result<Self, WriteError> {
+        let other = other_error(path);
+        let schema = Arc::new(schema(dtype, spec_id, spec_json));
+        let tmp = tmp_path(path);
+        let file = File::create(&tmp).map_err(io_error(path))?;
+        let zstd = ZstdLevel::try_new(3).map_err(|e| other(e.to_string()))?;
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(zstd))
+            .build();
+        let writer = ArrowWriter::try_new(file, schema.clone(), Some(props))
+            .map_err(|e| other(e.to_string()))?;
+        Ok(PartWriter {
+            path: path.to_path_buf(),
+            tmp,
+            schema,
+            dtype,
+            writer,
+            buffer: Vec::new(),
+            buffered_bytes: 0,
+            rows: 0,
+        })
+    }
+
+    pub fn push(&mut self, row: FeatureRow) -> Result<(), WriteError> {
+        self.buffered_bytes += row.features.len() * 4;
+        self.buffer.push(row);
+        self.rows += 1;
+        if self.buffered_bytes >= ROW_GROUP_BYTES {
+            self.write_row_group()?;
+        }
+        Ok(())
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    fn write_row_group(&mut self) -> Result<(), WriteError> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let other = other_error(&self.path);
+        let batch = record_batch(&self.buffer, self.schema.clone(), self.dtype).map_err(&other)?;
+        self.writer
+            .write(&batch)
+            .map_err(|e| other(e.to_string()))?;
+        self.writer.flush().map_err(|e| other(e.to_string()))?;
+        self.buffer.clear();
+        self.buffered_bytes = 0;
+        Ok(())
+    }
+
+    /// Writes the footer and syncs the temporary file.
+    pub fn close(mut self) -> Result<ClosedPart, WriteError> {
+        self.write_row_group()?;
+        let path = self.path.clone();
+        let file = self
+            .writer
+            .into_inner()
+            .map_err(|e| other_error(&path)(e.to_string()))?;
+        file.sync_all().map_err(io_error(&path))?;
+        let bytes = file.metadata().map_err(io_error(&path))?.len();
+        Ok(ClosedPart {
+            path: self.path,
+            tmp: self.tmp,
+            bytes,
+            rows: self.rows,
+        })
+    }
+}
+
+impl ClosedPart {
+    /// Renames the part into place, durably.
+    pub fn publish(self) -> Result<u64, WriteError> {
+        std::fs::rename(&self.tmp, &self.path).map_err(io_error(&self.path))?;
+        if let Some(dir) = self.path.parent() {
+            // The rename is durable only once the directory is synced.
+            if let Ok(d) = File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(self.bytes)
+    }
+}
+
+/// Writes `rows` as the part `path` (via `path.tmp`, synced, then renamed). Returns the
 /// file's size in bytes.
 pub fn write_part(
     path: &Path,
@@ -142,42 +273,11 @@ pub fn write_part(
     spec_id: &str,
     spec_json: &str,
 ) -> Result<u64, WriteError> {
-    let io = |source| WriteError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let other = |e: String| WriteError::Io {
-        path: path.to_path_buf(),
-        source: std::io::Error::other(e),
-    };
-    let schema = Arc::new(schema(dtype, spec_id, spec_json));
-    let tmp = tmp_path(path);
-    let file = File::create(&tmp).map_err(io)?;
-    let props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(
-            ZstdLevel::try_new(3).map_err(|e| other(e.to_string()))?,
-        ))
-        .build();
-    let mut writer = ArrowWriter::try_new(file, schema.clone(), Some(props))
-        .map_err(|e| other(e.to_string()))?;
-    // Row groups of at most 256 rows keep the writer's buffer small for long items.
-    for chunk in rows.chunks(256) {
-        let batch = record_batch(chunk, schema.clone(), dtype).map_err(other)?;
-        writer.write(&batch).map_err(|e| other(e.to_string()))?;
-        writer.flush().map_err(|e| other(e.to_string()))?;
+    let mut part = PartWriter::create(path, dtype, spec_id, spec_json)?;
+    for row in rows {
+        part.push(row.clone())?;
     }
-    let file = writer.into_inner().map_err(|e| other(e.to_string()))?;
-    file.sync_all().map_err(io)?;
-    let size = file.metadata().map_err(io)?.len();
-    drop(file);
-    std::fs::rename(&tmp, path).map_err(io)?;
-    if let Some(dir) = path.parent() {
-        // The rename is durable only once the directory is synced.
-        if let Ok(d) = File::open(dir) {
-            let _ = d.sync_all();
-        }
-    }
-    Ok(size)
+    part.close()?.publish()
 }
 
 /// `name.tmp` beside `path`.

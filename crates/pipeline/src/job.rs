@@ -122,8 +122,9 @@ impl JobOutcome {
     }
 }
 
-/// Where a shard keeps its files. Parts sit in `out/`; everything else under `out/_sonograph/`,
-/// which dataset readers skip.
+/// Where a shard keeps its files. Parts sit in `out/`; everything else under
+/// `out/__sonograph/`, which dataset readers skip (pyarrow skips names starting with `_`,
+/// Hugging Face datasets those starting with `__`).
 #[derive(Debug, Clone)]
 pub struct OutputLayout {
     pub out: PathBuf,
@@ -131,13 +132,15 @@ pub struct OutputLayout {
     pub ledger: PathBuf,
     pub report: PathBuf,
     pub done_marker: PathBuf,
+    /// The job's shape (spec, shard count), shared by all shards of the folder.
+    pub job: PathBuf,
 }
 
 impl OutputLayout {
     /// A single-shard job uses `ledger.sqlite` and `report.json`; shard `I` of `N` adds
     /// `-IIIII` so that shards can share one output folder.
     pub fn new(out: &Path, shard_index: usize, shard_count: usize) -> Self {
-        let meta_dir = out.join("_sonograph");
+        let meta_dir = out.join(META_DIR);
         let suffix = if shard_count == 1 {
             String::new()
         } else {
@@ -148,8 +151,57 @@ impl OutputLayout {
             ledger: meta_dir.join(format!("ledger{suffix}.sqlite")),
             report: meta_dir.join(format!("report{suffix}.json")),
             done_marker: meta_dir.join(format!("shard-{shard_index:05}-of-{shard_count:05}.done")),
+            job: meta_dir.join("job.json"),
             meta_dir,
         }
+    }
+}
+
+/// Name of the folder inside the output that holds everything but the parts.
+pub const META_DIR: &str = "__sonograph";
+
+/// Records the job's spec and shard count in `job.json` the first time, and refuses a run
+/// that disagrees: shards of different counts would write parts of the same names.
+fn check_job_shape(
+    layout: &OutputLayout,
+    spec_id: &str,
+    shard_count: usize,
+) -> Result<(), JobError> {
+    let shape = serde_json::json!({ "spec_id": spec_id, "shard_count": shard_count });
+    let text = format!("{shape}\n");
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&layout.job)
+    {
+        Ok(mut f) => {
+            use std::io::Write;
+            f.write_all(text.as_bytes()).map_err(io_err(&layout.job))?;
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            // Another shard may be writing it this instant: read until it parses.
+            for _ in 0..50 {
+                let found = std::fs::read_to_string(&layout.job).map_err(io_err(&layout.job))?;
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&found) {
+                    if v == shape {
+                        return Ok(());
+                    }
+                    return Err(JobError::Config(format!(
+                        "{}: this output folder belongs to a job with spec {} in {} shard(s); this run has spec {spec_id} in {shard_count}; use another folder",
+                        layout.out.display(),
+                        v["spec_id"],
+                        v["shard_count"]
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(JobError::Config(format!(
+                "{}: unreadable",
+                layout.job.display()
+            )))
+        }
+        Err(e) => Err(io_err(&layout.job)(e)),
     }
 }
 
@@ -196,6 +248,7 @@ pub fn run(config: &JobConfig, devices: Vec<Box<dyn Extractor>>) -> Result<JobOu
     let shard_entries = &entries[range];
     let layout = OutputLayout::new(&config.out, config.shard_index, config.shard_count);
     std::fs::create_dir_all(&layout.meta_dir).map_err(io_err(&layout.meta_dir))?;
+    check_job_shape(&layout, &spec_id, config.shard_count)?;
     let shard = format!("{}/{}", config.shard_index, config.shard_count);
     let ledger = Ledger::open(&layout.ledger, &layout.out, &spec_id, &shard)?;
     if layout.done_marker.exists() {
@@ -405,7 +458,7 @@ fn writer_loop(
 }
 
 /// Decodes items; short ones go to the prefetch queue, long ones are streamed here.
-/// Returns the seconds spent busy.
+/// Returns the seconds spent busy (not counting time blocked on a full queue).
 fn decode_worker(
     config: &JobConfig,
     work: Receiver<Entry>,
@@ -417,6 +470,7 @@ fn decode_worker(
     let mut busy = 0.0;
     for entry in work {
         let t = Instant::now();
+        let mut blocked = 0.0;
         let outcome = match entry {
             Entry::Invalid { id, reason } => Err(Failure {
                 id,
@@ -428,10 +482,10 @@ fn decode_worker(
                     CpuExtractor::with_precision(&spec, config.precision)
                         .expect("the spec was validated")
                 });
-                decode_item(config, &item, ex, &units, &writer)
+                decode_item(config, &item, ex, &units, &writer, &mut blocked)
             }
         };
-        busy += t.elapsed().as_secs_f64();
+        busy += t.elapsed().as_secs_f64() - blocked;
         let sent = match outcome {
             Ok(()) => true,
             Err(f) => writer.send(WriterMsg::Failed(f)).is_ok(),
@@ -449,6 +503,7 @@ fn decode_item(
     extractor: &mut CpuExtractor,
     units: &Sender<Unit>,
     writer: &Sender<WriterMsg>,
+    blocked: &mut f64,
 ) -> Result<(), Failure> {
     let source = item.path.display().to_string();
     let fail = |reason: String| Failure {
@@ -472,19 +527,22 @@ fn decode_item(
         let samples =
             decode_reader(reader, config.spec.sample_rate).map_err(|e| fail(e.to_string()))?;
         // A closed queue means the job is shutting down; the item stays undone for a resume.
+        let wait = Instant::now();
         let _ = units.send(Unit {
             id: item.id.clone(),
             source,
             offset_s: item.offset_s,
             samples,
         });
+        *blocked += wait.elapsed().as_secs_f64();
         return Ok(());
     }
     let spec = &config.spec;
     let mut pieces = 0u32;
     let result = extract_from_reader(reader, extractor, Some(config.chunk_seconds), |piece| {
         pieces += 1;
-        writer
+        let wait = Instant::now();
+        let sent = writer
             .send(WriterMsg::Row(Box::new(RowMsg {
                 row: FeatureRow {
                     id: item.id.clone(),
@@ -499,7 +557,9 @@ fn decode_item(
                 piece: piece.index,
                 last: piece.last,
             })))
-            .map_err(|_| WriterGone)
+            .map_err(|_| WriterGone);
+        *blocked += wait.elapsed().as_secs_f64();
+        sent
     });
     match result {
         Ok(_) => Ok(()),

@@ -15,7 +15,7 @@ mod job;
 mod report;
 mod writer;
 
-pub use job::{run, JobConfig, JobError, JobOutcome, OutputLayout};
+pub use job::{run, JobConfig, JobError, JobOutcome, OutputLayout, META_DIR};
 pub use report::{DeviceReport, Failure, Report, StageTimes};
 
 /// Resolves the shard from the flags, or from the environment of the batch system: Kubernetes

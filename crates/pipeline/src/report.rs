@@ -1,4 +1,4 @@
-//! `OUT/_sonograph/report.json`.
+//! `OUT/__sonograph/report.json`.
 
 use serde::{Deserialize, Serialize};
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use sonograph_io::ledger::{Ledger, PieceRecord};
-use sonograph_io::parquet::{write_part, Dtype, FeatureRow};
+use sonograph_io::parquet::{Dtype, FeatureRow, PartWriter};
 
 use crate::job::JobError;
 use crate::report::Failure;
@@ -33,7 +33,8 @@ pub(crate) struct Writer {
     pub next_part: u32,
     /// Rows committed by earlier runs: never written twice.
     pub committed: HashSet<(String, u32)>,
-    rows: Vec<FeatureRow>,
+    /// The part being written, its file name, and its rows as the ledger will record them.
+    open: Option<(PartWriter, String)>,
     records: Vec<PieceRecord>,
     bytes: usize,
     pub stats: WriterStats,
@@ -72,7 +73,7 @@ impl Writer {
             part_bytes,
             next_part,
             committed,
-            rows: Vec::new(),
+            open: None,
             records: Vec::new(),
             bytes: 0,
             stats: WriterStats::default(),
@@ -97,6 +98,7 @@ impl Writer {
                     // Written by an earlier run that died before finishing this item.
                     return Ok(());
                 }
+                let t = Instant::now();
                 self.bytes += row.features.len() * 4 + row.id.len() + row.source.len() + 64;
                 self.records.push(PieceRecord {
                     item_id: row.id.clone(),
@@ -104,7 +106,18 @@ impl Writer {
                     last,
                     audio_seconds: row.duration_s,
                 });
-                self.rows.push(row);
+                if self.open.is_none() {
+                    let file =
+                        format!("part-{:05}-{:05}.parquet", self.shard_index, self.next_part);
+                    let path = self.parts_dir.join(&file);
+                    let part =
+                        PartWriter::create(&path, self.dtype, &self.spec_id, &self.spec_json)?;
+                    self.open = Some((part, file));
+                }
+                if let Some((part, _)) = &mut self.open {
+                    part.push(row)?;
+                }
+                self.stats.write_s += t.elapsed().as_secs_f64();
                 if self.bytes >= self.part_bytes {
                     self.flush()?;
                 }
@@ -113,31 +126,22 @@ impl Writer {
         Ok(())
     }
 
-    /// Writes the rows held so far as one part: ledger (pending) → file (.tmp → rename) →
-    /// ledger (committed).
+    /// Completes the open part: file synced → ledger (pending) → rename → ledger (committed).
     pub fn flush(&mut self) -> Result<(), JobError> {
-        if self.rows.is_empty() {
+        let Some((part_writer, file)) = self.open.take() else {
             return Ok(());
-        }
+        };
         let t = Instant::now();
         let part = self.next_part;
-        let file = format!("part-{:05}-{:05}.parquet", self.shard_index, part);
-        let path = self.parts_dir.join(&file);
+        let closed = part_writer.close()?;
         self.ledger.begin_part(part, &file, &self.records)?;
         fail_point("writer-before-rename")?;
-        let size = write_part(
-            &path,
-            &self.rows,
-            self.dtype,
-            &self.spec_id,
-            &self.spec_json,
-        )?;
+        let size = closed.publish()?;
         fail_point("writer-before-commit")?;
         self.ledger.commit_part(part, size)?;
         self.next_part += 1;
-        self.stats.rows += self.rows.len() as u64;
+        self.stats.rows += self.records.len() as u64;
         self.stats.parts += 1;
-        self.rows.clear();
         self.records.clear();
         self.bytes = 0;
         self.stats.write_s += t.elapsed().as_secs_f64();
