@@ -674,6 +674,64 @@ mod tests {
         }
     }
 
+    /// |DFT|² of one frame, in f64, straight from the definition.
+    fn naive_power(x: &[f32]) -> Vec<f64> {
+        let n = x.len();
+        (0..=n / 2)
+            .map(|k| {
+                let (mut re, mut im) = (0.0f64, 0.0f64);
+                for (t, &v) in x.iter().enumerate() {
+                    let a = -2.0 * std::f64::consts::PI * ((k * t) % n) as f64 / n as f64;
+                    re += f64::from(v) * a.cos();
+                    im += f64::from(v) * a.sin();
+                }
+                re * re + im * im
+            })
+            .collect()
+    }
+
+    #[test]
+    fn real_fft_path_matches_a_naive_f64_dft() {
+        use crate::spec::WindowKind;
+        // Deterministic pseudo-random frames; sizes with radix 2, 5 and a prime factor.
+        let mut state = 12345u64;
+        for n_fft in [400usize, 512, 401, 97] {
+            let x: Vec<f32> = (0..n_fft * 3)
+                .map(|_| {
+                    state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+                })
+                .collect();
+            let mut spec = FeatureSpec::welch(16_000, n_fft);
+            spec.output = OutputKind::Power;
+            spec.window = WindowKind::Rectangular;
+            spec.remove_dc = false;
+            spec.hop_length = n_fft;
+            for (precision, rtol) in [(Precision::F64, 1e-9), (Precision::F32, 1e-4)] {
+                let mut out = Vec::new();
+                let frames = CpuExtractor::with_precision(&spec, precision)
+                    .unwrap()
+                    .extract(&x, &mut out)
+                    .unwrap();
+                assert_eq!(frames, 3);
+                let bins = n_fft / 2 + 1;
+                for f in 0..frames {
+                    let expect = naive_power(&x[f * n_fft..(f + 1) * n_fft]);
+                    let peak = expect.iter().cloned().fold(0.0, f64::max);
+                    for (k, &e) in expect.iter().enumerate() {
+                        let got = f64::from(out[f * bins + k]);
+                        // Relative to the bin, with the f32 output's own rounding as the floor.
+                        let tol = rtol * e + 1e-7 * e + 1e-12 * peak;
+                        assert!(
+                            (got - e).abs() <= tol,
+                            "n_fft {n_fft} {precision:?} frame {f} bin {k}: {got} vs {e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn pieces_concatenate_to_the_whole_item() {
         let x = chirp(50_000);
