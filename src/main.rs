@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 mod extract;
+mod gpu_cli;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -38,6 +39,8 @@ enum Command {
     Bench(BenchArgs),
     /// Turn a corpus (a folder or a manifest) into sharded Parquet; resumable.
     Extract(extract::ExtractArgs),
+    /// List the compute devices (GPUs through wgpu, and the CPU) with their scores and health.
+    Devices(gpu_cli::DevicesArgs),
 }
 
 #[derive(Args)]
@@ -83,12 +86,15 @@ struct FeaturesArgs {
     /// Use one channel (0-based) instead of the mean of all channels.
     #[arg(long, env = "SONOGRAPH_CHANNEL")]
     channel: Option<usize>,
+    /// Where to compute: cpu, auto (the best hardware GPU, else the CPU), gpu, gpu:N.
+    #[arg(long, env = "SONOGRAPH_DEVICE", default_value = "cpu")]
+    device: String,
 }
 
 #[derive(Args)]
 struct BenchArgs {
     /// Audio files; each is decoded once, then timed from memory.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "device")]
     inputs: Vec<PathBuf>,
     #[command(flatten)]
     spec: SpecArgs,
@@ -101,6 +107,13 @@ struct BenchArgs {
     /// Timed repetitions; the median is reported.
     #[arg(long, default_value_t = 5)]
     repeat: usize,
+    /// Time on devices (all, cpu, gpu, gpu:N) through the adaptive batcher, on the files or on
+    /// a generated batch (8 clips of 10 s); prints one JSON line per device.
+    #[arg(long)]
+    device: Option<String>,
+    /// GPU memory budget for --device ("6GiB", "80%"; default 2 GiB).
+    #[arg(long, env = "SONOGRAPH_GPU_MEMORY")]
+    gpu_memory: Option<String>,
 }
 
 /// An error caused by the input or the invocation (exit code 2), as opposed to a bug.
@@ -133,6 +146,7 @@ fn main() -> ExitCode {
         Command::Presets { name } => presets(name.as_deref()).map(|()| 0),
         Command::Bench(args) => bench(&args).map(|()| 0),
         Command::Extract(args) => extract::extract(&args),
+        Command::Devices(args) => gpu_cli::devices(&args).map(|()| 0),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -195,6 +209,9 @@ fn decode_options(channel: Option<usize>) -> DecodeOptions {
 
 fn features(args: &FeaturesArgs) -> Result<()> {
     let spec = load_spec(&args.spec)?;
+    if let sonograph_gpu::Selected::Gpu(adapter) = gpu_cli::select(&args.device)? {
+        return gpu_cli::features(args, &spec, adapter);
+    }
     let mut extractor = CpuExtractor::with_precision(&spec, args.spec.precision.into())
         .map_err(|e| user(e.to_string()))?;
     extractor.begin();
@@ -256,6 +273,9 @@ fn presets(name: Option<&str>) -> Result<()> {
 }
 
 fn bench(args: &BenchArgs) -> Result<()> {
+    if let Some(device) = &args.device {
+        return gpu_cli::bench(args, device);
+    }
     let spec = load_spec(&args.spec)?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(args.threads)

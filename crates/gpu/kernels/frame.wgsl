@@ -1,0 +1,77 @@
+// Framing: one invocation per frame. Pads (centre: reflect or zeros; snip_edges: none),
+// applies Kaldi's per-frame steps in Kaldi's order (remove DC, pre-emphasis), then the
+// window, and writes the n_fft frame with the window at `window_offset` and zeros elsewhere.
+// Sequential per frame on purpose: the DC mean and the pre-emphasis recurrence are summed in
+// the same order as the CPU path, so the two agree to the last bit on the frame.
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> samples: array<f32>;
+@group(0) @binding(2) var<storage, read> items: array<Item>;
+@group(0) @binding(3) var<storage, read> frame_item: array<u32>;
+@group(0) @binding(4) var<storage, read> win: array<f32>;
+@group(0) @binding(5) var<storage, read_write> frames: array<f32>;
+
+// numpy's "reflect" index for any i, periodic beyond one reflection (as the CPU path).
+fn reflect_index(i: i32, n: i32) -> i32 {
+    if (n == 1) {
+        return 0;
+    }
+    let period = 2 * (n - 1);
+    var m = i % period;
+    if (m < 0) {
+        m += period;
+    }
+    if (m < n) {
+        return m;
+    }
+    return period - m;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let t = gid.x + gid.y * p.frame_row;
+    if (t >= p.total_frames) {
+        return;
+    }
+    let it = items[frame_item[t]];
+    let j = t - it.frame_offset;
+    let base = t * p.n_fft;
+    let n = i32(it.n_samples);
+    for (var k = 0u; k < p.n_fft; k++) {
+        frames[base + k] = 0.0;
+    }
+    var start = i32(j * p.hop);
+    if (p.center != 0u) {
+        start = start + i32(p.window_offset) - i32(p.pad_left);
+    }
+    let dst = base + p.window_offset;
+    for (var m = 0u; m < p.win_length; m++) {
+        var idx = start + i32(m);
+        var v = 0.0;
+        if (idx >= 0 && idx < n) {
+            v = samples[it.sample_offset + u32(idx)];
+        } else if (p.reflect != 0u) {
+            v = samples[it.sample_offset + u32(reflect_index(idx, n))];
+        }
+        frames[dst + m] = v;
+    }
+    if (p.remove_dc != 0u) {
+        var sum = 0.0;
+        for (var m = 0u; m < p.win_length; m++) {
+            sum += frames[dst + m];
+        }
+        let mean = sum / f32(p.win_length);
+        for (var m = 0u; m < p.win_length; m++) {
+            frames[dst + m] -= mean;
+        }
+    }
+    if (p.preemph > 0.0) {
+        for (var m = p.win_length - 1u; m >= 1u; m--) {
+            frames[dst + m] -= p.preemph * frames[dst + m - 1u];
+        }
+        frames[dst] -= p.preemph * frames[dst];
+    }
+    for (var m = 0u; m < p.win_length; m++) {
+        frames[dst + m] *= win[m];
+    }
+}

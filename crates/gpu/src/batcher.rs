@@ -1,0 +1,365 @@
+//! Adaptive batching with out-of-memory recovery that loses nothing.
+//!
+//! A batch that does not fit is split in half and retried, down to one item; an item that does
+//! not fit alone is computed by the fallback (the CPU) and raises an alert. After a run of
+//! successes the batch grows again, but never to a size that has failed on this
+//! (device, spec). A lost device sends everything left to the fallback. Because an extractor
+//! leaves `out` untouched when it returns `Err`, every item lands in the output exactly once,
+//! in order.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+use sonograph_dsp::{AudioBatch, ExtractError, Extractor, FeatureBatch};
+
+/// Sizing rules.
+#[derive(Debug, Clone, Copy)]
+pub struct BatcherConfig {
+    /// First batch size for a (device, spec) never seen before.
+    pub initial: usize,
+    /// Never more than this many items per batch.
+    pub max: usize,
+    /// Double the size after this many successful batches in a row.
+    pub grow_after: usize,
+}
+
+impl Default for BatcherConfig {
+    fn default() -> Self {
+        BatcherConfig {
+            initial: 16,
+            max: 1024,
+            grow_after: 4,
+        }
+    }
+}
+
+impl BatcherConfig {
+    /// A first size from the budget: half the budget over the bytes one item needs, so that
+    /// the pool's cache and the next batch's uploads have room.
+    pub fn from_budget(budget: u64, bytes_per_item: u64, max: usize) -> Self {
+        let n = (budget / 2 / bytes_per_item.max(1)).clamp(1, max as u64) as usize;
+        BatcherConfig {
+            initial: n,
+            max,
+            ..Default::default()
+        }
+    }
+}
+
+/// Counters of one batcher, over all its runs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct BatchStats {
+    /// Batches the primary device completed.
+    pub batches: u64,
+    pub ooms: u64,
+    /// Batches halved after an OOM.
+    pub splits: u64,
+    /// Attempts that were retries of work that had failed.
+    pub retries: u64,
+    /// Items that failed alone and were computed by the fallback.
+    pub items_on_fallback: u64,
+    /// Items the fallback computed because the device was lost.
+    pub items_after_loss: u64,
+    pub devices_lost: u64,
+    /// Human-readable alerts (an item moved to the CPU, a lost device).
+    pub alerts: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Sizing {
+    size: usize,
+    /// Smallest size that ran out of memory.
+    ceiling: Option<usize>,
+    streak: usize,
+}
+
+/// The batcher; keep one per job so that ceilings carry over between calls.
+pub struct AdaptiveBatcher {
+    config: BatcherConfig,
+    sizing: HashMap<(String, String), Sizing>,
+    stats: BatchStats,
+}
+
+impl AdaptiveBatcher {
+    pub fn new(config: BatcherConfig) -> Self {
+        AdaptiveBatcher {
+            config,
+            sizing: HashMap::new(),
+            stats: BatchStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> &BatchStats {
+        &self.stats
+    }
+
+    /// The next batch size for (device, spec_id).
+    pub fn size_for(&self, device: &str, spec_id: &str) -> usize {
+        self.sizing
+            .get(&(device.to_string(), spec_id.to_string()))
+            .map_or(self.config.initial, |s| s.size)
+    }
+
+    /// The smallest batch size that ran out of memory on (device, spec_id).
+    pub fn ceiling_for(&self, device: &str, spec_id: &str) -> Option<usize> {
+        self.sizing
+            .get(&(device.to_string(), spec_id.to_string()))
+            .and_then(|s| s.ceiling)
+    }
+
+    /// Extracts every item of `batch` on `primary`, recovering from OOM and device loss with
+    /// `fallback`; appends one result per item to `out`, in order. Returns `Err` only if the
+    /// fallback itself fails a whole batch.
+    pub fn run(
+        &mut self,
+        batch: &AudioBatch,
+        primary: &mut dyn Extractor,
+        fallback: &mut dyn Extractor,
+        out: &mut FeatureBatch,
+    ) -> Result<(), ExtractError> {
+        let key = (primary.device(), primary.spec().spec_id());
+        let config = self.config;
+        let mut sizing = *self.sizing.entry(key.clone()).or_insert(Sizing {
+            size: config.initial.clamp(1, config.max.max(1)),
+            ceiling: None,
+            streak: 0,
+        });
+        let n = batch.len();
+        let mut next = 0;
+        let mut retrying = false;
+        let mut scratch = FeatureBatch::new(out.bins());
+        while next < n {
+            let size = sizing.size.min(n - next).max(1);
+            let part = batch.slice(next..next + size);
+            scratch.reset(out.bins());
+            if retrying {
+                self.stats.retries += 1;
+            }
+            match primary.extract_batch(&part, &mut scratch) {
+                Ok(()) => {
+                    out.append(&scratch);
+                    next += size;
+                    retrying = false;
+                    self.stats.batches += 1;
+                    sizing.streak += 1;
+                    if sizing.streak >= config.grow_after {
+                        sizing.streak = 0;
+                        let limit = sizing.ceiling.map_or(config.max, |c| c - 1).min(config.max);
+                        sizing.size = (sizing.size * 2)
+                            .min(limit)
+                            .max(sizing.size.min(limit))
+                            .max(1);
+                    }
+                }
+                Err(ExtractError::OutOfMemory(msg)) => {
+                    self.stats.ooms += 1;
+                    sizing.streak = 0;
+                    sizing.ceiling = Some(sizing.ceiling.map_or(size, |c| c.min(size)));
+                    if size > 1 {
+                        sizing.size = size / 2;
+                        self.stats.splits += 1;
+                        retrying = true;
+                        tracing::warn!(device = %key.0, "{msg}; splitting to {}", size / 2);
+                    } else {
+                        let alert = format!(
+                            "item {next} does not fit on {} even alone ({msg}); computed on {}",
+                            key.0,
+                            fallback.device()
+                        );
+                        tracing::warn!("{alert}");
+                        self.stats.alerts.push(alert);
+                        scratch.reset(out.bins());
+                        fallback.extract_batch(&part, &mut scratch)?;
+                        out.append(&scratch);
+                        self.stats.items_on_fallback += 1;
+                        next += 1;
+                        retrying = false;
+                    }
+                }
+                Err(e) => {
+                    // Lost, hung or unusable: nothing more goes to this device in this run.
+                    let alert = format!(
+                        "{} failed ({e}); {} remaining items move to {}",
+                        key.0,
+                        n - next,
+                        fallback.device()
+                    );
+                    tracing::error!("{alert}");
+                    self.stats.alerts.push(alert);
+                    self.stats.devices_lost += 1;
+                    let rest = batch.slice(next..n);
+                    scratch.reset(out.bins());
+                    fallback.extract_batch(&rest, &mut scratch)?;
+                    out.append(&scratch);
+                    self.stats.items_after_loss += (n - next) as u64;
+                    next = n;
+                }
+            }
+        }
+        self.sizing.insert(key, sizing);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sonograph_dsp::{CpuBackend, FeatureSpec, Precision};
+
+    /// A CPU backend that runs out of memory on batches over `fits` items (or on any batch
+    /// holding the item of length `huge`), is lost after `lose_after` batches, and counts
+    /// how many times each item (by length, all distinct) was computed.
+    struct Flaky {
+        inner: CpuBackend,
+        fits: usize,
+        huge: usize,
+        lose_after: Option<usize>,
+        done: usize,
+        computed: HashMap<usize, usize>,
+    }
+
+    impl Extractor for Flaky {
+        fn spec(&self) -> &FeatureSpec {
+            self.inner.spec()
+        }
+        fn device(&self) -> String {
+            "gpu:flaky".into()
+        }
+        fn extract_batch(
+            &mut self,
+            b: &AudioBatch,
+            out: &mut FeatureBatch,
+        ) -> Result<(), ExtractError> {
+            if self.lose_after.is_some_and(|n| self.done >= n) {
+                return Err(ExtractError::DeviceLost("flaky".into()));
+            }
+            if b.len() > self.fits || b.items().any(|i| i.len() == self.huge) {
+                return Err(ExtractError::OutOfMemory(format!("{} items", b.len())));
+            }
+            self.done += 1;
+            for i in b.items() {
+                *self.computed.entry(i.len()).or_default() += 1;
+            }
+            self.inner.extract_batch(b, out)
+        }
+    }
+
+    fn items(n: usize) -> Vec<Vec<f32>> {
+        (0..n)
+            .map(|k| {
+                (0..1600 + 37 * k)
+                    .map(|i| ((i * (k + 3)) as f32 * 0.001).sin())
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn check(spec: &FeatureSpec, clips: &[Vec<f32>], out: &FeatureBatch) {
+        let mut cpu = CpuBackend::new(spec, Precision::F32).unwrap();
+        let mut expect = FeatureBatch::new(spec.n_bins());
+        cpu.extract_batch(
+            &AudioBatch::from_items(clips.iter().map(|c| c.as_slice())),
+            &mut expect,
+        )
+        .unwrap();
+        assert_eq!(out, &expect);
+    }
+
+    #[test]
+    fn ooms_split_down_to_one_item_and_lose_nothing() {
+        let spec = FeatureSpec::whisper(80);
+        let clips = items(23);
+        let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
+        let mut flaky = Flaky {
+            inner: CpuBackend::new(&spec, Precision::F32).unwrap(),
+            fits: 3,
+            // Item 17 never fits.
+            huge: 1600 + 37 * 17,
+            lose_after: None,
+            done: 0,
+            computed: HashMap::new(),
+        };
+        let mut cpu = CpuBackend::new(&spec, Precision::F32).unwrap();
+        let mut batcher = AdaptiveBatcher::new(BatcherConfig {
+            initial: 16,
+            max: 64,
+            grow_after: 2,
+        });
+        let mut out = FeatureBatch::new(spec.n_bins());
+        batcher.run(&batch, &mut flaky, &mut cpu, &mut out).unwrap();
+        check(&spec, &clips, &out);
+        // Every item computed exactly once on the device, except the one that went to the CPU.
+        assert_eq!(flaky.computed.len(), clips.len() - 1);
+        assert!(
+            flaky.computed.values().all(|&c| c == 1),
+            "{:?}",
+            flaky.computed
+        );
+        let s = batcher.stats();
+        assert_eq!(s.items_on_fallback, 1);
+        assert!(s.splits >= 3 && s.ooms >= s.splits, "{s:?}");
+        assert_eq!(s.alerts.len(), 1);
+        // The size never grows back to a size that failed.
+        let spec_id = spec.spec_id();
+        assert!(batcher.size_for("gpu:flaky", &spec_id) <= 3);
+        assert_eq!(batcher.ceiling_for("gpu:flaky", &spec_id), Some(1));
+    }
+
+    #[test]
+    fn growth_stops_below_the_remembered_ceiling() {
+        let spec = FeatureSpec::kaldi(23);
+        let clips = items(40);
+        let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
+        let mut flaky = Flaky {
+            inner: CpuBackend::new(&spec, Precision::F32).unwrap(),
+            fits: 6,
+            huge: 0,
+            lose_after: None,
+            done: 0,
+            computed: HashMap::new(),
+        };
+        let mut cpu = CpuBackend::new(&spec, Precision::F32).unwrap();
+        let mut batcher = AdaptiveBatcher::new(BatcherConfig {
+            initial: 2,
+            max: 64,
+            grow_after: 1,
+        });
+        let mut out = FeatureBatch::new(spec.n_bins());
+        batcher.run(&batch, &mut flaky, &mut cpu, &mut out).unwrap();
+        check(&spec, &clips, &out);
+        // 2 → 4 → 8 (OOM, ceiling 8) → 4 → 7 (OOM, ceiling 7) → 3 → 6, and 6 stays: it
+        // never grows back to a size that failed.
+        assert_eq!(batcher.ceiling_for("gpu:flaky", &spec.spec_id()), Some(7));
+        assert_eq!(batcher.size_for("gpu:flaky", &spec.spec_id()), 6);
+        assert_eq!(batcher.stats().ooms, 2, "{:?}", batcher.stats());
+        assert_eq!(batcher.stats().splits, 2);
+        assert!(flaky.computed.values().all(|&c| c == 1));
+    }
+
+    #[test]
+    fn a_lost_device_moves_the_rest_to_the_fallback() {
+        let spec = FeatureSpec::nemo(80);
+        let clips = items(19);
+        let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
+        let mut flaky = Flaky {
+            inner: CpuBackend::new(&spec, Precision::F32).unwrap(),
+            fits: 4,
+            huge: 0,
+            lose_after: Some(2),
+            done: 0,
+            computed: HashMap::new(),
+        };
+        let mut cpu = CpuBackend::new(&spec, Precision::F32).unwrap();
+        let mut batcher = AdaptiveBatcher::new(BatcherConfig {
+            initial: 4,
+            max: 4,
+            grow_after: 100,
+        });
+        let mut out = FeatureBatch::new(spec.n_bins());
+        batcher.run(&batch, &mut flaky, &mut cpu, &mut out).unwrap();
+        check(&spec, &clips, &out);
+        assert_eq!(flaky.computed.len(), 8);
+        let s = batcher.stats();
+        assert_eq!((s.devices_lost, s.items_after_loss), (1, 11));
+    }
+}

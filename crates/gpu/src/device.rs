@@ -1,0 +1,446 @@
+//! The device registry: every wgpu adapter plus the CPU, scored, with a state each, a health
+//! probe and the `--device auto|cpu|gpu|gpu:N` selection.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::error::GpuError;
+
+/// Where a device stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceState {
+    Available,
+    /// Running work; still selectable (a device runs one job's batches in turn).
+    Busy,
+    /// Works, but needed retries (its probe passed only after a transient failure).
+    Degraded,
+    /// Lost, or failed its probe: taken out; its work moves on.
+    Failed,
+    /// Switched off by the user.
+    Disabled,
+}
+
+/// What kind of device it is, best first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceType {
+    DiscreteGpu,
+    IntegratedGpu,
+    VirtualGpu,
+    OtherGpu,
+    /// sonograph's own CPU extractor.
+    Cpu,
+    /// A software rasteriser posing as a GPU (lavapipe, llvmpipe, WARP): slower than the CPU
+    /// extractor, used only when named.
+    SoftwareGpu,
+}
+
+impl DeviceType {
+    /// A real GPU (what `auto` may pick).
+    pub fn is_hardware_gpu(self) -> bool {
+        matches!(
+            self,
+            DeviceType::DiscreteGpu | DeviceType::IntegratedGpu | DeviceType::VirtualGpu
+        )
+    }
+}
+
+/// Score of a device: the type first, then the API (native APIs over GL).
+pub fn score(device_type: DeviceType, native_api: bool) -> u32 {
+    let base = match device_type {
+        DeviceType::DiscreteGpu => 400,
+        DeviceType::IntegratedGpu => 300,
+        DeviceType::VirtualGpu => 200,
+        DeviceType::OtherGpu => 150,
+        DeviceType::Cpu => 100,
+        DeviceType::SoftwareGpu => 50,
+    };
+    base + if native_api { 10 } else { 0 }
+}
+
+#[cfg(feature = "gpu")]
+fn classify(info: &wgpu::AdapterInfo) -> DeviceType {
+    match info.device_type {
+        wgpu::DeviceType::DiscreteGpu => DeviceType::DiscreteGpu,
+        wgpu::DeviceType::IntegratedGpu => DeviceType::IntegratedGpu,
+        wgpu::DeviceType::VirtualGpu => DeviceType::VirtualGpu,
+        wgpu::DeviceType::Cpu => DeviceType::SoftwareGpu,
+        wgpu::DeviceType::Other => DeviceType::OtherGpu,
+    }
+}
+
+/// Score of a wgpu adapter (see [`score`]).
+#[cfg(feature = "gpu")]
+pub fn adapter_score(info: &wgpu::AdapterInfo) -> u32 {
+    let native = matches!(
+        info.backend,
+        wgpu::Backend::Vulkan | wgpu::Backend::Metal | wgpu::Backend::Dx12
+    );
+    score(classify(info), native)
+}
+
+/// One device as `sonograph devices` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceInfo {
+    /// "cpu" or "gpu:N".
+    pub id: String,
+    /// The adapter index N of "gpu:N"; `None` for the CPU.
+    pub index: Option<usize>,
+    pub name: String,
+    pub backend: String,
+    pub device_type: DeviceType,
+    pub driver: String,
+    pub score: u32,
+    pub state: DeviceState,
+    /// Why the state is what it is (probe failure, loss), when not plainly available.
+    pub reason: Option<String>,
+    /// Duration of the last health probe in milliseconds.
+    pub probe_ms: Option<f64>,
+}
+
+impl DeviceInfo {
+    fn cpu() -> Self {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        DeviceInfo {
+            id: "cpu".into(),
+            index: None,
+            name: format!("CPU extractor ({threads} threads)"),
+            backend: "cpu".into(),
+            device_type: DeviceType::Cpu,
+            driver: String::new(),
+            score: score(DeviceType::Cpu, true),
+            state: DeviceState::Available,
+            reason: None,
+            probe_ms: None,
+        }
+    }
+
+    fn usable(&self) -> bool {
+        matches!(
+            self.state,
+            DeviceState::Available | DeviceState::Busy | DeviceState::Degraded
+        )
+    }
+}
+
+/// `--device`: `auto` (the best hardware GPU, else the CPU), `cpu`, `gpu` (the best GPU,
+/// software ones included) or `gpu:N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceSelection {
+    Auto,
+    Cpu,
+    Gpu,
+    GpuIndex(usize),
+}
+
+impl FromStr for DeviceSelection {
+    type Err = GpuError;
+    fn from_str(s: &str) -> Result<Self, GpuError> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(DeviceSelection::Auto),
+            "cpu" => Ok(DeviceSelection::Cpu),
+            "gpu" => Ok(DeviceSelection::Gpu),
+            other => other
+                .strip_prefix("gpu:")
+                .and_then(|n| n.parse().ok())
+                .map(DeviceSelection::GpuIndex)
+                .ok_or_else(|| GpuError::BadSelection(s.to_string())),
+        }
+    }
+}
+
+/// What a selection resolved to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Selected {
+    Cpu,
+    /// The adapter index (`gpu:N`).
+    Gpu(usize),
+}
+
+/// Every device found on this machine, the CPU last.
+pub struct DeviceRegistry {
+    devices: Vec<DeviceInfo>,
+    #[cfg(feature = "gpu")]
+    adapters: Vec<wgpu::Adapter>,
+}
+
+impl DeviceRegistry {
+    /// Enumerates every adapter of every compiled backend, and the CPU.
+    pub fn discover() -> Self {
+        #[cfg(feature = "gpu")]
+        {
+            let adapters = crate::context::adapters();
+            let mut devices: Vec<DeviceInfo> = adapters
+                .iter()
+                .enumerate()
+                .map(|(i, a)| {
+                    let info = a.get_info();
+                    let driver = [info.driver.as_str(), info.driver_info.as_str()]
+                        .iter()
+                        .filter(|s| !s.is_empty())
+                        .copied()
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    DeviceInfo {
+                        id: format!("gpu:{i}"),
+                        index: Some(i),
+                        name: info.name.clone(),
+                        backend: format!("{:?}", info.backend),
+                        device_type: classify(&info),
+                        driver,
+                        score: adapter_score(&info),
+                        state: DeviceState::Available,
+                        reason: None,
+                        probe_ms: None,
+                    }
+                })
+                .collect();
+            devices.push(DeviceInfo::cpu());
+            DeviceRegistry { devices, adapters }
+        }
+        #[cfg(not(feature = "gpu"))]
+        {
+            Self::from_devices(Vec::new())
+        }
+    }
+
+    /// A registry of the given GPUs (tests, and machines known in advance) plus the CPU.
+    pub fn from_devices(mut gpus: Vec<DeviceInfo>) -> Self {
+        gpus.retain(|d| d.device_type != DeviceType::Cpu);
+        gpus.push(DeviceInfo::cpu());
+        DeviceRegistry {
+            devices: gpus,
+            #[cfg(feature = "gpu")]
+            adapters: Vec::new(),
+        }
+    }
+
+    pub fn devices(&self) -> &[DeviceInfo] {
+        &self.devices
+    }
+
+    /// The device `id` ("cpu", "gpu:N").
+    pub fn get(&self, id: &str) -> Option<&DeviceInfo> {
+        self.devices.iter().find(|d| d.id == id)
+    }
+
+    /// Resolves a selection against the devices and their states.
+    pub fn select(&self, selection: DeviceSelection) -> Result<Selected, GpuError> {
+        let gpus = || {
+            self.devices
+                .iter()
+                .filter(|d| d.device_type != DeviceType::Cpu && d.usable())
+        };
+        let best = |it: Box<dyn Iterator<Item = &DeviceInfo> + '_>| {
+            it.max_by_key(|d| (d.score, std::cmp::Reverse(d.index)))
+                .and_then(|d| d.index)
+        };
+        match selection {
+            DeviceSelection::Cpu => Ok(Selected::Cpu),
+            DeviceSelection::Auto => Ok(best(Box::new(
+                gpus().filter(|d| d.device_type.is_hardware_gpu()),
+            ))
+            .map_or(Selected::Cpu, Selected::Gpu)),
+            DeviceSelection::Gpu => best(Box::new(gpus())).map(Selected::Gpu).ok_or_else(|| {
+                GpuError::NoSuchDevice(
+                    "gpu".into(),
+                    "no usable wgpu adapter (on Debian, mesa-vulkan-drivers provides lavapipe)"
+                        .into(),
+                )
+            }),
+            DeviceSelection::GpuIndex(n) => {
+                let id = format!("gpu:{n}");
+                match self.get(&id) {
+                    Some(d) if d.usable() => Ok(Selected::Gpu(n)),
+                    Some(d) => Err(GpuError::NoSuchDevice(
+                        id,
+                        format!(
+                            "it is {:?}{}",
+                            d.state,
+                            d.reason
+                                .as_ref()
+                                .map(|r| format!(": {r}"))
+                                .unwrap_or_default()
+                        ),
+                    )),
+                    None => Err(GpuError::NoSuchDevice(
+                        id,
+                        format!("there are {} adapters", self.devices.len() - 1),
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Sets a device's state (the executor marks a lost device `Failed`).
+    pub fn set_state(&mut self, id: &str, state: DeviceState, reason: Option<String>) {
+        if let Some(d) = self.devices.iter_mut().find(|d| d.id == id) {
+            d.state = state;
+            d.reason = reason;
+        }
+    }
+
+    /// Probes adapter `index` with a tiny kernel, up to `attempts` times with exponential
+    /// backoff (100 ms, 200 ms, ...) on failure, each try bounded by `deadline`. A pass on the
+    /// first try leaves it Available, a pass after a retry marks it Degraded, no pass marks it
+    /// Failed with the reason.
+    #[cfg(feature = "gpu")]
+    pub fn probe(&mut self, index: usize, deadline: Duration, attempts: u32) -> DeviceState {
+        let Some(adapter) = self.adapters.get(index).cloned() else {
+            return DeviceState::Failed;
+        };
+        let id = format!("gpu:{index}");
+        let mut last_err = String::new();
+        for attempt in 0..attempts.max(1) {
+            if attempt > 0 {
+                std::thread::sleep(Duration::from_millis(100 << (attempt - 1).min(6)));
+            }
+            match crate::context::probe(adapter.clone(), deadline) {
+                Ok(took) => {
+                    let state = if attempt == 0 {
+                        DeviceState::Available
+                    } else {
+                        DeviceState::Degraded
+                    };
+                    let reason = (attempt > 0)
+                        .then(|| format!("probe passed after {attempt} retries: {last_err}"));
+                    self.set_state(&id, state, reason);
+                    if let Some(d) = self.devices.iter_mut().find(|d| d.id == id) {
+                        d.probe_ms = Some(took.as_secs_f64() * 1e3);
+                    }
+                    return state;
+                }
+                Err(e) => last_err = e,
+            }
+        }
+        self.set_state(
+            &id,
+            DeviceState::Failed,
+            Some(format!("health probe failed: {last_err}")),
+        );
+        DeviceState::Failed
+    }
+
+    /// Without the `gpu` feature there is nothing to probe.
+    #[cfg(not(feature = "gpu"))]
+    pub fn probe(&mut self, _index: usize, _deadline: Duration, _attempts: u32) -> DeviceState {
+        DeviceState::Failed
+    }
+
+    /// Probes every GPU.
+    pub fn probe_all(&mut self, deadline: Duration, attempts: u32) {
+        let indices: Vec<usize> = self.devices.iter().filter_map(|d| d.index).collect();
+        for i in indices {
+            self.probe(i, deadline, attempts);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(index: usize, device_type: DeviceType) -> DeviceInfo {
+        DeviceInfo {
+            id: format!("gpu:{index}"),
+            index: Some(index),
+            name: format!("{device_type:?}"),
+            backend: "Vulkan".into(),
+            device_type,
+            driver: String::new(),
+            score: score(device_type, true),
+            state: DeviceState::Available,
+            reason: None,
+            probe_ms: None,
+        }
+    }
+
+    #[test]
+    fn selections_parse() {
+        assert_eq!(
+            "auto".parse::<DeviceSelection>().unwrap(),
+            DeviceSelection::Auto
+        );
+        assert_eq!(
+            "CPU".parse::<DeviceSelection>().unwrap(),
+            DeviceSelection::Cpu
+        );
+        assert_eq!(
+            "gpu".parse::<DeviceSelection>().unwrap(),
+            DeviceSelection::Gpu
+        );
+        assert_eq!(
+            "gpu:3".parse::<DeviceSelection>().unwrap(),
+            DeviceSelection::GpuIndex(3)
+        );
+        for bad in ["", "gpu:", "gpu:x", "tpu"] {
+            assert!(bad.parse::<DeviceSelection>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn scores_rank_discrete_integrated_virtual_cpu_software() {
+        let order = [
+            DeviceType::DiscreteGpu,
+            DeviceType::IntegratedGpu,
+            DeviceType::VirtualGpu,
+            DeviceType::Cpu,
+            DeviceType::SoftwareGpu,
+        ];
+        for w in order.windows(2) {
+            assert!(
+                score(w[0], true) > score(w[1], true),
+                "{:?} vs {:?}",
+                w[0],
+                w[1]
+            );
+        }
+        assert!(score(DeviceType::DiscreteGpu, true) > score(DeviceType::DiscreteGpu, false));
+    }
+
+    #[test]
+    fn auto_takes_the_best_hardware_gpu_and_never_a_software_one() {
+        let soft_only = DeviceRegistry::from_devices(vec![gpu(0, DeviceType::SoftwareGpu)]);
+        assert_eq!(
+            soft_only.select(DeviceSelection::Auto).unwrap(),
+            Selected::Cpu
+        );
+        assert_eq!(
+            soft_only.select(DeviceSelection::Gpu).unwrap(),
+            Selected::Gpu(0)
+        );
+        assert_eq!(
+            soft_only.select(DeviceSelection::GpuIndex(0)).unwrap(),
+            Selected::Gpu(0)
+        );
+
+        let mut mixed = DeviceRegistry::from_devices(vec![
+            gpu(0, DeviceType::SoftwareGpu),
+            gpu(1, DeviceType::IntegratedGpu),
+            gpu(2, DeviceType::DiscreteGpu),
+        ]);
+        assert_eq!(
+            mixed.select(DeviceSelection::Auto).unwrap(),
+            Selected::Gpu(2)
+        );
+        mixed.set_state("gpu:2", DeviceState::Failed, Some("lost".into()));
+        assert_eq!(
+            mixed.select(DeviceSelection::Auto).unwrap(),
+            Selected::Gpu(1)
+        );
+        let err = mixed
+            .select(DeviceSelection::GpuIndex(2))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("Failed: lost"), "{err}");
+        assert!(mixed.select(DeviceSelection::GpuIndex(9)).is_err());
+        mixed.set_state("gpu:1", DeviceState::Disabled, None);
+        mixed.set_state("gpu:0", DeviceState::Disabled, None);
+        assert_eq!(mixed.select(DeviceSelection::Auto).unwrap(), Selected::Cpu);
+        assert!(mixed.select(DeviceSelection::Gpu).is_err());
+        assert_eq!(mixed.devices().last().unwrap().id, "cpu");
+    }
+}

@@ -1,0 +1,701 @@
+//! The GPU extractor: WGSL kernels for framing (with Kaldi's per-frame steps and the window),
+//! a real DFT, power, sparse mel projection and log, over a whole batch of items of any
+//! lengths in one submission (a per-frame item table tells each invocation where its samples
+//! are). Item-level steps that need the whole item (drop last frame, dynamic range, DCT,
+//! affine, normalisation, Welch averaging) run on the host after readback, in the CPU path's
+//! own arithmetic (`plan::finish_item`).
+
+use std::num::NonZeroU64;
+use std::time::Duration;
+
+use bytemuck::{Pod, Zeroable};
+use sonograph_dsp::dct::Dct;
+use sonograph_dsp::mel::MelBank;
+use sonograph_dsp::spec::{FeatureSpec, Framing, OutputKind, PadMode, PreemphasisScope};
+use sonograph_dsp::window::window;
+use sonograph_dsp::{AudioBatch, ExtractError, Extractor, FeatureBatch};
+use wgpu::util::DeviceExt;
+
+use crate::context::{self, GpuDevice};
+use crate::device::adapter_score;
+use crate::plan::{finish_item, gpu_row_width, log_params, prepare_item, raw_frames, uses_mel};
+use crate::pool::{human_bytes, BlockAllocator, BlockKind, MemoryPool, MemoryStats, PoolBlock};
+use crate::GpuOptions;
+
+const COMMON: &str = include_str!("../kernels/common.wgsl");
+const FRAME: &str = include_str!("../kernels/frame.wgsl");
+const DFT: &str = include_str!("../kernels/dft.wgsl");
+const FFT: &str = include_str!("../kernels/fft.wgsl");
+const MEL: &str = include_str!("../kernels/mel.wgsl");
+
+/// Mirrors `Params` in kernels/common.wgsl.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+struct Params {
+    n_fft: u32,
+    win_length: u32,
+    hop: u32,
+    window_offset: u32,
+    pad_left: u32,
+    reflect: u32,
+    center: u32,
+    remove_dc: u32,
+    preemph: f32,
+    total_frames: u32,
+    n_freq: u32,
+    out_bins: u32,
+    n_mels: u32,
+    magnitude: u32,
+    log_kind: u32,
+    guard_add: u32,
+    guard: f32,
+    log_scale: f32,
+    grid_y: u32,
+    frame_row: u32,
+}
+
+/// Mirrors `Item` in kernels/common.wgsl.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+struct ItemRecord {
+    sample_offset: u32,
+    n_samples: u32,
+    frame_offset: u32,
+    n_frames: u32,
+}
+
+/// Mirrors `Filter` in kernels/mel.wgsl.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+struct FilterRecord {
+    start: u32,
+    len: u32,
+    weight_offset: u32,
+    _pad: u32,
+}
+
+/// Makes wgpu buffers for the pool, catching the device's out-of-memory error.
+pub struct WgpuAllocator {
+    device: wgpu::Device,
+    max_buffer: u64,
+}
+
+impl BlockAllocator for WgpuAllocator {
+    type Block = wgpu::Buffer;
+
+    fn allocate(&mut self, size: u64, kind: BlockKind) -> Result<wgpu::Buffer, String> {
+        if size > self.max_buffer {
+            return Err(format!(
+                "{} is over the device's largest buffer ({})",
+                human_bytes(size),
+                human_bytes(self.max_buffer)
+            ));
+        }
+        let usage = match kind {
+            BlockKind::Storage => {
+                wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_DST
+                    | wgpu::BufferUsages::COPY_SRC
+            }
+            BlockKind::Uniform => wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            BlockKind::Readback => wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        };
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("sonograph pool block"),
+            size,
+            usage,
+            mapped_at_creation: false,
+        });
+        match pollster::block_on(scope.pop()) {
+            Some(e) => Err(e.to_string()),
+            None => Ok(buffer),
+        }
+    }
+}
+
+/// The GPU backend for one spec on one device.
+pub struct GpuBackend {
+    spec: FeatureSpec,
+    gpu: GpuDevice,
+    label: String,
+    frame_pipe: wgpu::ComputePipeline,
+    /// The spectrum kernel: the Stockham FFT where n_fft factors into radices 2..8 and fits in
+    /// workgroup memory, else the direct DFT.
+    dft_pipe: wgpu::ComputePipeline,
+    fft: bool,
+    mel_pipe: Option<wgpu::ComputePipeline>,
+    window_buf: wgpu::Buffer,
+    twiddle_buf: wgpu::Buffer,
+    /// Sparse mel filters and their weights (mel outputs only).
+    mel_bufs: Option<(wgpu::Buffer, wgpu::Buffer)>,
+    pool: MemoryPool<WgpuAllocator>,
+    dct: Option<Dct>,
+    /// How long one batch may take before the device counts as lost.
+    deadline: Duration,
+}
+
+fn unavailable(msg: impl Into<String>) -> ExtractError {
+    ExtractError::Unavailable(msg.into())
+}
+
+impl GpuBackend {
+    /// Opens the adapter `options` names (or the best one, software included: asking for the
+    /// GPU backend is naming it) and prepares the kernels for `spec`.
+    pub fn new(spec: &FeatureSpec, options: &GpuOptions) -> Result<Self, ExtractError> {
+        let adapters = context::adapters();
+        if adapters.is_empty() {
+            return Err(unavailable(
+                "no wgpu adapter (no Vulkan/Metal/DX12 driver; on Debian install mesa-vulkan-drivers for lavapipe)",
+            ));
+        }
+        let index = match options.adapter {
+            Some(i) if i < adapters.len() => i,
+            Some(i) => {
+                return Err(unavailable(format!(
+                    "no adapter gpu:{i} (there are {})",
+                    adapters.len()
+                )))
+            }
+            None => (0..adapters.len())
+                .max_by_key(|&i| adapter_score(&adapters[i].get_info()))
+                .unwrap_or(0),
+        };
+        let gpu = GpuDevice::open(&adapters[index]).map_err(unavailable)?;
+        Self::on_device(spec, gpu, index, options)
+    }
+
+    /// Prepares the kernels for `spec` on an open device.
+    pub fn on_device(
+        spec: &FeatureSpec,
+        gpu: GpuDevice,
+        index: usize,
+        options: &GpuOptions,
+    ) -> Result<Self, ExtractError> {
+        let budget = options
+            .budget
+            .map_or(crate::pool::DEFAULT_BUDGET, |b| b.resolve(None));
+        spec.validate()
+            .map_err(|e| unavailable(format!("invalid spec: {e}")))?;
+        if spec.dither > 0.0 {
+            return Err(unavailable(
+                "dither is not implemented on the GPU backend; use the CPU backend for dithered specs",
+            ));
+        }
+        let d = &gpu.device;
+        let scope = d.push_error_scope(wgpu::ErrorFilter::Validation);
+        let pipeline = |name: &str, body: &str| {
+            let source = format!("{COMMON}\n{body}");
+            let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(name),
+                source: wgpu::ShaderSource::Wgsl(source.into()),
+            });
+            d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(name),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            })
+        };
+        let frame_pipe = pipeline("frame", FRAME);
+        let radices = fft_radices(spec.n_fft)
+            .filter(|_| !options.force_dft)
+            .filter(|_| {
+                16 * spec.n_fft as u64 <= u64::from(gpu.limits.max_compute_workgroup_storage_size)
+            });
+        let fft = radices.is_some();
+        let dft_pipe = match radices {
+            Some(radices) => {
+                let list: Vec<String> = radices.iter().map(|r| format!("{r}u")).collect();
+                let body = FFT
+                    .replace("@N@", &spec.n_fft.to_string())
+                    .replace("@TWO_N@", &(2 * spec.n_fft).to_string())
+                    .replace("@NSTAGES@", &radices.len().to_string())
+                    .replace("@RADICES@", &list.join(", "));
+                pipeline("fft", &body)
+            }
+            None => pipeline("dft", DFT),
+        };
+        let mel_pipe = uses_mel(spec).then(|| pipeline("mel", MEL));
+        let init = |label: &str, contents: &[u8]| {
+            d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents,
+                usage: wgpu::BufferUsages::STORAGE,
+            })
+        };
+        let win: Vec<f32> = window(spec.window, spec.win_length, spec.periodic)
+            .into_iter()
+            .map(|v| v as f32)
+            .collect();
+        let window_buf = init("window", bytemuck::cast_slice(&win));
+        // cos and sin of 2 pi i / N in f64, rounded once.
+        let n = spec.n_fft as f64;
+        let twiddle: Vec<[f32; 2]> = (0..spec.n_fft)
+            .map(|i| {
+                let a = 2.0 * std::f64::consts::PI * i as f64 / n;
+                [a.cos() as f32, a.sin() as f32]
+            })
+            .collect();
+        let twiddle_buf = init("twiddle", bytemuck::cast_slice(&twiddle));
+        let mel_bufs = uses_mel(spec).then(|| {
+            let bank = MelBank::new(spec);
+            let mut filters = Vec::with_capacity(bank.filters.len());
+            let mut weights: Vec<f32> = Vec::with_capacity(bank.nnz() + 1);
+            for f in &bank.filters {
+                filters.push(FilterRecord {
+                    start: f.start as u32,
+                    len: f.weights.len() as u32,
+                    weight_offset: weights.len() as u32,
+                    _pad: 0,
+                });
+                weights.extend(f.weights.iter().map(|&w| w as f32));
+            }
+            // A binding cannot be empty (every filter of a degenerate bank may be).
+            weights.push(0.0);
+            (
+                init("mel filters", bytemuck::cast_slice(&filters)),
+                init("mel weights", bytemuck::cast_slice(&weights)),
+            )
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(unavailable(format!("the kernels do not compile here: {e}")));
+        }
+        let label = format!("gpu:{index} {} ({:?})", gpu.info.name, gpu.info.backend);
+        let allocator = WgpuAllocator {
+            device: gpu.device.clone(),
+            max_buffer: gpu.limits.max_buffer_size,
+        };
+        Ok(GpuBackend {
+            dct: (spec.output == OutputKind::Mfcc)
+                .then(|| Dct::new(spec.n_mels, spec.n_mfcc, f64::from(spec.lifter))),
+            spec: spec.clone(),
+            label,
+            frame_pipe,
+            dft_pipe,
+            fft,
+            mel_pipe,
+            window_buf,
+            twiddle_buf,
+            mel_bufs,
+            pool: MemoryPool::new(allocator, budget),
+            deadline: Duration::from_secs(60),
+            gpu,
+        })
+    }
+
+    /// The spectrum kernel in use: "fft" (Stockham, mixed radix) or "dft" (direct).
+    pub fn spectrum_kernel(&self) -> &'static str {
+        if self.fft {
+            "fft"
+        } else {
+            "dft"
+        }
+    }
+
+    /// The pool's statistics.
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.pool.stats()
+    }
+
+    /// How long a batch may run before the device counts as lost (default 60 s).
+    pub fn set_deadline(&mut self, deadline: Duration) {
+        self.deadline = deadline;
+    }
+
+    fn params(&self, total_frames: usize, grid_y: u32, frame_row: u32) -> Params {
+        let s = &self.spec;
+        let center = s.framing == Framing::Center;
+        let (log_kind, log_scale, guard_add, guard) = log_params(s);
+        Params {
+            n_fft: s.n_fft as u32,
+            win_length: s.win_length as u32,
+            hop: s.hop_length as u32,
+            window_offset: if center {
+                ((s.n_fft - s.win_length) / 2) as u32
+            } else {
+                0
+            },
+            pad_left: if center { (s.n_fft / 2) as u32 } else { 0 },
+            reflect: u32::from(s.pad_mode == PadMode::Reflect),
+            center: u32::from(center),
+            remove_dc: u32::from(s.remove_dc),
+            preemph: if s.preemphasis_scope == PreemphasisScope::Frame {
+                s.preemphasis
+            } else {
+                0.0
+            },
+            total_frames: total_frames as u32,
+            n_freq: (s.n_fft / 2 + 1) as u32,
+            out_bins: gpu_row_width(s) as u32,
+            n_mels: s.n_mels as u32,
+            // The mel projection of a power-1 spec sums magnitudes (the CPU's sqrt before mel).
+            magnitude: u32::from(uses_mel(s) && s.power == 1.0),
+            log_kind: if uses_mel(s) { log_kind } else { 0 },
+            guard_add,
+            guard,
+            log_scale,
+            grid_y,
+            frame_row,
+        }
+    }
+
+    /// Runs the kernels over a prepared batch; returns the rows (`frames × gpu_row_width`).
+    fn run(
+        &mut self,
+        samples: &[f32],
+        records: &[ItemRecord],
+        frame_item: &[u32],
+        n_items: usize,
+    ) -> Result<Vec<f32>, ExtractError> {
+        let spec = &self.spec;
+        let total = frame_item.len();
+        let n_freq = spec.n_fft / 2 + 1;
+        let width = gpu_row_width(spec);
+        let max_dim = self.gpu.limits.max_compute_workgroups_per_dimension.max(1);
+        let max_binding = self.gpu.limits.max_storage_buffer_binding_size;
+        let retry = (n_items / 2).max(1);
+        let too_big = |what: &str, bytes: u64| {
+            ExtractError::OutOfMemory(format!(
+                "a batch of {n_items} items ({total} frames) needs {} for its {what}, over the \
+                 device's largest binding ({}); retry with {retry} items",
+                human_bytes(bytes),
+                human_bytes(max_binding),
+            ))
+        };
+        let sizes = [
+            (
+                "samples",
+                4 * samples.len().max(1) as u64,
+                BlockKind::Storage,
+            ),
+            (
+                "items",
+                16 * records.len().max(1) as u64,
+                BlockKind::Storage,
+            ),
+            ("frame table", 4 * total as u64, BlockKind::Storage),
+            (
+                "frames",
+                4 * (total * spec.n_fft) as u64,
+                BlockKind::Storage,
+            ),
+            ("spectrum", 4 * (total * n_freq) as u64, BlockKind::Storage),
+            (
+                "mel rows",
+                4 * (total * spec.n_mels) as u64,
+                BlockKind::Storage,
+            ),
+            ("readback", 4 * (total * width) as u64, BlockKind::Readback),
+            (
+                "params",
+                std::mem::size_of::<Params>() as u64,
+                BlockKind::Uniform,
+            ),
+        ];
+        for (what, bytes, kind) in sizes {
+            // Indices inside the kernels are u32 element counts.
+            if (kind == BlockKind::Storage && bytes > max_binding)
+                || bytes / 4 > u64::from(u32::MAX)
+            {
+                return Err(too_big(what, bytes));
+            }
+        }
+        let wgs = total.div_ceil(64) as u64;
+        let frame_x = wgs.min(u64::from(max_dim)) as u32;
+        let frame_y = wgs.div_ceil(u64::from(frame_x)) as u32;
+        let grid_y = (total as u64).min(u64::from(max_dim)) as u32;
+        let grid_z = (total as u64).div_ceil(u64::from(grid_y)) as u32;
+        if frame_y > max_dim || grid_z > max_dim {
+            return Err(too_big("dispatch grid", 4 * total as u64));
+        }
+        let mut blocks: Vec<PoolBlock<wgpu::Buffer>> = Vec::with_capacity(sizes.len());
+        for (what, bytes, kind) in sizes {
+            if what == "mel rows" && !uses_mel(spec) {
+                // Not bound; keep the slot so indices stay fixed.
+                match self.pool.alloc(4, kind) {
+                    Ok(b) => blocks.push(b),
+                    Err(e) => return Err(self.give_back_oom(blocks, &e.to_string(), n_items)),
+                }
+                continue;
+            }
+            match self.pool.alloc(bytes, kind) {
+                Ok(b) => blocks.push(b),
+                Err(e) => return Err(self.give_back_oom(blocks, &format!("{what}: {e}"), n_items)),
+            }
+        }
+        let result = self.encode_and_read(
+            &blocks,
+            &sizes.map(|s| s.1),
+            samples,
+            records,
+            frame_item,
+            (grid_y, grid_z, frame_x, frame_y),
+        );
+        for b in blocks {
+            self.pool.free(b);
+        }
+        result
+    }
+
+    fn give_back_oom(
+        &mut self,
+        blocks: Vec<PoolBlock<wgpu::Buffer>>,
+        msg: &str,
+        n_items: usize,
+    ) -> ExtractError {
+        for b in blocks {
+            self.pool.free(b);
+        }
+        ExtractError::OutOfMemory(format!(
+            "{msg}; a batch of {n_items} items; retry with {}",
+            (n_items / 2).max(1)
+        ))
+    }
+
+    fn encode_and_read(
+        &self,
+        blocks: &[PoolBlock<wgpu::Buffer>],
+        sizes: &[u64; 8],
+        samples: &[f32],
+        records: &[ItemRecord],
+        frame_item: &[u32],
+        (grid_y, grid_z, frame_x, frame_y): (u32, u32, u32, u32),
+    ) -> Result<Vec<f32>, ExtractError> {
+        let spec = &self.spec;
+        let total = frame_item.len();
+        let d = &self.gpu.device;
+        let q = &self.gpu.queue;
+        let [b_samples, b_items, b_table, b_spec, b_mel, b_read, b_params] =
+            [0, 1, 2, 4, 5, 6, 7].map(|i| &blocks[i].block);
+        let bind = |i: usize| {
+            let buffer = &blocks[i].block;
+            wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer,
+                offset: 0,
+                size: NonZeroU64::new(sizes[i]),
+            })
+        };
+        let oom_scope = d.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let val_scope = d.push_error_scope(wgpu::ErrorFilter::Validation);
+        let params = self.params(total, grid_y, frame_x * 64);
+        q.write_buffer(b_params, 0, bytemuck::bytes_of(&params));
+        q.write_buffer(b_samples, 0, bytemuck::cast_slice(samples));
+        q.write_buffer(b_items, 0, bytemuck::cast_slice(records));
+        q.write_buffer(b_table, 0, bytemuck::cast_slice(frame_item));
+        let frame_bind = d.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("frame"),
+            layout: &self.frame_pipe.get_bind_group_layout(0),
+            entries: &entries(vec![
+                (0, bind(7)),
+                (1, bind(0)),
+                (2, bind(1)),
+                (3, bind(2)),
+                (4, self.window_buf.as_entire_binding()),
+                (5, bind(3)),
+            ]),
+        });
+        let dft_bind = d.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("dft"),
+            layout: &self.dft_pipe.get_bind_group_layout(0),
+            entries: &entries(vec![
+                (0, bind(7)),
+                (1, bind(3)),
+                (2, self.twiddle_buf.as_entire_binding()),
+                (3, bind(4)),
+            ]),
+        });
+        let mel_bind = match (&self.mel_pipe, &self.mel_bufs) {
+            (Some(pipe), Some((filters, weights))) => Some((
+                pipe,
+                d.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some("mel"),
+                    layout: &pipe.get_bind_group_layout(0),
+                    entries: &entries(vec![
+                        (0, bind(7)),
+                        (1, bind(4)),
+                        (2, filters.as_entire_binding()),
+                        (3, weights.as_entire_binding()),
+                        (4, bind(5)),
+                    ]),
+                }),
+            )),
+            _ => None,
+        };
+        let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("sonograph batch"),
+        });
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&self.frame_pipe);
+            pass.set_bind_group(0, &frame_bind, &[]);
+            pass.dispatch_workgroups(frame_x, frame_y, 1);
+            pass.set_pipeline(&self.dft_pipe);
+            pass.set_bind_group(0, &dft_bind, &[]);
+            if self.fft {
+                pass.dispatch_workgroups(grid_y, grid_z, 1);
+            } else {
+                pass.dispatch_workgroups(n_freq_groups(spec), grid_y, grid_z);
+            }
+            if let Some((pipe, bind)) = &mel_bind {
+                pass.set_pipeline(pipe);
+                pass.set_bind_group(0, bind, &[]);
+                pass.dispatch_workgroups(spec.n_mels.div_ceil(64) as u32, grid_y, grid_z);
+            }
+        }
+        let (result_buf, result_bytes) = if mel_bind.is_some() {
+            (b_mel, sizes[5])
+        } else {
+            (b_spec, sizes[4])
+        };
+        enc.copy_buffer_to_buffer(result_buf, 0, b_read, 0, result_bytes);
+        let index = q.submit([enc.finish()]);
+        if let Some(e) = pollster::block_on(val_scope.pop()) {
+            return Err(unavailable(format!("wgpu rejected the batch (a bug): {e}")));
+        }
+        if let Some(e) = pollster::block_on(oom_scope.pop()) {
+            return Err(ExtractError::OutOfMemory(format!(
+                "the device ran out of memory running a batch of {} items: {e}; retry with {}",
+                records.len(),
+                (records.len() / 2).max(1)
+            )));
+        }
+        if self.gpu.is_lost() {
+            return Err(ExtractError::DeviceLost(self.label.clone()));
+        }
+        let bytes = context::read_buffer(&self.gpu, b_read, result_bytes, index, self.deadline)
+            .map_err(|e| ExtractError::DeviceLost(format!("{}: {e}", self.label)))?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+}
+
+fn entries(pairs: Vec<(u32, wgpu::BindingResource<'_>)>) -> Vec<wgpu::BindGroupEntry<'_>> {
+    pairs
+        .into_iter()
+        .map(|(binding, resource)| wgpu::BindGroupEntry { binding, resource })
+        .collect()
+}
+
+/// Radices (each 2..=8, fours first) whose product is `n`, or `None` when `n` has a prime
+/// factor over 7.
+fn fft_radices(mut n: usize) -> Option<Vec<u32>> {
+    let mut radices = Vec::new();
+    for r in [4usize, 2, 3, 5, 7] {
+        while n.is_multiple_of(r) && n > 1 {
+            radices.push(r as u32);
+            n /= r;
+        }
+    }
+    (n == 1 && !radices.is_empty()).then_some(radices)
+}
+
+fn n_freq_groups(spec: &FeatureSpec) -> u32 {
+    (spec.n_fft / 2 + 1).div_ceil(64) as u32
+}
+
+impl Extractor for GpuBackend {
+    fn spec(&self) -> &FeatureSpec {
+        &self.spec
+    }
+
+    fn device(&self) -> String {
+        self.label.clone()
+    }
+
+    fn extract_batch(
+        &mut self,
+        batch: &AudioBatch,
+        out: &mut FeatureBatch,
+    ) -> Result<(), ExtractError> {
+        fail::fail_point!("gpu::device_lost", |_| Err(ExtractError::DeviceLost(
+            format!("{}: injected by failpoint gpu::device_lost", self.label)
+        )));
+        fail::fail_point!("gpu::oom", |_| Err(ExtractError::OutOfMemory(format!(
+            "injected by failpoint gpu::oom: a batch of {} items; retry with {}",
+            batch.len(),
+            (batch.len() / 2).max(1)
+        ))));
+        if self.gpu.is_lost() {
+            return Err(ExtractError::DeviceLost(self.label.clone()));
+        }
+        let spec = &self.spec;
+        let mut samples: Vec<f32> = Vec::with_capacity(batch.samples().len());
+        let mut records: Vec<ItemRecord> = Vec::with_capacity(batch.len());
+        let mut frame_item: Vec<u32> = Vec::new();
+        let mut per_item: Vec<Result<usize, ExtractError>> = Vec::with_capacity(batch.len());
+        for item in batch.items() {
+            let start = samples.len();
+            match prepare_item(spec, item, &mut samples) {
+                Err(e) => per_item.push(Err(e)),
+                Ok(()) => {
+                    let frames = raw_frames(spec, item.len());
+                    let (Ok(sample_offset), Ok(n_samples), Ok(frame_offset), Ok(n_frames)) = (
+                        u32::try_from(start),
+                        u32::try_from(item.len()),
+                        u32::try_from(frame_item.len()),
+                        u32::try_from(frames),
+                    ) else {
+                        return Err(ExtractError::OutOfMemory(format!(
+                            "a batch of {} items holds more than 2^32 samples; retry with {}",
+                            batch.len(),
+                            (batch.len() / 2).max(1)
+                        )));
+                    };
+                    let index = records.len() as u32;
+                    frame_item.extend(std::iter::repeat_n(index, frames));
+                    per_item.push(Ok(records.len()));
+                    records.push(ItemRecord {
+                        sample_offset,
+                        n_samples,
+                        frame_offset,
+                        n_frames,
+                    });
+                }
+            }
+        }
+        let rows = if frame_item.is_empty() {
+            Vec::new()
+        } else {
+            self.run(&samples, &records, &frame_item, batch.len())?
+        };
+        let width = gpu_row_width(&self.spec);
+        let mut item_rows = Vec::new();
+        for r in per_item {
+            match r {
+                Err(e) => out.push_error(e),
+                Ok(i) => {
+                    let rec = records[i];
+                    let a = rec.frame_offset as usize * width;
+                    let b = a + rec.n_frames as usize * width;
+                    item_rows.clear();
+                    let frames = finish_item(
+                        &self.spec,
+                        self.dct.as_ref(),
+                        &rows[a..b],
+                        rec.n_frames as usize,
+                        &mut item_rows,
+                    );
+                    out.push_rows(frames, &item_rows);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fft_radices;
+
+    #[test]
+    fn radices_multiply_back_and_large_primes_fall_back() {
+        assert_eq!(fft_radices(400), Some(vec![4, 4, 5, 5]));
+        assert_eq!(fft_radices(512), Some(vec![4, 4, 4, 4, 2]));
+        assert_eq!(fft_radices(2048), Some(vec![4, 4, 4, 4, 4, 2]));
+        assert_eq!(fft_radices(3 * 7 * 49), Some(vec![3, 7, 7, 7]));
+        assert_eq!(fft_radices(2 * 11), None);
+        assert_eq!(fft_radices(1), None);
+    }
+}

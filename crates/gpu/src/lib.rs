@@ -1,0 +1,91 @@
+//! sonograph-gpu: the wgpu runtime of sonograph. A device registry (discovery, scoring,
+//! states, health probe, `--device` selection), a caching memory pool with a budget and
+//! PyTorch-named statistics, WGSL kernels (`kernels/*.wgsl`) and the GPU extractor, and the
+//! adaptive batcher that recovers from out-of-memory and lost devices without losing an item.
+//!
+//! Without the `gpu` feature the crate still builds: the registry lists only the CPU and
+//! [`GpuBackend::new`] returns [`ExtractError::Unavailable`](sonograph_dsp::ExtractError).
+
+pub mod batcher;
+pub mod device;
+pub mod error;
+pub mod plan;
+pub mod pool;
+
+#[cfg(feature = "gpu")]
+pub mod context;
+#[cfg(feature = "gpu")]
+mod extractor;
+
+pub use batcher::{AdaptiveBatcher, BatchStats, BatcherConfig};
+pub use device::{DeviceInfo, DeviceRegistry, DeviceSelection, DeviceState, DeviceType, Selected};
+pub use error::GpuError;
+#[cfg(feature = "gpu")]
+pub use extractor::GpuBackend;
+pub use pool::{Budget, MemoryPool, MemoryStats};
+
+/// How to open the GPU backend.
+#[derive(Debug, Clone, Default)]
+pub struct GpuOptions {
+    /// Adapter index (`gpu:N`); `None` = the best-scoring adapter, software ones included.
+    pub adapter: Option<usize>,
+    /// Memory budget; `None` = [`pool::DEFAULT_BUDGET`].
+    pub budget: Option<Budget>,
+    /// Use the direct DFT even where the Stockham FFT could run: O(n_fft) per bin instead of
+    /// O(log n_fft), but on lavapipe it holds NeMo's normalised log-mel within 1e-4 of the
+    /// CPU's f64 core where the f32 FFT reaches 1.5e-4 (see tests/parity.rs).
+    pub force_dft: bool,
+}
+
+/// True when this build has the wgpu backend.
+pub const GPU_BUILT: bool = cfg!(feature = "gpu");
+
+#[cfg(not(feature = "gpu"))]
+mod standin {
+    use sonograph_dsp::{AudioBatch, ExtractError, Extractor, FeatureBatch, FeatureSpec};
+
+    use crate::pool::MemoryStats;
+    use crate::GpuOptions;
+
+    /// Stand-in for builds without the `gpu` feature: it cannot be constructed.
+    pub struct GpuBackend {
+        spec: FeatureSpec,
+    }
+
+    impl GpuBackend {
+        pub fn new(_spec: &FeatureSpec, _options: &GpuOptions) -> Result<Self, ExtractError> {
+            Err(ExtractError::Unavailable(
+                "this sonograph was built without the `gpu` feature; rebuild with `--features gpu`"
+                    .into(),
+            ))
+        }
+
+        pub fn memory_stats(&self) -> MemoryStats {
+            MemoryStats::default()
+        }
+
+        pub fn spectrum_kernel(&self) -> &'static str {
+            "none"
+        }
+    }
+
+    impl Extractor for GpuBackend {
+        fn spec(&self) -> &FeatureSpec {
+            &self.spec
+        }
+        fn device(&self) -> String {
+            "gpu (not built)".into()
+        }
+        fn extract_batch(
+            &mut self,
+            _: &AudioBatch,
+            _: &mut FeatureBatch,
+        ) -> Result<(), ExtractError> {
+            Err(ExtractError::Unavailable(
+                "built without the `gpu` feature".into(),
+            ))
+        }
+    }
+}
+#[cfg(not(feature = "gpu"))]
+pub use standin::GpuBackend;

@@ -1,0 +1,302 @@
+//! What the GPU computes for a spec, worked out on the host: the per-item preparation that
+//! must match the CPU path bit for bit (input scale, signal pre-emphasis, frame counts), the
+//! memory a batch needs, and the item-level steps applied after readback (drop last frame,
+//! dynamic range, DCT, affine, per-feature normalisation, Welch averaging), which are
+//! transcriptions of `sonograph_dsp::extractor` so that both backends mean the same thing.
+
+use sonograph_dsp::dct::Dct;
+use sonograph_dsp::fastlog;
+use sonograph_dsp::spec::{
+    FeatureSpec, Framing, LogGuard, LogKind, Normalize, OutputKind, PreemphasisScope,
+};
+use sonograph_dsp::window::window;
+use sonograph_dsp::ExtractError;
+
+/// True when the GPU projects onto mel bands (and applies the log there).
+pub fn uses_mel(spec: &FeatureSpec) -> bool {
+    matches!(
+        spec.output,
+        OutputKind::Mel | OutputKind::Logmel | OutputKind::Mfcc
+    )
+}
+
+/// Frames the STFT computes for `n` samples, before `drop_last_frame` and PSD averaging
+/// (`FeatureSpec::n_raw_frames`, which is private to sonograph-dsp).
+pub fn raw_frames(spec: &FeatureSpec, n: usize) -> usize {
+    if n == 0 {
+        return 0;
+    }
+    match spec.framing {
+        Framing::Center => 1 + (n + 2 * (spec.n_fft / 2) - spec.n_fft) / spec.hop_length,
+        Framing::SnipEdges if n < spec.win_length => 0,
+        Framing::SnipEdges => 1 + (n - spec.win_length) / spec.hop_length,
+    }
+}
+
+/// Width of the rows the GPU returns: mel bands, or the full one-sided spectrum.
+pub fn gpu_row_width(spec: &FeatureSpec) -> usize {
+    if uses_mel(spec) {
+        spec.n_mels
+    } else {
+        spec.n_fft / 2 + 1
+    }
+}
+
+/// Device bytes one batch of `items` items with `samples` samples and `frames` frames needs.
+pub fn batch_bytes(spec: &FeatureSpec, items: usize, samples: usize, frames: usize) -> u64 {
+    let n_freq = (spec.n_fft / 2 + 1) as u64;
+    let frames = frames as u64;
+    let out = if uses_mel(spec) {
+        spec.n_mels as u64
+    } else {
+        0
+    };
+    4 * (samples as u64
+        + 4 * items as u64
+        + frames * (1 + spec.n_fft as u64 + n_freq + out)
+        + frames * gpu_row_width(spec) as u64)
+}
+
+/// Device bytes for one item of `n_samples` samples (the batcher's first estimate).
+pub fn item_bytes(spec: &FeatureSpec, n_samples: usize) -> u64 {
+    batch_bytes(spec, 1, n_samples, raw_frames(spec, n_samples))
+}
+
+/// Checks an item and appends it, scaled and (signal-scope) pre-emphasised exactly as
+/// `CpuExtractor::push` does in f32, to `dst`.
+pub fn prepare_item(
+    spec: &FeatureSpec,
+    samples: &[f32],
+    dst: &mut Vec<f32>,
+) -> Result<(), ExtractError> {
+    if samples.is_empty() {
+        return Err(ExtractError::Empty);
+    }
+    if let Some(i) = samples.iter().position(|s| !s.is_finite()) {
+        return Err(ExtractError::NonFinite {
+            index: i,
+            value: samples[i],
+        });
+    }
+    let scale = spec.input_scale;
+    let c = if spec.preemphasis_scope == PreemphasisScope::Signal {
+        spec.preemphasis
+    } else {
+        0.0
+    };
+    if c == 0.0 && scale == 1.0 {
+        dst.extend_from_slice(samples);
+        return Ok(());
+    }
+    // NeMo keeps the first sample as is: y[0] = x[0].
+    let mut prev = samples[0] * scale;
+    dst.push(prev);
+    dst.extend(samples[1..].iter().map(|&s| {
+        let x = s * scale;
+        let y = x - c * prev;
+        prev = x;
+        y
+    }));
+    Ok(())
+}
+
+/// The guard and log of the spec over f64 energies, appended as f32 (the CPU's `log_row`).
+fn log_row(spec: &FeatureSpec, row: &mut [f64], out: &mut Vec<f32>) {
+    let scale = match spec.log {
+        LogKind::None => {
+            out.extend(row.iter().map(|&v| v as f32));
+            return;
+        }
+        LogKind::Ln => 1.0,
+        LogKind::Log10 => std::f64::consts::LOG10_E,
+        LogKind::Db => 10.0 * std::f64::consts::LOG10_E,
+    };
+    match spec.log_guard {
+        LogGuard::Clamp(floor) => {
+            let floor = f64::from(floor);
+            row.iter_mut().for_each(|v| *v = v.max(floor));
+        }
+        LogGuard::Add(eps) => {
+            let eps = f64::from(eps);
+            row.iter_mut().for_each(|v| *v += eps);
+        }
+    }
+    fastlog::ln_in_place(row);
+    out.extend(row.iter().map(|&v| (v * scale) as f32));
+}
+
+/// Log scale and guard the mel kernel applies (`out = log(guard(e)) * scale`).
+pub fn log_params(spec: &FeatureSpec) -> (u32, f32, u32, f32) {
+    let (kind, scale) = match spec.log {
+        LogKind::None => (0, 1.0),
+        LogKind::Ln => (1, 1.0),
+        LogKind::Log10 => (2, std::f64::consts::LOG10_E as f32),
+        LogKind::Db => (3, (10.0 * std::f64::consts::LOG10_E) as f32),
+    };
+    let (add, guard) = match spec.log_guard {
+        LogGuard::Clamp(v) => (0, v),
+        LogGuard::Add(v) => (1, v),
+    };
+    (kind, scale, add, guard)
+}
+
+/// Turns one item's GPU rows (`frames × gpu_row_width`) into its final rows, appended to
+/// `out`; returns the frame count.
+pub fn finish_item(
+    spec: &FeatureSpec,
+    dct: Option<&Dct>,
+    gpu_rows: &[f32],
+    frames: usize,
+    out: &mut Vec<f32>,
+) -> usize {
+    let width = gpu_row_width(spec);
+    let mut raw: Vec<f32> = Vec::with_capacity(frames * spec.n_bins());
+    match spec.output {
+        OutputKind::Psd => return finish_psd(spec, gpu_rows, frames, out),
+        OutputKind::Power | OutputKind::Magnitude => {
+            let keep = spec.n_spectrum_bins();
+            let mut row = Vec::with_capacity(keep);
+            for r in gpu_rows.chunks_exact(width) {
+                row.clear();
+                if spec.output == OutputKind::Magnitude {
+                    row.extend(r[..keep].iter().map(|&p| f64::from(p).sqrt()));
+                } else {
+                    row.extend(r[..keep].iter().map(|&p| f64::from(p)));
+                }
+                log_row(spec, &mut row, &mut raw);
+            }
+        }
+        // The mel kernel has applied the guard and the log already.
+        OutputKind::Mel | OutputKind::Logmel | OutputKind::Mfcc => {
+            raw.extend_from_slice(gpu_rows);
+        }
+    }
+    post_process(spec, dct, raw, out)
+}
+
+/// `CpuExtractor::post_process` over the raw rows.
+fn post_process(
+    spec: &FeatureSpec,
+    dct: Option<&Dct>,
+    mut raw: Vec<f32>,
+    out: &mut Vec<f32>,
+) -> usize {
+    let width = match spec.output {
+        OutputKind::Mfcc => spec.n_mels,
+        _ => spec.n_bins(),
+    };
+    let mut frames = raw.len() / width;
+    if spec.drop_last_frame && frames > 0 {
+        frames -= 1;
+        raw.truncate(frames * width);
+    }
+    if let Some(range) = spec.dynamic_range {
+        let max = raw.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let floor = max - range;
+        raw.iter_mut().for_each(|v| *v = v.max(floor));
+    }
+    let start = out.len();
+    if let Some(dct) = dct {
+        let mut input = vec![0.0f64; width];
+        let mut coeffs = vec![0.0f64; dct.n_out()];
+        for row in raw.chunks_exact(width) {
+            input
+                .iter_mut()
+                .zip(row)
+                .for_each(|(d, &s)| *d = f64::from(s));
+            dct.apply(&input, &mut coeffs);
+            out.extend(coeffs.iter().map(|&c| c as f32));
+        }
+    } else {
+        out.extend_from_slice(&raw);
+    }
+    let rows = &mut out[start..];
+    if let Some(a) = spec.affine {
+        rows.iter_mut().for_each(|v| *v = (*v + a.add) / a.div);
+    }
+    if spec.normalize == Normalize::PerFeature && frames > 0 {
+        normalize_per_feature(rows, spec.n_bins(), frames);
+    }
+    frames
+}
+
+/// Welch: the mean periodogram, density-scaled and one-sided (`CpuExtractor::finish_psd`).
+fn finish_psd(spec: &FeatureSpec, power: &[f32], frames: usize, out: &mut Vec<f32>) -> usize {
+    if frames == 0 {
+        return 0;
+    }
+    let n = spec.n_fft / 2 + 1;
+    let mut sum = vec![0.0f64; n];
+    for row in power.chunks_exact(n) {
+        for (s, &p) in sum.iter_mut().zip(row) {
+            *s += f64::from(p);
+        }
+    }
+    let w = window(spec.window, spec.win_length, spec.periodic);
+    let energy: f64 = w.iter().map(|v| v * v).sum();
+    let scale = 1.0 / (f64::from(spec.sample_rate) * energy * frames as f64);
+    let last_doubled = if spec.n_fft.is_multiple_of(2) {
+        n - 1
+    } else {
+        n
+    };
+    let mut row: Vec<f64> = sum
+        .iter()
+        .enumerate()
+        .map(|(k, &s)| {
+            let doubled = if k >= 1 && k < last_doubled { 2.0 } else { 1.0 };
+            s * scale * doubled
+        })
+        .collect();
+    log_row(spec, &mut row, out);
+    1
+}
+
+/// NeMo's per-feature normalisation (`normalize_per_feature` in the CPU extractor).
+fn normalize_per_feature(rows: &mut [f32], width: usize, frames: usize) {
+    for b in 0..width {
+        let column = || rows.iter().skip(b).step_by(width).map(|&v| f64::from(v));
+        let mean = column().sum::<f64>() / frames as f64;
+        let var = column().map(|v| (v - mean) * (v - mean)).sum::<f64>() / (frames as f64 - 1.0);
+        let std = if var.is_nan() { 0.0 } else { var.sqrt() } + 1e-5;
+        for v in rows.iter_mut().skip(b).step_by(width) {
+            *v = ((f64::from(*v) - mean) / std) as f32;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_frames_match_the_spec_after_drop_and_psd() {
+        for p in FeatureSpec::presets() {
+            for n in [1usize, 5, 399, 400, 401, 16_000, 22_050] {
+                let raw = raw_frames(&p.spec, n);
+                let expect = if p.spec.drop_last_frame {
+                    raw.saturating_sub(1)
+                } else {
+                    raw
+                };
+                assert_eq!(p.spec.n_frames(n), expect, "{} n={n}", p.name);
+            }
+        }
+        let w = FeatureSpec::welch(16_000, 256);
+        assert_eq!(w.n_frames(1000), usize::from(raw_frames(&w, 1000) > 0));
+    }
+
+    #[test]
+    fn preparation_matches_nemo_signal_preemphasis_and_refuses_bad_items() {
+        let spec = FeatureSpec::nemo(80);
+        let mut dst = Vec::new();
+        prepare_item(&spec, &[1.0, 0.5, -0.25], &mut dst).unwrap();
+        assert_eq!(dst, [1.0, 0.5 - 0.97, -0.25 - 0.97 * 0.5]);
+        assert_eq!(prepare_item(&spec, &[], &mut dst), Err(ExtractError::Empty));
+        assert!(matches!(
+            prepare_item(&spec, &[0.0, f32::NAN], &mut dst),
+            Err(ExtractError::NonFinite { index: 1, .. })
+        ));
+        assert_eq!(dst.len(), 3, "a refused item appends nothing");
+    }
+}

@@ -1,0 +1,150 @@
+//! Fault injection on the GPU backend (`--features failpoints`): with out-of-memory errors
+//! injected at random and the device lost mid-run, the adaptive batcher still computes every
+//! item exactly once, in order, equal to the CPU. Needs a wgpu adapter (lavapipe counts);
+//! without one it prints why it skipped.
+#![cfg(feature = "failpoints")]
+
+use std::collections::HashMap;
+
+use sonograph_dsp::{
+    AudioBatch, CpuBackend, ExtractError, Extractor, FeatureBatch, FeatureSpec, Precision,
+};
+use sonograph_gpu::{AdaptiveBatcher, BatcherConfig, GpuBackend, GpuOptions};
+
+/// Counts how many times each item (told apart by length) came out of a successful batch.
+struct Counting {
+    inner: GpuBackend,
+    computed: HashMap<usize, usize>,
+}
+
+impl Extractor for Counting {
+    fn spec(&self) -> &FeatureSpec {
+        self.inner.spec()
+    }
+    fn device(&self) -> String {
+        self.inner.device()
+    }
+    fn extract_batch(
+        &mut self,
+        b: &AudioBatch,
+        out: &mut FeatureBatch,
+    ) -> Result<(), ExtractError> {
+        self.inner.extract_batch(b, out)?;
+        for i in b.items() {
+            *self.computed.entry(i.len()).or_default() += 1;
+        }
+        Ok(())
+    }
+}
+
+fn clips(n: usize) -> Vec<Vec<f32>> {
+    (0..n)
+        .map(|k| {
+            (0..3000 + 161 * k)
+                .map(|i| ((i * (k + 2)) as f32 * 0.0007).sin() * 0.4)
+                .collect()
+        })
+        .collect()
+}
+
+fn close(a: &FeatureBatch, b: &FeatureBatch) {
+    assert_eq!(a.len(), b.len());
+    for i in 0..a.len() {
+        let (fa, ra) = a.item(i).unwrap();
+        let (fb, rb) = b.item(i).unwrap();
+        assert_eq!(fa, fb, "item {i}");
+        let worst = ra
+            .iter()
+            .zip(rb)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max);
+        assert!(worst <= 1e-4, "item {i}: {worst}");
+    }
+}
+
+#[test]
+fn injected_ooms_and_a_lost_device_lose_and_duplicate_nothing() {
+    let scenario = fail::FailScenario::setup();
+    let spec = FeatureSpec::whisper(80);
+    let gpu = match GpuBackend::new(&spec, &GpuOptions::default()) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("skipped: no wgpu adapter (install mesa-vulkan-drivers): {e}");
+            return;
+        }
+    };
+    let clips = clips(24);
+    let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
+    let mut cpu = CpuBackend::new(&spec, Precision::F32).unwrap();
+    let mut expect = FeatureBatch::new(spec.n_bins());
+    cpu.extract_batch(&batch, &mut expect).unwrap();
+
+    // 1. Out of memory on 40% of the calls, at random.
+    fail::cfg("gpu::oom", "40%return").unwrap();
+    let mut primary = Counting {
+        inner: gpu,
+        computed: HashMap::new(),
+    };
+    let mut batcher = AdaptiveBatcher::new(BatcherConfig {
+        initial: 8,
+        max: 16,
+        grow_after: 2,
+    });
+    let mut out = FeatureBatch::new(spec.n_bins());
+    batcher
+        .run(&batch, &mut primary, &mut cpu, &mut out)
+        .unwrap();
+    close(&out, &expect);
+    let on_gpu: usize = primary.computed.values().sum();
+    assert!(
+        primary.computed.values().all(|&c| c == 1),
+        "{:?}",
+        primary.computed
+    );
+    assert_eq!(
+        on_gpu as u64 + batcher.stats().items_on_fallback,
+        clips.len() as u64
+    );
+    eprintln!("injected OOMs: {:?}", batcher.stats());
+
+    // 2. The device is lost after two more batches.
+    fail::cfg("gpu::oom", "off").unwrap();
+    fail::cfg("gpu::device_lost", "2*off->return").unwrap();
+    primary.computed.clear();
+    let mut out = FeatureBatch::new(spec.n_bins());
+    let mut batcher = AdaptiveBatcher::new(BatcherConfig {
+        initial: 5,
+        max: 5,
+        grow_after: 100,
+    });
+    batcher
+        .run(&batch, &mut primary, &mut cpu, &mut out)
+        .unwrap();
+    close(&out, &expect);
+    assert_eq!(primary.computed.len(), 10);
+    assert!(primary.computed.values().all(|&c| c == 1));
+    assert_eq!(batcher.stats().items_after_loss, 14);
+    assert_eq!(batcher.stats().devices_lost, 1);
+    scenario.teardown();
+}
+
+#[test]
+fn a_hung_probe_fails_the_device_within_its_deadline() {
+    let scenario = fail::FailScenario::setup();
+    let mut registry = sonograph_gpu::DeviceRegistry::discover();
+    let Some(index) = registry.devices().iter().find_map(|d| d.index) else {
+        eprintln!("skipped: no wgpu adapter (install mesa-vulkan-drivers)");
+        return;
+    };
+    fail::cfg("gpu::probe_hang", "return").unwrap();
+    let started = std::time::Instant::now();
+    let state = registry.probe(index, std::time::Duration::from_millis(300), 2);
+    assert_eq!(state, sonograph_gpu::DeviceState::Failed);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let reason = registry.devices()[index].reason.clone().unwrap_or_default();
+    assert!(reason.contains("did not finish"), "{reason}");
+    fail::cfg("gpu::probe_hang", "off").unwrap();
+    let state = registry.probe(index, std::time::Duration::from_secs(20), 1);
+    assert_eq!(state, sonograph_gpu::DeviceState::Available);
+    scenario.teardown();
+}

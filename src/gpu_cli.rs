@@ -1,0 +1,260 @@
+//! The GPU half of the command line: `sonograph devices`, `features --device`, and
+//! `bench --device`.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use sonograph_dsp::{AudioBatch, CpuBackend, Extractor, FeatureBatch, FeatureSpec, Precision};
+use sonograph_gpu::pool::DEFAULT_BUDGET;
+use sonograph_gpu::{
+    AdaptiveBatcher, BatcherConfig, Budget, DeviceRegistry, DeviceSelection, GpuBackend,
+    GpuOptions, Selected,
+};
+
+use super::{load_spec, user, BenchArgs, FeaturesArgs};
+
+/// How long the health probe of `sonograph devices` may take per adapter.
+const PROBE_DEADLINE: Duration = Duration::from_secs(5);
+
+#[derive(Args)]
+pub struct DevicesArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Skip the health probe (a tiny kernel on each adapter, 5 s deadline, 2 tries).
+    #[arg(long)]
+    no_probe: bool,
+}
+
+pub fn devices(args: &DevicesArgs) -> Result<()> {
+    let mut registry = DeviceRegistry::discover();
+    if !args.no_probe {
+        registry.probe_all(PROBE_DEADLINE, 2);
+    }
+    let auto = registry.select(DeviceSelection::Auto)?;
+    if args.json {
+        let report = serde_json::json!({
+            "gpu_built": sonograph_gpu::GPU_BUILT,
+            "auto": selected_id(auto),
+            "devices": registry.devices(),
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!(
+        "{:<6} {:<15} {:<7} {:>5} {:<10} NAME / DRIVER",
+        "ID", "TYPE", "BACKEND", "SCORE", "STATE"
+    );
+    for d in registry.devices() {
+        println!(
+            "{:<6} {:<15} {:<7} {:>5} {:<10} {}{}{}",
+            d.id,
+            format!("{:?}", d.device_type),
+            d.backend,
+            d.score,
+            format!("{:?}", d.state),
+            d.name,
+            if d.driver.is_empty() {
+                String::new()
+            } else {
+                format!(" / {}", d.driver)
+            },
+            d.reason
+                .as_ref()
+                .map(|r| format!("  ({r})"))
+                .unwrap_or_default()
+        );
+    }
+    println!("--device auto selects: {}", selected_id(auto));
+    if !sonograph_gpu::GPU_BUILT {
+        println!("(built without the `gpu` feature: only the CPU is available)");
+    }
+    Ok(())
+}
+
+fn selected_id(s: Selected) -> String {
+    match s {
+        Selected::Cpu => "cpu".into(),
+        Selected::Gpu(i) => format!("gpu:{i}"),
+    }
+}
+
+/// Resolves `--device` for a command that runs on one device.
+pub fn select(device: &str) -> Result<Selected> {
+    let selection: DeviceSelection = device.parse().map_err(|e| user(format!("{e}")))?;
+    if selection == DeviceSelection::Cpu {
+        return Ok(Selected::Cpu);
+    }
+    DeviceRegistry::discover()
+        .select(selection)
+        .map_err(|e| user(e.to_string()))
+}
+
+/// `features --device gpu...`: the whole file decoded, then one item on the GPU.
+pub fn features(args: &FeaturesArgs, spec: &FeatureSpec, adapter: usize) -> Result<()> {
+    let samples = sonograph_io::decode_mono(
+        &args.input,
+        &super::decode_options(args.channel),
+        spec.sample_rate,
+    )
+    .map_err(|e| user(e.to_string()))?;
+    let options = GpuOptions {
+        adapter: Some(adapter),
+        ..Default::default()
+    };
+    let mut gpu = GpuBackend::new(spec, &options).map_err(|e| user(e.to_string()))?;
+    let mut out = FeatureBatch::new(spec.n_bins());
+    gpu.extract_batch(&AudioBatch::from_items([samples.as_slice()]), &mut out)
+        .with_context(|| format!("{}: on {}", args.input.display(), gpu.device()))?;
+    let (frames, rows) = out
+        .item(0)
+        .map_err(|e| user(format!("{}: {e}", args.input.display())))?;
+    if frames == 0 {
+        eprintln!(
+            "sonograph: warning: {}: {} samples at {} Hz are shorter than one frame; writing 0 frames (as the reference does)",
+            args.input.display(),
+            samples.len(),
+            spec.sample_rate
+        );
+    }
+    sonograph_io::write_npy_f32(&args.out, &[frames, spec.n_bins()], rows)
+        .map_err(|e| user(e.to_string()))?;
+    tracing::info!(device = %gpu.device(), frames, "wrote {}", args.out.display());
+    Ok(())
+}
+
+/// A generated batch: `items` clips of `seconds` seconds (a chirp over noise, all different).
+fn generated(spec: &FeatureSpec, items: usize, seconds: f64) -> Vec<Vec<f32>> {
+    let rate = f64::from(spec.sample_rate);
+    (0..items)
+        .map(|k| {
+            let n = (seconds * rate) as usize;
+            let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ k as u64;
+            (0..n)
+                .map(|i| {
+                    let t = i as f64 / rate;
+                    let f = 100.0 + 50.0 * k as f64 + 3000.0 * t / seconds;
+                    // xorshift noise: deterministic, no dependency.
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    let noise = (state >> 40) as f64 / (1u64 << 24) as f64 - 0.5;
+                    (0.3 * (2.0 * std::f64::consts::PI * f * t).sin() + 0.01 * noise) as f32
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// `bench --device all|cpu|gpu|gpu:N`: audio-seconds per second per device, with the memory
+/// pool's and the batcher's statistics.
+pub fn bench(args: &BenchArgs, device: &str) -> Result<()> {
+    let spec = load_spec(&args.spec)?;
+    let clips: Vec<Vec<f32>> = if args.inputs.is_empty() {
+        generated(&spec, 8, 10.0)
+    } else {
+        args.inputs
+            .iter()
+            .map(|p| {
+                sonograph_io::decode_mono(p, &Default::default(), spec.sample_rate)
+                    .map_err(|e| user(e.to_string()))
+            })
+            .collect::<Result<_>>()?
+    };
+    let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
+    let seconds = batch.samples().len() as f64 / f64::from(spec.sample_rate);
+    let registry = DeviceRegistry::discover();
+    let targets: Vec<Selected> = if device == "all" {
+        registry
+            .devices()
+            .iter()
+            .map(|d| d.index.map_or(Selected::Cpu, Selected::Gpu))
+            .collect()
+    } else {
+        let selection: DeviceSelection = device.parse().map_err(|e| user(format!("{e}")))?;
+        vec![registry
+            .select(selection)
+            .map_err(|e| user(e.to_string()))?]
+    };
+    let budget = match &args.gpu_memory {
+        Some(text) => Budget::parse(text).map_err(|e| user(e.to_string()))?,
+        None => Budget::Bytes(DEFAULT_BUDGET),
+    };
+    let precision: Precision = args.spec.precision.into();
+    let longest = clips.iter().map(|c| c.len()).max().unwrap_or(0);
+    let config = BatcherConfig::from_budget(
+        budget.resolve(None),
+        sonograph_gpu::plan::item_bytes(&spec, longest),
+        clips.len().max(1),
+    );
+    for target in targets {
+        let mut fallback = CpuBackend::new(&spec, precision).map_err(|e| user(e.to_string()))?;
+        let (name, timing, memory) = match target {
+            Selected::Cpu => {
+                let mut cpu = if args.threads == 0 {
+                    CpuBackend::new(&spec, precision)
+                } else {
+                    CpuBackend::with_threads(&spec, precision, args.threads)
+                }
+                .map_err(|e| user(e.to_string()))?;
+                let timing = time_backend(&mut cpu, &mut fallback, &batch, config, args.repeat)?;
+                (cpu.device(), timing, None)
+            }
+            Selected::Gpu(i) => {
+                let options = GpuOptions {
+                    adapter: Some(i),
+                    budget: Some(budget),
+                    ..Default::default()
+                };
+                let mut gpu = match GpuBackend::new(&spec, &options) {
+                    Ok(g) => g,
+                    Err(e) => {
+                        let report = serde_json::json!({"device": format!("gpu:{i}"), "error": e.to_string()});
+                        println!("{report}");
+                        continue;
+                    }
+                };
+                let timing = time_backend(&mut gpu, &mut fallback, &batch, config, args.repeat)?;
+                (gpu.device(), timing, Some(gpu.memory_stats()))
+            }
+        };
+        let (times, failed, batcher) = timing;
+        let median = times[times.len() / 2];
+        let report = serde_json::json!({
+            "device": name,
+            "spec_id": spec.spec_id(),
+            "items": clips.len(),
+            "failed_items": failed,
+            "audio_seconds": seconds,
+            "median_seconds": median,
+            "audio_seconds_per_second": seconds / median,
+            "repeats": times.len(),
+            "batcher": batcher,
+            "memory": memory,
+        });
+        println!("{report}");
+    }
+    Ok(())
+}
+
+/// Times `repeat` runs of the batch through an adaptive batcher on `backend`; returns the
+/// sorted times, the items that failed, and the batcher's counters.
+fn time_backend(
+    backend: &mut dyn Extractor,
+    fallback: &mut CpuBackend,
+    batch: &AudioBatch,
+    config: BatcherConfig,
+    repeat: usize,
+) -> Result<(Vec<f64>, usize, sonograph_gpu::BatchStats)> {
+    let bins = backend.spec().n_bins();
+    let mut batcher = AdaptiveBatcher::new(config);
+    let mut out = FeatureBatch::new(bins);
+    let times = super::timed(repeat, || {
+        out.reset(bins);
+        batcher.run(batch, backend, fallback, &mut out)?;
+        Ok(())
+    })?;
+    let failed = (0..out.len()).filter(|&i| out.item(i).is_err()).count();
+    Ok((times, failed, batcher.stats().clone()))
+}
