@@ -21,9 +21,14 @@ pub struct ExtractArgs {
     out: PathBuf,
     #[command(flatten)]
     spec: SpecArgs,
-    /// Where features are computed: auto, cpu.
+    /// Where features are computed: auto (the best hardware GPU, else the CPU), cpu, gpu, gpu:N,
+    /// a list such as gpu:0,gpu:1, or all (every adapter and the CPU; batches go to whichever
+    /// device is free first).
     #[arg(long, env = "SONOGRAPH_DEVICE", default_value = "auto")]
     device: String,
+    /// GPU memory budget per device: "6GiB", "512MiB" or a share such as "80%".
+    #[arg(long, env = "SONOGRAPH_GPU_MEMORY")]
+    gpu_memory: Option<String>,
     /// Decode threads (default: the cores).
     #[arg(long, env = "SONOGRAPH_WORKERS")]
     workers: Option<usize>,
@@ -73,15 +78,47 @@ pub fn devices(
     spec: &FeatureSpec,
     precision: Precision,
     device: &str,
+    gpu_memory: Option<&str>,
 ) -> Result<Vec<Box<dyn Extractor>>> {
-    match device {
-        "auto" | "cpu" => Ok(vec![Box::new(
+    let budget = gpu_memory
+        .map(|t| sonograph_gpu::Budget::parse(t).map_err(|e| user(format!("--gpu-memory: {e}"))))
+        .transpose()?;
+    let cpu = || -> Result<Box<dyn Extractor>> {
+        Ok(Box::new(
             CpuBackend::new(spec, precision).map_err(|e| user(e.to_string()))?,
-        )]),
-        other => Err(user(format!(
-            "--device {other}: this build has no GPU backend yet; use cpu or auto"
-        ))),
+        ))
+    };
+    let gpu = |index: usize| -> Result<Box<dyn Extractor>> {
+        let options = sonograph_gpu::GpuOptions {
+            adapter: Some(index),
+            budget,
+            ..Default::default()
+        };
+        let backend = sonograph_gpu::GpuBackend::new(spec, &options)
+            .map_err(|e| user(format!("--device gpu:{index}: {e}")))?;
+        Ok(Box::new(backend))
+    };
+    if device.trim() == "all" {
+        let registry = sonograph_gpu::DeviceRegistry::discover();
+        let mut out = Vec::new();
+        for info in registry.devices() {
+            if let Some(index) = info.index {
+                match gpu(index) {
+                    Ok(d) => out.push(d),
+                    Err(e) => tracing::warn!("{} left out: {e}", info.id),
+                }
+            }
+        }
+        out.push(cpu()?);
+        return Ok(out);
     }
+    device
+        .split(',')
+        .map(|one| match crate::gpu_cli::select(one.trim())? {
+            sonograph_gpu::Selected::Cpu => cpu(),
+            sonograph_gpu::Selected::Gpu(index) => gpu(index),
+        })
+        .collect()
 }
 
 /// Runs the job; returns the process exit code.
@@ -111,7 +148,7 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
     };
     config.part_mb = args.part_mb;
     config.progress = !args.no_progress && std::io::stderr().is_terminal();
-    let devices = devices(&spec, precision, &args.device)?;
+    let devices = devices(&spec, precision, &args.device, args.gpu_memory.as_deref())?;
     let outcome = sonograph_pipeline::run(&config, devices).map_err(|e| {
         if e.is_usage() {
             user(e.to_string())

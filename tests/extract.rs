@@ -412,11 +412,109 @@ fn a_folder_refuses_a_run_of_another_shard_count() {
         "2",
     ]);
     assert_eq!(second.status.code(), Some(2), "{}", stderr(&second));
-    assert!(stderr(&second).contains("shard"), "{}", stderr(&second));
+    assert!(
+        stderr(&second).contains("shard_count"),
+        "{}",
+        stderr(&second)
+    );
+    // Other piece lengths would mix rows of two layouts: refused too.
+    let third = run(&[
+        "extract",
+        c,
+        "--out",
+        o,
+        "--preset",
+        "kaldi",
+        "--chunk-seconds",
+        "20",
+    ]);
+    assert_eq!(third.status.code(), Some(2), "{}", stderr(&third));
     assert_eq!(
         read_dataset(&out, &FeatureSpec::preset("kaldi").unwrap().spec_id()),
         rows
     );
+}
+
+#[test]
+fn a_second_process_on_the_same_shard_is_refused() {
+    let tmp = Tmp::new("lock");
+    let corpus = tmp.path("corpus");
+    make_corpus(&corpus, 1);
+    let out = tmp.path("out");
+    let meta = out.join(sonograph_pipeline::META_DIR);
+    std::fs::create_dir_all(&meta).unwrap();
+    // Hold the shard's lock as a running process would.
+    let lock = std::fs::File::create(meta.join("shard-00000.lock")).unwrap();
+    lock.lock().unwrap();
+    let args = [
+        "extract",
+        corpus.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--device",
+        "cpu",
+    ];
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("another process"), "{}", stderr(&o));
+    drop(lock);
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+}
+
+#[test]
+fn gpu_device_gives_the_cpu_dataset_within_tolerance() {
+    let devices = bin()
+        .args(["devices", "--json", "--no-probe"])
+        .output()
+        .unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&devices.stdout).unwrap_or_default();
+    let has_gpu = listed["devices"].as_array().is_some_and(|d| {
+        d.iter()
+            .any(|x| x["id"].as_str().is_some_and(|id| id.starts_with("gpu")))
+    });
+    if !has_gpu {
+        eprintln!("skipped: no wgpu adapter (install mesa-vulkan-drivers for lavapipe)");
+        return;
+    }
+    let tmp = Tmp::new("gpu");
+    let corpus = tmp.path("corpus");
+    make_corpus(&corpus, 3);
+    let c = corpus.to_str().unwrap();
+    let (cpu_out, gpu_out) = (tmp.path("cpu"), tmp.path("gpu"));
+    for (out, device) in [(&cpu_out, "cpu"), (&gpu_out, "gpu")] {
+        let o = run(&[
+            "extract",
+            c,
+            "--out",
+            out.to_str().unwrap(),
+            "--preset",
+            "whisper",
+            "--device",
+            device,
+        ]);
+        assert_eq!(o.status.code(), Some(3), "{device}: {}", stderr(&o));
+    }
+    let spec_id = FeatureSpec::preset("whisper").unwrap().spec_id();
+    let (a, b) = (
+        read_dataset(&cpu_out, &spec_id),
+        read_dataset(&gpu_out, &spec_id),
+    );
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    let mut worst = 0.0f32;
+    for (key, (frames, bins, x)) in &a {
+        let (gf, gb, y) = &b[key];
+        assert_eq!((frames, bins), (gf, gb), "{key:?}");
+        worst = x
+            .iter()
+            .zip(y)
+            .map(|(p, q)| (p - q).abs())
+            .fold(worst, f32::max);
+    }
+    eprintln!("gpu vs cpu dataset: worst {worst:e}");
+    assert!(worst <= 1e-4, "worst {worst}");
+    let r = report(&gpu_out, "report.json");
+    assert!(r.devices[0].device.starts_with("gpu"), "{:?}", r.devices);
 }
 
 #[test]

@@ -129,6 +129,15 @@ impl FeatureBatch {
         self.results.push(Ok(frames));
     }
 
+    /// Keeps only the first `items` items (to undo a batch that failed part-way).
+    pub fn truncate_items(&mut self, items: usize) {
+        if items < self.results.len() {
+            self.results.truncate(items);
+            self.offsets.truncate(items + 1);
+            self.data.truncate(self.offsets[items]);
+        }
+    }
+
     /// Appends an item that failed.
     pub fn push_error(&mut self, error: ExtractError) {
         self.offsets.push(self.data.len());

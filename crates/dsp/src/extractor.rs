@@ -593,7 +593,11 @@ impl CpuExtractor {
         let n = self.psd_sum.len();
         self.psd_row.clear();
         // One-sided: double all but DC, and Nyquist when n_fft is even.
-        let last_doubled = if spec.n_fft % 2 == 0 { n - 1 } else { n };
+        let last_doubled = if spec.n_fft.is_multiple_of(2) {
+            n - 1
+        } else {
+            n
+        };
         for (k, &s) in self.psd_sum.iter().enumerate() {
             let doubled = if k >= 1 && k < last_doubled { 2.0 } else { 1.0 };
             self.psd_row.push(s * scale * doubled);

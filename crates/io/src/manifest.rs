@@ -66,7 +66,12 @@ pub fn read_source(path: &Path) -> Result<Vec<Entry>, SourceError> {
     } else {
         let text = std::fs::read_to_string(path).map_err(io)?;
         let base = path.parent().unwrap_or(Path::new("."));
-        let name = path.display().to_string();
+        // Ids of bad lines use the file's name only, so that every shard computes the same
+        // ids (and so the same shard ranges) however the path was spelled.
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
         match path.extension().and_then(|e| e.to_str()) {
             Some("csv") => parse_csv(&text, base, &name)?,
             Some("json" | "jsonl" | "ndjson") => parse_nemo(&text, base, &name),

@@ -182,7 +182,7 @@ impl PartWriter {
     ) -> Result<Self, WriteError> {
         let other = other_error(path);
         let schema = Arc::new(schema(dtype, spec_id, spec_json));
-        let tmp = tmp_path(path);
+        let tmp = part_tmp_path(path);
         let file = File::create(&tmp).map_err(io_error(path))?;
         let zstd = ZstdLevel::try_new(3).map_err(|e| other(e.to_string()))?;
         let props = WriterProperties::builder()
@@ -280,6 +280,16 @@ pub fn write_part(
     part.close()?.publish()
 }
 
+/// `.name.tmp` beside a part: hidden, so that a dataset reader listing the folder while a part
+/// is being written (or after a crash) never opens half a file.
+pub fn part_tmp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.tmp"))
+}
+
 /// `name.tmp` beside `path`.
 pub fn tmp_path(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
@@ -356,7 +366,7 @@ mod tests {
         for dtype in [Dtype::F32, Dtype::F16] {
             let path = dir.join(format!("part-{dtype:?}.parquet"));
             write_part(&path, &rows, dtype, "abc", "{\"n\":1}").unwrap();
-            assert!(!tmp_path(&path).exists());
+            assert!(!part_tmp_path(&path).exists());
             let (back, meta) = read_part(&path).unwrap();
             assert_eq!(back, rows);
             assert_eq!(meta[META_SPEC_ID], "abc");

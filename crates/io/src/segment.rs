@@ -100,6 +100,12 @@ pub fn extract_from_reader<E: std::error::Error + 'static>(
                     });
                 }
             }
+            if failed.is_some() {
+                // Stop decoding: nobody takes the pieces any more.
+                return Err(sonograph_dsp::ExtractError::Unavailable(
+                    "the sink stopped".into(),
+                ));
+            }
             Ok(())
         });
     if let Some(e) = failed {

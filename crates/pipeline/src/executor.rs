@@ -171,7 +171,21 @@ fn run_split(
         return;
     }
     let before = out.len();
-    match device.extract_batch(batch, out) {
+    // wgpu panics on some device errors: a panicking device is treated as lost.
+    let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        device.extract_batch(batch, out)
+    }))
+    .unwrap_or_else(|payload| {
+        Err(ExtractError::DeviceLost(format!(
+            "panicked: {}",
+            crate::job::panic_text(&*payload)
+        )))
+    });
+    if attempt.is_err() {
+        // A failed batch must leave nothing behind; drop anything a panic left half-written.
+        out.truncate_items(before);
+    }
+    match attempt {
         Ok(()) => {}
         Err(ExtractError::OutOfMemory(msg)) => {
             debug_assert_eq!(out.len(), before);

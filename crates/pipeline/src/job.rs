@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use sonograph_dsp::spec::OutputKind;
 use sonograph_dsp::{CpuExtractor, Extractor, FeatureSpec, Precision};
 use sonograph_io::decode::{AudioReader, ChannelMix, DecodeOptions};
 use sonograph_io::ledger::{Ledger, LedgerError};
@@ -164,41 +163,41 @@ pub const META_DIR: &str = "__sonograph";
 /// that disagrees: shards of different counts would write parts of the same names.
 fn check_job_shape(
     layout: &OutputLayout,
+    config: &JobConfig,
     spec_id: &str,
-    shard_count: usize,
 ) -> Result<(), JobError> {
-    let shape = serde_json::json!({ "spec_id": spec_id, "shard_count": shard_count });
+    // Everything that changes which rows exist or how they are stored: a resume with other
+    // values would mix pieces of different lengths or parts of different types.
+    let shape = serde_json::json!({
+        "spec_id": spec_id,
+        "shard_count": config.shard_count,
+        "max_seconds": config.max_seconds,
+        "chunk_seconds": config.chunk_seconds,
+        "dtype": format!("{:?}", config.dtype),
+        "mix": format!("{:?}", config.mix),
+    });
     let text = format!("{shape}\n");
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&layout.job)
-    {
-        Ok(mut f) => {
-            use std::io::Write;
-            f.write_all(text.as_bytes()).map_err(io_err(&layout.job))?;
-            Ok(())
-        }
+    // Written whole under a unique name, then linked into place: `job.json` either does not
+    // exist or is complete, whatever instant a process dies at.
+    let tmp = layout
+        .meta_dir
+        .join(format!(".job-{}.json.tmp", std::process::id()));
+    std::fs::write(&tmp, &text).map_err(io_err(&tmp))?;
+    let linked = std::fs::hard_link(&tmp, &layout.job);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            // Another shard may be writing it this instant: read until it parses.
-            for _ in 0..50 {
-                let found = std::fs::read_to_string(&layout.job).map_err(io_err(&layout.job))?;
-                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&found) {
-                    if v == shape {
-                        return Ok(());
-                    }
-                    return Err(JobError::Config(format!(
-                        "{}: this output folder belongs to a job with spec {} in {} shard(s); this run has spec {spec_id} in {shard_count}; use another folder",
-                        layout.out.display(),
-                        v["spec_id"],
-                        v["shard_count"]
-                    )));
-                }
-                std::thread::sleep(Duration::from_millis(20));
+            let found = std::fs::read_to_string(&layout.job).map_err(io_err(&layout.job))?;
+            let found: serde_json::Value = serde_json::from_str(&found).map_err(|e| {
+                JobError::Config(format!("{}: unreadable: {e}", layout.job.display()))
+            })?;
+            if found == shape {
+                return Ok(());
             }
             Err(JobError::Config(format!(
-                "{}: unreadable",
-                layout.job.display()
+                "{}: this output folder belongs to another job ({found}); this run is {shape}; use another folder or the same settings",
+                layout.out.display()
             )))
         }
         Err(e) => Err(io_err(&layout.job)(e)),
@@ -220,8 +219,12 @@ fn check(config: &JobConfig) -> Result<(), JobError> {
     if config.prefetch == 0 || config.batch_items == 0 {
         return bad("--prefetch and --batch-items must be at least 1");
     }
-    if !(config.chunk_seconds > 0.0 && config.max_seconds >= config.chunk_seconds) {
-        return bad("--chunk-seconds must be > 0 and not above --max-seconds");
+    if !(config.chunk_seconds.is_finite()
+        && config.max_seconds.is_finite()
+        && config.chunk_seconds > 0.0
+        && config.max_seconds >= config.chunk_seconds)
+    {
+        return bad("--chunk-seconds must be finite, > 0 and not above --max-seconds");
     }
     if config.part_mb == 0 {
         return bad("--part-mb must be at least 1");
@@ -248,7 +251,20 @@ pub fn run(config: &JobConfig, devices: Vec<Box<dyn Extractor>>) -> Result<JobOu
     let shard_entries = &entries[range];
     let layout = OutputLayout::new(&config.out, config.shard_index, config.shard_count);
     std::fs::create_dir_all(&layout.meta_dir).map_err(io_err(&layout.meta_dir))?;
-    check_job_shape(&layout, &spec_id, config.shard_count)?;
+    check_job_shape(&layout, config, &spec_id)?;
+    // One process per shard: a second one (a requeued task, a duplicate pod) would write the
+    // same part numbers.
+    let lock_path = layout
+        .meta_dir
+        .join(format!("shard-{:05}.lock", config.shard_index));
+    let lock = std::fs::File::create(&lock_path).map_err(io_err(&lock_path))?;
+    if lock.try_lock().is_err() {
+        return Err(JobError::Config(format!(
+            "{}: another process is running shard {} of this folder",
+            lock_path.display(),
+            config.shard_index
+        )));
+    }
     let shard = format!("{}/{}", config.shard_index, config.shard_count);
     let ledger = Ledger::open(&layout.ledger, &layout.out, &spec_id, &shard)?;
     if layout.done_marker.exists() {
@@ -267,7 +283,10 @@ pub fn run(config: &JobConfig, devices: Vec<Box<dyn Extractor>>) -> Result<JobOu
         .filter(|e| !done.contains(e.id()) && !failed_before.contains(e.id()))
         .cloned()
         .collect();
-    let resumed = (shard_entries.len() - todo.len()) as u64;
+    let resumed = shard_entries
+        .iter()
+        .filter(|e| done.contains(e.id()))
+        .count() as u64;
     tracing::info!(
         items = shard_entries.len(),
         todo = todo.len(),
@@ -355,11 +374,12 @@ pub fn run(config: &JobConfig, devices: Vec<Box<dyn Extractor>>) -> Result<JobOu
     bar.finish_and_clear();
     stages.write_s = wstats.write_s;
 
+    let shard_ids: std::collections::HashSet<&str> = shard_entries.iter().map(|e| e.id()).collect();
     let failures: Vec<Failure> = writer
         .ledger
         .failures()?
         .into_iter()
-        .filter(|(id, _, _)| shard_entries.iter().any(|e| e.id() == id))
+        .filter(|(id, _, _)| shard_ids.contains(id.as_str()))
         .map(|(id, source, reason)| Failure { id, source, reason })
         .collect();
     let wall = start.elapsed().as_secs_f64();
@@ -482,12 +502,24 @@ fn decode_worker(
                     CpuExtractor::with_precision(&spec, config.precision)
                         .expect("the spec was validated")
                 });
-                decode_item(config, &item, ex, &units, &writer, &mut blocked)
+                // A bug tripped by one file must not take the shard down with it (it would trip
+                // again on every resume): the item fails with the panic's message.
+                let run = std::panic::AssertUnwindSafe(|| {
+                    decode_item(config, &item, ex, &units, &writer, &mut blocked)
+                });
+                std::panic::catch_unwind(run).unwrap_or_else(|payload| {
+                    Err(Failure {
+                        id: item.id.clone(),
+                        source: item.path.display().to_string(),
+                        reason: format!("internal error while decoding: {}", panic_text(&*payload)),
+                    })
+                })
             }
         };
         busy += t.elapsed().as_secs_f64() - blocked;
         let sent = match outcome {
-            Ok(()) => true,
+            Ok(Flow::Continue) => true,
+            Ok(Flow::Stop) => false,
             Err(f) => writer.send(WriterMsg::Failed(f)).is_ok(),
         };
         if !sent {
@@ -504,7 +536,7 @@ fn decode_item(
     units: &Sender<Unit>,
     writer: &Sender<WriterMsg>,
     blocked: &mut f64,
-) -> Result<(), Failure> {
+) -> Result<Flow, Failure> {
     let source = item.path.display().to_string();
     let fail = |reason: String| Failure {
         id: item.id.clone(),
@@ -518,24 +550,26 @@ fn decode_item(
         duration_s: item.duration_s,
     };
     let reader = AudioReader::open(&item.path, &opts).map_err(|e| fail(e.to_string()))?;
-    // Welch PSD keeps only running sums, so a long item costs no memory in the executor either.
-    let short = config.spec.output == OutputKind::Psd
-        || reader
-            .expected_seconds()
-            .is_some_and(|s| s <= config.max_seconds);
+    let short = reader
+        .expected_seconds()
+        .is_some_and(|s| s <= config.max_seconds);
     if short {
         let samples =
             decode_reader(reader, config.spec.sample_rate).map_err(|e| fail(e.to_string()))?;
-        // A closed queue means the job is shutting down; the item stays undone for a resume.
         let wait = Instant::now();
-        let _ = units.send(Unit {
+        let sent = units.send(Unit {
             id: item.id.clone(),
             source,
             offset_s: item.offset_s,
             samples,
         });
         *blocked += wait.elapsed().as_secs_f64();
-        return Ok(());
+        // A closed queue means the job is stopping; the item stays undone for a resume.
+        return Ok(if sent.is_ok() {
+            Flow::Continue
+        } else {
+            Flow::Stop
+        });
     }
     let spec = &config.spec;
     let mut pieces = 0u32;
@@ -562,15 +596,31 @@ fn decode_item(
         sent
     });
     match result {
-        Ok(_) => Ok(()),
-        Err(StreamError::Sink { .. }) => Ok(()), // shutting down
+        Ok(_) => Ok(Flow::Continue),
+        Err(StreamError::Sink { .. }) => Ok(Flow::Stop), // the writer has stopped
         Err(e) if pieces > 0 => Err(fail(format!(
-            "{e} (after {pieces} pieces; the rows already written for this item stay)"
+            "{e} (after {pieces} pieces; earlier pieces of this item may be in the output)"
         ))),
         Err(e) => Err(fail(e.to_string())),
     }
 }
 
+/// Whether a decode worker goes on after an item.
+enum Flow {
+    Continue,
+    /// A downstream stage has stopped: the job is ending.
+    Stop,
+}
+
 #[derive(Debug, Error)]
 #[error("the writer has stopped")]
 struct WriterGone;
+
+/// The message of a caught panic.
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}

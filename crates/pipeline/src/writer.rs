@@ -93,11 +93,11 @@ impl Writer {
                 if last {
                     self.stats.items_ok += 1;
                 }
-                self.stats.audio_seconds += row.duration_s;
                 if self.committed.contains(&(row.id.clone(), piece)) {
                     // Written by an earlier run that died before finishing this item.
                     return Ok(());
                 }
+                self.stats.audio_seconds += row.duration_s;
                 let t = Instant::now();
                 self.bytes += row.features.len() * 4 + row.id.len() + row.source.len() + 64;
                 self.records.push(PieceRecord {
