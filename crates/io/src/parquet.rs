@@ -11,6 +11,7 @@ use arrow_array::{ArrayRef, Float16Array, Float32Array, ListArray, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 
 use crate::error::WriteError;
@@ -185,8 +186,14 @@ impl PartWriter {
         let tmp = part_tmp_path(path);
         let file = File::create(&tmp).map_err(io_error(path))?;
         let zstd = ZstdLevel::try_new(3).map_err(|e| other(e.to_string()))?;
+        // In the footer's key-value metadata too, where `parquet meta` tools look, besides the
+        // Arrow schema's (which pyarrow shows as `schema.metadata`).
         let props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(zstd))
+            .set_key_value_metadata(Some(vec![
+                KeyValue::new(META_SPEC_ID.to_string(), spec_id.to_string()),
+                KeyValue::new(META_SPEC.to_string(), spec_json.to_string()),
+            ]))
             .build();
         let writer = ArrowWriter::try_new(file, schema.clone(), Some(props))
             .map_err(|e| other(e.to_string()))?;
@@ -371,6 +378,18 @@ mod tests {
             assert_eq!(back, rows);
             assert_eq!(meta[META_SPEC_ID], "abc");
             assert_eq!(meta[META_SPEC], "{\"n\":1}");
+            let footer =
+                parquet::file::reader::SerializedFileReader::new(File::open(&path).unwrap())
+                    .unwrap();
+            use parquet::file::reader::FileReader;
+            let kv = footer
+                .metadata()
+                .file_metadata()
+                .key_value_metadata()
+                .unwrap();
+            assert!(kv
+                .iter()
+                .any(|k| k.key == META_SPEC_ID && k.value.as_deref() == Some("abc")));
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

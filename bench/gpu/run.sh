@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# One call on the device machine (see bench/RESULTS-gpu.md). Build here first:
+#   cargo build --release && cargo test -p sonograph-gpu --release --no-run
+#   mkdir -p .gpubench && cp target/release/sonograph .gpubench/ &&
+#   cp "$(ls -t target/release/deps/parity-* | grep -v '\.d$' | head -1)" .gpubench/parity
+# and the Vulkan loader debs into .gl (the device README says how); carry .gl and .gpubench.
+set -u
+for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
+out=${OUT:-/tmp}
+date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+.gpubench/sonograph devices --json | tee "$out/devices.json"
+(cd . && .gpubench/parity --nocapture) 2>&1 | tail -40 | tee "$out/parity.txt"
+.gpubench/sonograph bench --device gpu --preset whisper | tee "$out/bench-gpu.json"
+.gpubench/sonograph bench --device cpu --preset whisper | tee "$out/bench-cpu.json"
+python3 bench/gpu/torchaudio_mel.py --clips 64 --seconds 30 | tee "$out/torchaudio.json"
