@@ -195,9 +195,50 @@ fn frame_kernel<T: Real>(
     }
 }
 
+/// Appends `samples` to `dst` as the spectral core sees them: times `input_scale`, and, with
+/// signal-scope pre-emphasis, `y[i] = x[i] − c·x[i−1]`, keeping the item's first sample as is
+/// (NeMo). `prev` is the last scaled input of the previous chunk (ignored `at_start`); returns
+/// the last scaled input of this one. One definition for the CPU and the GPU path.
+pub fn scale_and_preemphasize(
+    spec: &FeatureSpec,
+    samples: &[f32],
+    at_start: bool,
+    prev: f32,
+    dst: &mut Vec<f32>,
+) -> f32 {
+    let scale = spec.input_scale;
+    let c = if spec.preemphasis_scope == PreemphasisScope::Signal {
+        spec.preemphasis
+    } else {
+        0.0
+    };
+    dst.reserve(samples.len());
+    let Some(&last) = samples.last() else {
+        return prev;
+    };
+    if c == 0.0 && scale == 1.0 {
+        dst.extend_from_slice(samples);
+        return last;
+    }
+    let mut rest = samples;
+    let mut prev = prev;
+    if at_start {
+        prev = samples[0] * scale;
+        dst.push(prev);
+        rest = &samples[1..];
+    }
+    dst.extend(rest.iter().map(|&s| {
+        let x = s * scale;
+        let y = x - c * prev;
+        prev = x;
+        y
+    }));
+    prev
+}
+
 /// Applies the spec's guard and log to a row of energies and appends it to `out` as f32.
 #[inline(always)]
-fn log_row(spec: &FeatureSpec, row: &mut [f64], out: &mut Vec<f32>) {
+pub fn log_row(spec: &FeatureSpec, row: &mut [f64], out: &mut Vec<f32>) {
     let scale = match spec.log {
         LogKind::None => {
             out.extend(row.iter().map(|&v| v as f32));
@@ -334,34 +375,14 @@ impl CpuExtractor {
                 value: samples[i],
             });
         }
-        let scale = self.spec.input_scale;
-        let c = if self.spec.preemphasis_scope == PreemphasisScope::Signal {
-            self.spec.preemphasis
-        } else {
-            0.0
-        };
-        self.pending.reserve(samples.len());
-        if c == 0.0 && scale == 1.0 {
-            self.pending.extend_from_slice(samples);
-        } else {
-            let mut rest = samples;
-            let mut prev = self.prev_input;
-            if self.signal_len == 0 {
-                if let Some((&first, tail)) = samples.split_first() {
-                    // NeMo keeps the first sample as is: y[0] = x[0].
-                    prev = first * scale;
-                    self.pending.push(prev);
-                    rest = tail;
-                }
-            }
-            self.pending.extend(rest.iter().map(|&s| {
-                let x = s * scale;
-                let y = x - c * prev;
-                prev = x;
-                y
-            }));
-            self.prev_input = prev;
-        }
+        let at_start = self.signal_len == 0;
+        self.prev_input = scale_and_preemphasize(
+            &self.spec,
+            samples,
+            at_start,
+            self.prev_input,
+            &mut self.pending,
+        );
         self.signal_len += samples.len();
         if !self.started && self.can_start() {
             self.start_with_left_pad();

@@ -5,10 +5,8 @@
 //! transcriptions of `sonograph_dsp::extractor` so that both backends mean the same thing.
 
 use sonograph_dsp::dct::Dct;
-use sonograph_dsp::fastlog;
-use sonograph_dsp::spec::{
-    FeatureSpec, Framing, LogGuard, LogKind, Normalize, OutputKind, PreemphasisScope,
-};
+use sonograph_dsp::extractor::{log_row, scale_and_preemphasize};
+use sonograph_dsp::spec::{FeatureSpec, Framing, LogGuard, LogKind, Normalize, OutputKind};
 use sonograph_dsp::window::window;
 use sonograph_dsp::ExtractError;
 
@@ -78,51 +76,8 @@ pub fn prepare_item(
             value: samples[i],
         });
     }
-    let scale = spec.input_scale;
-    let c = if spec.preemphasis_scope == PreemphasisScope::Signal {
-        spec.preemphasis
-    } else {
-        0.0
-    };
-    if c == 0.0 && scale == 1.0 {
-        dst.extend_from_slice(samples);
-        return Ok(());
-    }
-    // NeMo keeps the first sample as is: y[0] = x[0].
-    let mut prev = samples[0] * scale;
-    dst.push(prev);
-    dst.extend(samples[1..].iter().map(|&s| {
-        let x = s * scale;
-        let y = x - c * prev;
-        prev = x;
-        y
-    }));
+    scale_and_preemphasize(spec, samples, true, 0.0, dst);
     Ok(())
-}
-
-/// The guard and log of the spec over f64 energies, appended as f32 (the CPU's `log_row`).
-fn log_row(spec: &FeatureSpec, row: &mut [f64], out: &mut Vec<f32>) {
-    let scale = match spec.log {
-        LogKind::None => {
-            out.extend(row.iter().map(|&v| v as f32));
-            return;
-        }
-        LogKind::Ln => 1.0,
-        LogKind::Log10 => std::f64::consts::LOG10_E,
-        LogKind::Db => 10.0 * std::f64::consts::LOG10_E,
-    };
-    match spec.log_guard {
-        LogGuard::Clamp(floor) => {
-            let floor = f64::from(floor);
-            row.iter_mut().for_each(|v| *v = v.max(floor));
-        }
-        LogGuard::Add(eps) => {
-            let eps = f64::from(eps);
-            row.iter_mut().for_each(|v| *v += eps);
-        }
-    }
-    fastlog::ln_in_place(row);
-    out.extend(row.iter().map(|&v| (v * scale) as f32));
 }
 
 /// Log scale and guard the mel kernel applies (`out = log(guard(e)) * scale`).
