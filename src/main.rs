@@ -131,6 +131,12 @@ pub(crate) fn user(msg: impl Into<String>) -> anyhow::Error {
 }
 
 fn main() -> ExitCode {
+    // Mesa's Vulkan device-select layer tries to reach a Wayland display and prints
+    // "XDG_RUNTIME_DIR is invalid" on every headless run; it only reorders adapters, which
+    // sonograph scores itself. Set before any thread exists, so the environment is not raced.
+    if std::env::var_os("NODEVICE_SELECT").is_none() {
+        std::env::set_var("NODEVICE_SELECT", "1");
+    }
     quiet_decoder_panics();
     tracing_subscriber::fmt()
         .with_env_filter(
