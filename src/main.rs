@@ -12,7 +12,9 @@ mod gpu_cli;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use sonograph_dsp::{CpuExtractor, FeatureSpec, Precision};
+use sonograph_dsp::{
+    AudioBatch, CpuBackend, CpuExtractor, Extractor, FeatureBatch, FeatureSpec, Precision,
+};
 use sonograph_io::{ChannelMix, DecodeOptions, StreamError};
 
 #[derive(Parser)]
@@ -320,13 +322,17 @@ fn bench(args: &BenchArgs) -> Result<()> {
             .collect::<Result<_>>()?;
         let seconds =
             clips.iter().map(|c| c.len()).sum::<usize>() as f64 / f64::from(spec.sample_rate);
-        let items: Vec<&[f32]> = clips.iter().map(|c| c.as_slice()).collect();
+        let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
         let precision: Precision = args.spec.precision.into();
+        // The same backend `extract` runs, on a pool of `--threads` workers.
+        let mut backend = CpuBackend::with_threads(&spec, precision, args.threads)
+            .map_err(|e| user(e.to_string()))?;
+        let mut out = FeatureBatch::new(spec.n_bins());
         let times = timed(args.repeat, || {
-            let results =
-                pool.install(|| sonograph_dsp::extract_batch(&spec, precision, &items))?;
-            for r in results {
-                r?;
+            out.reset(spec.n_bins());
+            backend.extract_batch(&batch, &mut out)?;
+            for i in 0..out.len() {
+                out.item(i).map_err(|e| user(e.to_string()))?;
             }
             Ok(())
         })?;

@@ -3,7 +3,6 @@
 //! [`FeatureSpec`].
 
 pub mod backend;
-pub mod batch;
 pub mod complex;
 pub mod dct;
 pub mod error;
@@ -14,7 +13,6 @@ pub mod spec;
 pub mod window;
 
 pub use backend::{AudioBatch, CpuBackend, Extractor, FeatureBatch};
-pub use batch::{extract_batch, Features};
 pub use error::{ExtractError, SpecError};
 pub use extractor::{CpuExtractor, Precision};
 pub use spec::{FeatureSpec, OutputKind, Preset};
