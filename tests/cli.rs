@@ -1,47 +1,16 @@
 //! The `sonograph` binary end to end: outputs, flags, environment variables, exit codes and
 //! error messages.
 
+mod common;
+use common::{bin, repo, stderr, Tmp};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use sonograph_dsp::{CpuExtractor, FeatureSpec};
 use sonograph_io::{decode_mono, read_npy_f32, DecodeOptions};
 
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_sonograph"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("SONOGRAPH_") {
-            c.env_remove(k);
-        }
-    }
-    c
-}
-
 fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name)
-}
-
-struct Tmp(PathBuf);
-impl Tmp {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("sonograph-cli-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        Tmp(p)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    repo("tests/data").join(name)
 }
 
 #[test]

@@ -1,48 +1,18 @@
 //! `sonograph extract` end to end: a mixed corpus with broken files, kill -9 and resume,
 //! shards, long files in flat memory, manifests.
 
+mod common;
+use common::{bin, repo, stderr, Tmp};
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Output;
+use std::time::Instant;
 
 use sonograph_dsp::{CpuExtractor, FeatureSpec};
 use sonograph_io::parquet::{read_part, META_SPEC_ID};
 use sonograph_io::{decode_mono, DecodeOptions};
 use sonograph_pipeline::Report;
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_sonograph"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("SONOGRAPH_") || k.starts_with("SLURM_") || k == "JOB_COMPLETION_INDEX" {
-            c.env_remove(k);
-        }
-    }
-    c
-}
-
-fn repo(p: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
-}
-
-struct Tmp(PathBuf);
-impl Tmp {
-    fn new(tag: &str) -> Self {
-        let p =
-            std::env::temp_dir().join(format!("sonograph-extract-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Tmp(p)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A 16-bit PCM mono WAV of `seconds` of a deterministic tone-and-noise mixture.
 fn write_wav(path: &Path, rate: u32, seconds: f64, seed: u32) {
@@ -117,10 +87,6 @@ fn make_corpus(dir: &Path, copies: usize) -> (usize, usize) {
 
 fn run(args: &[&str]) -> Output {
     bin().args(args).output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 type Dataset = BTreeMap<(String, u64), (u32, u32, Vec<f32>)>;
@@ -657,5 +623,4 @@ fn manifests_honour_offsets_and_durations_and_report_bad_lines() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let rows2 = read_dataset(&out2, &spec.spec_id());
     assert_eq!(rows2[&("span".to_string(), 1_250_000)].2, expect);
-    let _ = Duration::ZERO;
 }

@@ -18,8 +18,6 @@ pub enum SpecError {
 pub enum ExtractError {
     #[error("sample {index} is {value} (NaN or infinite)")]
     NonFinite { index: usize, value: f32 },
-    #[error("the output would need {needed} values, over the limit of {limit}")]
-    ResourceLimit { needed: usize, limit: usize },
     #[error("the item has no samples")]
     Empty,
     /// The batch did not fit in the device's memory; the message says what was asked, the

@@ -287,7 +287,6 @@ pub struct CpuExtractor {
     rng: ChaCha8Rng,
     raw: Vec<f32>,
     psd_sum: Vec<f64>,
-    psd_row: Vec<f64>,
     psd_frames: usize,
     in_item: bool,
 }
@@ -328,7 +327,6 @@ impl CpuExtractor {
             rng: ChaCha8Rng::seed_from_u64(spec.dither_seed),
             raw: Vec::new(),
             psd_sum: vec![0.0; spec.n_fft / 2 + 1],
-            psd_row: Vec::new(),
             psd_frames: 0,
             in_item: false,
         })
@@ -566,66 +564,94 @@ impl CpuExtractor {
     }
 
     fn finish_rows(&self, raw: &mut Vec<f32>, drop_last: bool, out: &mut Vec<f32>) -> usize {
-        let spec = &self.spec;
-        let width = self.raw_width();
-        let mut frames = raw.len() / width;
-        if drop_last && frames > 0 {
-            frames -= 1;
-            raw.truncate(frames * width);
-        }
-        if let Some(range) = spec.dynamic_range {
-            let max = raw.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let floor = max - range;
-            raw.iter_mut().for_each(|v| *v = v.max(floor));
-        }
-        let start = out.len();
-        if let Some(dct) = &self.dct {
-            let mut input = vec![0.0f64; width];
-            let mut coeffs = vec![0.0f64; dct.n_out()];
-            for row in raw.chunks_exact(width) {
-                input
-                    .iter_mut()
-                    .zip(row)
-                    .for_each(|(d, &s)| *d = f64::from(s));
-                dct.apply(&input, &mut coeffs);
-                out.extend(coeffs.iter().map(|&c| c as f32));
-            }
-        } else {
-            out.extend_from_slice(raw);
-        }
-        let rows = &mut out[start..];
-        if let Some(a) = spec.affine {
-            rows.iter_mut().for_each(|v| *v = (*v + a.add) / a.div);
-        }
-        if spec.normalize == Normalize::PerFeature && frames > 0 {
-            normalize_per_feature(rows, spec.n_bins(), frames);
-        }
-        frames
+        finish_rows(&self.spec, self.dct.as_ref(), raw, drop_last, out)
     }
 
     fn finish_psd(&mut self, out: &mut Vec<f32>) -> usize {
-        if self.psd_frames == 0 {
-            return 0;
-        }
-        let spec = &self.spec;
-        let w = window(spec.window, spec.win_length, spec.periodic);
-        let energy: f64 = w.iter().map(|v| v * v).sum();
-        let scale = 1.0 / (f64::from(spec.sample_rate) * energy * self.psd_frames as f64);
-        let n = self.psd_sum.len();
-        self.psd_row.clear();
-        // One-sided: double all but DC, and Nyquist when n_fft is even.
-        let last_doubled = if spec.n_fft.is_multiple_of(2) {
-            n - 1
-        } else {
-            n
-        };
-        for (k, &s) in self.psd_sum.iter().enumerate() {
-            let doubled = if k >= 1 && k < last_doubled { 2.0 } else { 1.0 };
-            self.psd_row.push(s * scale * doubled);
-        }
-        log_row(spec, &mut self.psd_row, out);
-        1
+        welch_row(&self.spec, &self.psd_sum, self.psd_frames, out)
     }
+}
+
+/// The item-level steps over raw rows (log-mel rows for MFCC): drop the last frame if asked,
+/// dynamic-range clamp, DCT, affine scaling, per-feature normalisation. Appends the final
+/// rows to `out`; returns the frame count. One definition for the CPU and the GPU path.
+pub fn finish_rows(
+    spec: &FeatureSpec,
+    dct: Option<&Dct>,
+    raw: &mut Vec<f32>,
+    drop_last: bool,
+    out: &mut Vec<f32>,
+) -> usize {
+    let width = match spec.output {
+        OutputKind::Mfcc => spec.n_mels,
+        _ => spec.n_bins(),
+    };
+    let mut frames = raw.len() / width;
+    if drop_last && frames > 0 {
+        frames -= 1;
+        raw.truncate(frames * width);
+    }
+    if let Some(range) = spec.dynamic_range {
+        let max = raw.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let floor = max - range;
+        raw.iter_mut().for_each(|v| *v = v.max(floor));
+    }
+    let start = out.len();
+    if let Some(dct) = dct {
+        let mut input = vec![0.0f64; width];
+        let mut coeffs = vec![0.0f64; dct.n_out()];
+        for row in raw.chunks_exact(width) {
+            input
+                .iter_mut()
+                .zip(row)
+                .for_each(|(d, &s)| *d = f64::from(s));
+            dct.apply(&input, &mut coeffs);
+            out.extend(coeffs.iter().map(|&c| c as f32));
+        }
+    } else {
+        out.extend_from_slice(raw);
+    }
+    let rows = &mut out[start..];
+    if let Some(a) = spec.affine {
+        rows.iter_mut().for_each(|v| *v = (*v + a.add) / a.div);
+    }
+    if spec.normalize == Normalize::PerFeature && frames > 0 {
+        normalize_per_feature(rows, spec.n_bins(), frames);
+    }
+    frames
+}
+
+/// Welch's PSD from the sum of `frames` periodograms (`n_fft / 2 + 1` bins): the mean,
+/// density-scaled (1 / (rate · Σw²)) and one-sided (doubled but DC, and Nyquist when n_fft is
+/// even), as scipy.signal.welch. Appends one row; returns 1, or 0 without frames.
+pub fn welch_row(
+    spec: &FeatureSpec,
+    power_sum: &[f64],
+    frames: usize,
+    out: &mut Vec<f32>,
+) -> usize {
+    if frames == 0 {
+        return 0;
+    }
+    let w = window(spec.window, spec.win_length, spec.periodic);
+    let energy: f64 = w.iter().map(|v| v * v).sum();
+    let scale = 1.0 / (f64::from(spec.sample_rate) * energy * frames as f64);
+    let n = power_sum.len();
+    let last_doubled = if spec.n_fft.is_multiple_of(2) {
+        n - 1
+    } else {
+        n
+    };
+    let mut row: Vec<f64> = power_sum
+        .iter()
+        .enumerate()
+        .map(|(k, &s)| {
+            let doubled = if k >= 1 && k < last_doubled { 2.0 } else { 1.0 };
+            s * scale * doubled
+        })
+        .collect();
+    log_row(spec, &mut row, out);
+    1
 }
 
 /// numpy's "reflect" index for any `i`, periodic beyond one reflection.

@@ -1,5 +1,5 @@
 // Shared by every kernel: the batch parameters (one uniform) and the per-item table.
-// Mirrors `Params` and `ItemRecord` in src/kernels.rs field for field.
+// Mirrors `Params` and `Item` in src/extractor.rs field for field.
 
 struct Params {
     n_fft: u32,

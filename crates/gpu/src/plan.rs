@@ -5,9 +5,8 @@
 //! transcriptions of `sonograph_dsp::extractor` so that both backends mean the same thing.
 
 use sonograph_dsp::dct::Dct;
-use sonograph_dsp::extractor::{log_row, scale_and_preemphasize};
-use sonograph_dsp::spec::{FeatureSpec, Framing, LogGuard, LogKind, Normalize, OutputKind};
-use sonograph_dsp::window::window;
+use sonograph_dsp::extractor::{finish_rows, log_row, scale_and_preemphasize, welch_row};
+use sonograph_dsp::spec::{FeatureSpec, Framing, LogGuard, LogKind, OutputKind};
 use sonograph_dsp::ExtractError;
 
 /// True when the GPU projects onto mel bands (and applies the log there).
@@ -126,98 +125,18 @@ pub fn finish_item(
             raw.extend_from_slice(gpu_rows);
         }
     }
-    post_process(spec, dct, raw, out)
+    finish_rows(spec, dct, &mut raw, spec.drop_last_frame, out)
 }
 
-/// `CpuExtractor::post_process` over the raw rows.
-fn post_process(
-    spec: &FeatureSpec,
-    dct: Option<&Dct>,
-    mut raw: Vec<f32>,
-    out: &mut Vec<f32>,
-) -> usize {
-    let width = match spec.output {
-        OutputKind::Mfcc => spec.n_mels,
-        _ => spec.n_bins(),
-    };
-    let mut frames = raw.len() / width;
-    if spec.drop_last_frame && frames > 0 {
-        frames -= 1;
-        raw.truncate(frames * width);
-    }
-    if let Some(range) = spec.dynamic_range {
-        let max = raw.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let floor = max - range;
-        raw.iter_mut().for_each(|v| *v = v.max(floor));
-    }
-    let start = out.len();
-    if let Some(dct) = dct {
-        let mut input = vec![0.0f64; width];
-        let mut coeffs = vec![0.0f64; dct.n_out()];
-        for row in raw.chunks_exact(width) {
-            input
-                .iter_mut()
-                .zip(row)
-                .for_each(|(d, &s)| *d = f64::from(s));
-            dct.apply(&input, &mut coeffs);
-            out.extend(coeffs.iter().map(|&c| c as f32));
-        }
-    } else {
-        out.extend_from_slice(&raw);
-    }
-    let rows = &mut out[start..];
-    if let Some(a) = spec.affine {
-        rows.iter_mut().for_each(|v| *v = (*v + a.add) / a.div);
-    }
-    if spec.normalize == Normalize::PerFeature && frames > 0 {
-        normalize_per_feature(rows, spec.n_bins(), frames);
-    }
-    frames
-}
-
-/// Welch: the mean periodogram, density-scaled and one-sided (`CpuExtractor::finish_psd`).
+/// Welch over the GPU's power rows: their sum, then the CPU's own [`welch_row`].
 fn finish_psd(spec: &FeatureSpec, power: &[f32], frames: usize, out: &mut Vec<f32>) -> usize {
-    if frames == 0 {
-        return 0;
-    }
-    let n = spec.n_fft / 2 + 1;
-    let mut sum = vec![0.0f64; n];
-    for row in power.chunks_exact(n) {
+    let mut sum = vec![0.0f64; spec.n_fft / 2 + 1];
+    for row in power.chunks_exact(sum.len()) {
         for (s, &p) in sum.iter_mut().zip(row) {
             *s += f64::from(p);
         }
     }
-    let w = window(spec.window, spec.win_length, spec.periodic);
-    let energy: f64 = w.iter().map(|v| v * v).sum();
-    let scale = 1.0 / (f64::from(spec.sample_rate) * energy * frames as f64);
-    let last_doubled = if spec.n_fft.is_multiple_of(2) {
-        n - 1
-    } else {
-        n
-    };
-    let mut row: Vec<f64> = sum
-        .iter()
-        .enumerate()
-        .map(|(k, &s)| {
-            let doubled = if k >= 1 && k < last_doubled { 2.0 } else { 1.0 };
-            s * scale * doubled
-        })
-        .collect();
-    log_row(spec, &mut row, out);
-    1
-}
-
-/// NeMo's per-feature normalisation (`normalize_per_feature` in the CPU extractor).
-fn normalize_per_feature(rows: &mut [f32], width: usize, frames: usize) {
-    for b in 0..width {
-        let column = || rows.iter().skip(b).step_by(width).map(|&v| f64::from(v));
-        let mean = column().sum::<f64>() / frames as f64;
-        let var = column().map(|v| (v - mean) * (v - mean)).sum::<f64>() / (frames as f64 - 1.0);
-        let std = if var.is_nan() { 0.0 } else { var.sqrt() } + 1e-5;
-        for v in rows.iter_mut().skip(b).step_by(width) {
-            *v = ((f64::from(*v) - mean) / std) as f32;
-        }
-    }
+    welch_row(spec, &sum, frames, out)
 }
 
 #[cfg(test)]
