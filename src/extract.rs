@@ -4,13 +4,12 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use sonograph_dsp::{CpuBackend, Extractor, FeatureSpec, Precision};
 use sonograph_io::decode::ChannelMix;
-use sonograph_io::parquet::Dtype;
 use sonograph_pipeline::{JobConfig, JobOutcome};
 
-use crate::{load_spec, user, SpecArgs};
+use crate::{load_spec, user, DtypeArg, SpecArgs};
 
 #[derive(Args)]
 pub struct ExtractArgs {
@@ -64,12 +63,6 @@ pub struct ExtractArgs {
     no_progress: bool,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum DtypeArg {
-    F32,
-    F16,
-}
-
 /// Exit codes of `extract`, as documented in the README.
 pub const EXIT_SOME_FAILED: u8 = 3;
 
@@ -92,6 +85,7 @@ pub fn devices(
         let options = sonograph_gpu::GpuOptions {
             adapter: Some(index),
             budget,
+            precision,
             ..Default::default()
         };
         let backend = sonograph_gpu::GpuBackend::new(spec, &options)
@@ -142,10 +136,7 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
     config.chunk_seconds = args.chunk_seconds;
     config.shard_index = shard_index;
     config.shard_count = shard_count;
-    config.dtype = match args.dtype {
-        DtypeArg::F32 => Dtype::F32,
-        DtypeArg::F16 => Dtype::F16,
-    };
+    config.dtype = args.dtype.into();
     config.part_mb = args.part_mb;
     config.progress = !args.no_progress && std::io::stderr().is_terminal();
     let devices = devices(&spec, precision, &args.device, args.gpu_memory.as_deref())?;

@@ -101,6 +101,7 @@ pub fn features(args: &FeaturesArgs, spec: &FeatureSpec, adapter: usize) -> Resu
     .map_err(|e| user(e.to_string()))?;
     let options = GpuOptions {
         adapter: Some(adapter),
+        precision: args.spec.precision.into(),
         ..Default::default()
     };
     let mut gpu = GpuBackend::new(spec, &options).map_err(|e| user(e.to_string()))?;
@@ -118,7 +119,7 @@ pub fn features(args: &FeaturesArgs, spec: &FeatureSpec, adapter: usize) -> Resu
             spec.sample_rate
         );
     }
-    sonograph_io::write_npy_f32(&args.out, &[frames, spec.n_bins()], rows)
+    sonograph_io::write_npy(&args.out, &[frames, spec.n_bins()], rows, args.dtype.into())
         .map_err(|e| user(e.to_string()))?;
     tracing::info!(device = %gpu.device(), frames, "wrote {}", args.out.display());
     Ok(())
@@ -205,6 +206,7 @@ pub fn bench(args: &BenchArgs, device: &str) -> Result<()> {
                 let options = GpuOptions {
                     adapter: Some(i),
                     budget: Some(budget),
+                    precision,
                     ..Default::default()
                 };
                 let mut gpu = match GpuBackend::new(&spec, &options) {

@@ -56,7 +56,8 @@ pub(crate) struct SpecArgs {
     /// Override the number of mel bands.
     #[arg(long, env = "SONOGRAPH_N_MELS")]
     pub(crate) n_mels: Option<usize>,
-    /// Arithmetic of the spectral core (outputs are f32 either way).
+    /// Arithmetic of the spectral core, on the CPU and on GPUs with f64 in shaders (others
+    /// compute in f32 and say so); outputs are f32 either way.
     #[arg(long, env = "SONOGRAPH_PRECISION", value_enum, default_value_t = PrecisionArg::F64)]
     pub(crate) precision: PrecisionArg,
 }
@@ -76,6 +77,22 @@ impl From<PrecisionArg> for Precision {
     }
 }
 
+/// Storage type of written features (computed in f32 either way).
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum DtypeArg {
+    F32,
+    F16,
+}
+
+impl From<DtypeArg> for sonograph_io::parquet::Dtype {
+    fn from(d: DtypeArg) -> Self {
+        match d {
+            DtypeArg::F32 => Self::F32,
+            DtypeArg::F16 => Self::F16,
+        }
+    }
+}
+
 #[derive(Args)]
 struct FeaturesArgs {
     /// Audio file (WAV, FLAC, MP3, OGG Vorbis).
@@ -85,6 +102,9 @@ struct FeaturesArgs {
     /// Output .npy path.
     #[arg(long, env = "SONOGRAPH_OUT")]
     out: PathBuf,
+    /// Storage type of the .npy (f16 halves the file; values round to the nearest f16).
+    #[arg(long, env = "SONOGRAPH_DTYPE", value_enum, default_value_t = DtypeArg::F32)]
+    dtype: DtypeArg,
     /// Use one channel (0-based) instead of the mean of all channels.
     #[arg(long, env = "SONOGRAPH_CHANNEL")]
     channel: Option<usize>,
@@ -246,7 +266,7 @@ fn features(args: &FeaturesArgs) -> Result<()> {
             spec.sample_rate
         );
     }
-    sonograph_io::write_npy_f32(&args.out, &[frames, spec.n_bins()], &out)
+    sonograph_io::write_npy(&args.out, &[frames, spec.n_bins()], &out, args.dtype.into())
         .map_err(|e| user(e.to_string()))?;
     tracing::info!(
         input = %args.input.display(),

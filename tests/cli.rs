@@ -7,7 +7,8 @@ use common::{bin, repo, stderr, Tmp};
 use std::path::{Path, PathBuf};
 
 use sonograph_dsp::{CpuExtractor, FeatureSpec};
-use sonograph_io::{decode_mono, read_npy_f32, DecodeOptions};
+use sonograph_io::parquet::Dtype;
+use sonograph_io::{decode_mono, read_npy, read_npy_f32, DecodeOptions};
 
 fn data(name: &str) -> PathBuf {
     repo("tests/data").join(name)
@@ -40,6 +41,63 @@ fn features_writes_the_same_array_as_the_library() {
         .unwrap();
     assert_eq!(shape, vec![frames, 80]);
     assert_eq!(values, expect);
+}
+
+/// `--dtype f16` stores the f32 features rounded to the nearest f16, in half the bytes.
+#[test]
+fn features_dtype_f16_rounds_the_f32_output() {
+    let tmp = Tmp::new("features-f16");
+    let input = data("speech_16000_mono_s16.wav");
+    let (a, b) = (tmp.path("a.npy"), tmp.path("b.npy"));
+    for (out, dtype) in [(&a, "f32"), (&b, "f16")] {
+        let o = bin()
+            .args(["features", input.to_str().unwrap(), "--preset", "whisper"])
+            .args(["--dtype", dtype, "--out"])
+            .arg(out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let (shape, dtype, halves) = read_npy(&b).unwrap();
+    let (full_shape, full) = read_npy_f32(&a).unwrap();
+    assert_eq!(dtype, Dtype::F16);
+    assert_eq!(shape, full_shape);
+    let rounded: Vec<f32> = full
+        .iter()
+        .map(|&v| half::f16::from_f32(v).to_f32())
+        .collect();
+    assert_eq!(halves, rounded);
+    assert_ne!(halves, full, "whisper features are not all exact in f16");
+}
+
+/// `features --device gpu` (lavapipe here) writes the CPU's array within 1e-4, Kaldi's deep
+/// bands included (the GPU computes in f64 where the adapter can).
+#[test]
+fn features_on_the_gpu_match_the_cpu() {
+    if !common::has_gpu_adapter() {
+        return;
+    }
+    let tmp = Tmp::new("features-gpu");
+    let input = data("speech_16000_mono_s16.wav");
+    let (cpu, gpu) = (tmp.path("cpu.npy"), tmp.path("gpu.npy"));
+    for (out, device) in [(&cpu, "cpu"), (&gpu, "gpu")] {
+        let o = bin()
+            .args(["features", input.to_str().unwrap(), "--preset", "kaldi"])
+            .args(["--device", device, "--out"])
+            .arg(out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{device}: {}", stderr(&o));
+    }
+    let (cs, c) = read_npy_f32(&cpu).unwrap();
+    let (gs, g) = read_npy_f32(&gpu).unwrap();
+    assert_eq!(cs, gs);
+    let worst = c
+        .iter()
+        .zip(&g)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max);
+    assert!(worst <= 1e-4, "worst {worst:e}");
 }
 
 #[test]

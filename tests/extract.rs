@@ -430,17 +430,7 @@ fn a_second_process_on_the_same_shard_is_refused() {
 
 #[test]
 fn gpu_device_gives_the_cpu_dataset_within_tolerance() {
-    let devices = bin()
-        .args(["devices", "--json", "--no-probe"])
-        .output()
-        .unwrap();
-    let listed: serde_json::Value = serde_json::from_slice(&devices.stdout).unwrap_or_default();
-    let has_gpu = listed["devices"].as_array().is_some_and(|d| {
-        d.iter()
-            .any(|x| x["id"].as_str().is_some_and(|id| id.starts_with("gpu")))
-    });
-    if !has_gpu {
-        eprintln!("skipped: no wgpu adapter (install mesa-vulkan-drivers for lavapipe)");
+    if !common::has_gpu_adapter() {
         return;
     }
     let tmp = Tmp::new("gpu");

@@ -45,3 +45,20 @@ impl Drop for Tmp {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// True when `sonograph devices` lists a wgpu adapter; otherwise prints why the caller skips.
+pub fn has_gpu_adapter() -> bool {
+    let devices = bin()
+        .args(["devices", "--json", "--no-probe"])
+        .output()
+        .unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&devices.stdout).unwrap_or_default();
+    let has_gpu = listed["devices"].as_array().is_some_and(|d| {
+        d.iter()
+            .any(|x| x["id"].as_str().is_some_and(|id| id.starts_with("gpu")))
+    });
+    if !has_gpu {
+        eprintln!("skipped: no wgpu adapter (install mesa-vulkan-drivers for lavapipe)");
+    }
+    has_gpu
+}

@@ -1,4 +1,10 @@
-// Shared by every kernel: the batch parameters (one uniform) and the per-item table.
+// Shared by every kernel: the spectral scalar type, the batch parameters (one uniform) and the
+// per-item table.
+
+// f32, or f64 on adapters with SHADER_F64: f32 cannot hold bands 80-100 dB under their frame's
+// peak to 1e-4 in dB or nats (its rounding noise sits about 140 dB under the peak), f64 can.
+// Samples in, log outputs out and the log itself stay f32 (SPIR-V has no f64 log).
+alias real = @REAL@;
 // Mirrors `Params` and `Item` in src/extractor.rs field for field.
 
 struct Params {

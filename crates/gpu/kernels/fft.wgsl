@@ -12,21 +12,21 @@ const NSTAGES: u32 = @NSTAGES@u;
 const MAXR: u32 = 8u;
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> frames: array<f32>;
-@group(0) @binding(2) var<storage, read> twiddle: array<vec2<f32>>;
-@group(0) @binding(3) var<storage, read_write> spectrum: array<f32>;
+@group(0) @binding(1) var<storage, read> frames: array<real>;
+@group(0) @binding(2) var<storage, read> twiddle: array<vec2<real>>;
+@group(0) @binding(3) var<storage, read_write> spectrum: array<real>;
 
-var<workgroup> buf: array<vec2<f32>, @TWO_N@>;
+var<workgroup> buf: array<vec2<real>, @TWO_N@>;
 var<private> radices: array<u32, NSTAGES> = array<u32, NSTAGES>(@RADICES@);
 
 // exp(-2 pi i m / N) for an integer m.
-fn w(m: u32) -> vec2<f32> {
+fn w(m: u32) -> vec2<real> {
     let c = twiddle[m % N];
-    return vec2<f32>(c.x, -c.y);
+    return vec2<real>(c.x, -c.y);
 }
 
-fn cmul(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
-    return vec2<f32>(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
+fn cmul(a: vec2<real>, b: vec2<real>) -> vec2<real> {
+    return vec2<real>(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
 }
 
 @compute @workgroup_size(64)
@@ -38,7 +38,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let base = t * N;
     for (var i = lid; i < N; i += 64u) {
-        buf[i] = vec2<f32>(frames[base + i], 0.0);
+        buf[i] = vec2<real>(frames[base + i], 0.0);
     }
     workgroupBarrier();
     var src = 0u;
@@ -51,7 +51,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let step = N / (ns * r);
         for (var j = lid; j < nr; j += 64u) {
             let k = j % ns;
-            var v: array<vec2<f32>, MAXR>;
+            var v: array<vec2<real>, MAXR>;
             for (var a = 0u; a < r; a++) {
                 v[a] = cmul(buf[src + j + a * nr], w(k * a * step));
             }
@@ -63,7 +63,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 let t1 = v[0] - v[2];
                 let t2 = v[1] + v[3];
                 let t3 = v[1] - v[3];
-                let mi_t3 = vec2<f32>(t3.y, -t3.x);
+                let mi_t3 = vec2<real>(t3.y, -t3.x);
                 buf[dst + idx] = t0 + t2;
                 buf[dst + idx + ns] = t1 + mi_t3;
                 buf[dst + idx + 2u * ns] = t0 - t2;

@@ -8,8 +8,8 @@
 @group(0) @binding(1) var<storage, read> samples: array<f32>;
 @group(0) @binding(2) var<storage, read> items: array<Item>;
 @group(0) @binding(3) var<storage, read> frame_item: array<u32>;
-@group(0) @binding(4) var<storage, read> win: array<f32>;
-@group(0) @binding(5) var<storage, read_write> frames: array<f32>;
+@group(0) @binding(4) var<storage, read> win: array<real>;
+@group(0) @binding(5) var<storage, read_write> frames: array<real>;
 
 // numpy's "reflect" index for any i, periodic beyond one reflection (as the CPU path).
 fn reflect_index(i: i32, n: i32) -> i32 {
@@ -47,29 +47,29 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let dst = base + p.window_offset;
     for (var m = 0u; m < p.win_length; m++) {
         var idx = start + i32(m);
-        var v = 0.0;
+        var v: real = 0.0;
         if (idx >= 0 && idx < n) {
-            v = samples[it.sample_offset + u32(idx)];
+            v = real(samples[it.sample_offset + u32(idx)]);
         } else if (p.reflect != 0u) {
-            v = samples[it.sample_offset + u32(reflect_index(idx, n))];
+            v = real(samples[it.sample_offset + u32(reflect_index(idx, n))]);
         }
         frames[dst + m] = v;
     }
     if (p.remove_dc != 0u) {
-        var sum = 0.0;
+        var sum: real = 0.0;
         for (var m = 0u; m < p.win_length; m++) {
             sum += frames[dst + m];
         }
-        let mean = sum / f32(p.win_length);
+        let mean = sum / real(p.win_length);
         for (var m = 0u; m < p.win_length; m++) {
             frames[dst + m] -= mean;
         }
     }
     if (p.preemph > 0.0) {
         for (var m = p.win_length - 1u; m >= 1u; m--) {
-            frames[dst + m] -= p.preemph * frames[dst + m - 1u];
+            frames[dst + m] -= real(p.preemph) * frames[dst + m - 1u];
         }
-        frames[dst] -= p.preemph * frames[dst];
+        frames[dst] -= real(p.preemph) * frames[dst];
     }
     for (var m = 0u; m < p.win_length; m++) {
         frames[dst + m] *= win[m];

@@ -10,9 +10,9 @@ struct Filter {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> spectrum: array<f32>;
+@group(0) @binding(1) var<storage, read> spectrum: array<real>;
 @group(0) @binding(2) var<storage, read> filters: array<Filter>;
-@group(0) @binding(3) var<storage, read> weights: array<f32>;
+@group(0) @binding(3) var<storage, read> weights: array<real>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
 @compute @workgroup_size(64)
@@ -24,17 +24,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     }
     let f = filters[b];
     let row = t * p.n_freq + f.start;
-    var e = 0.0;
+    var e: real = 0.0;
     for (var i = 0u; i < f.len; i++) {
         e += weights[f.weight_offset + i] * spectrum[row + i];
     }
-    if (p.log_kind != 0u) {
-        if (p.guard_add != 0u) {
-            e = e + p.guard;
-        } else {
-            e = max(e, p.guard);
-        }
-        e = log(e) * p.log_scale;
+    if (p.log_kind == 0u) {
+        out[t * p.n_mels + b] = f32(e);
+        return;
     }
-    out[t * p.n_mels + b] = e;
+    if (p.guard_add != 0u) {
+        e = e + real(p.guard);
+    } else {
+        e = max(e, real(p.guard));
+    }
+    out[t * p.n_mels + b] = log(f32(e)) * p.log_scale;
 }

@@ -34,12 +34,15 @@ pub struct GpuDevice {
 }
 
 impl GpuDevice {
-    /// Opens `adapter` with the largest limits it offers (big batches need big bindings).
+    /// Opens `adapter` with the largest limits it offers (big batches need big bindings) and
+    /// f64 in shaders where it has them.
     pub fn open(adapter: &wgpu::Adapter) -> Result<Self, String> {
         let limits = adapter.limits();
         let desc = wgpu::DeviceDescriptor {
             label: Some("sonograph"),
             required_limits: limits.clone(),
+            // f64 for the spectral core where the adapter has it (see kernels/common.wgsl).
+            required_features: adapter.features() & wgpu::Features::SHADER_F64,
             ..Default::default()
         };
         let (device, queue) =

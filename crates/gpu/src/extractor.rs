@@ -13,7 +13,7 @@ use sonograph_dsp::dct::Dct;
 use sonograph_dsp::mel::MelBank;
 use sonograph_dsp::spec::{FeatureSpec, Framing, OutputKind, PadMode, PreemphasisScope};
 use sonograph_dsp::window::window;
-use sonograph_dsp::{AudioBatch, ExtractError, Extractor, FeatureBatch};
+use sonograph_dsp::{AudioBatch, ExtractError, Extractor, FeatureBatch, Precision};
 use wgpu::util::DeviceExt;
 
 use crate::context::{self, GpuDevice};
@@ -124,6 +124,8 @@ pub struct GpuBackend {
     /// workgroup memory, else the direct DFT.
     dft_pipe: wgpu::ComputePipeline,
     fft: bool,
+    /// The spectral core's scalar (`real` in the kernels).
+    precision: Precision,
     mel_pipe: Option<wgpu::ComputePipeline>,
     window_buf: wgpu::Buffer,
     twiddle_buf: wgpu::Buffer,
@@ -182,10 +184,22 @@ impl GpuBackend {
                 "dither is not implemented on the GPU backend; use the CPU backend for dithered specs",
             ));
         }
+        let precision = match options.precision {
+            Precision::F64 if !gpu.device.features().contains(wgpu::Features::SHADER_F64) => {
+                tracing::warn!(
+                    adapter = %gpu.info.name,
+                    "no f64 in shaders on this adapter: the GPU computes in f32, which holds \
+                     1e-4 parity with the CPU's f64 core only for Whisper and PSD specs"
+                );
+                Precision::F32
+            }
+            p => p,
+        };
+        let real = scalar_name(precision);
         let d = &gpu.device;
         let scope = d.push_error_scope(wgpu::ErrorFilter::Validation);
         let pipeline = |name: &str, body: &str| {
-            let source = format!("{COMMON}\n{body}");
+            let source = format!("{}\n{body}", COMMON.replace("@REAL@", real));
             let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(name),
                 source: wgpu::ShaderSource::Wgsl(source.into()),
@@ -203,7 +217,9 @@ impl GpuBackend {
         let radices = fft_radices(spec.n_fft)
             .filter(|_| !options.force_dft)
             .filter(|_| {
-                16 * spec.n_fft as u64 <= u64::from(gpu.limits.max_compute_workgroup_storage_size)
+                // Two ping-pong halves of n_fft complex values.
+                4 * scalar_bytes(precision) * spec.n_fft as u64
+                    <= u64::from(gpu.limits.max_compute_workgroup_storage_size)
             });
         let fft = radices.is_some();
         let dft_pipe = match radices {
@@ -226,24 +242,24 @@ impl GpuBackend {
                 usage: wgpu::BufferUsages::STORAGE,
             })
         };
-        let win: Vec<f32> = window(spec.window, spec.win_length, spec.periodic)
-            .into_iter()
-            .map(|v| v as f32)
-            .collect();
-        let window_buf = init("window", bytemuck::cast_slice(&win));
-        // cos and sin of 2 pi i / N in f64, rounded once.
+        let window_buf = init(
+            "window",
+            &real_bytes(
+                precision,
+                window(spec.window, spec.win_length, spec.periodic),
+            ),
+        );
+        // cos and sin of 2 pi i / N in f64, rounded once to `real`.
         let n = spec.n_fft as f64;
-        let twiddle: Vec<[f32; 2]> = (0..spec.n_fft)
-            .map(|i| {
-                let a = 2.0 * std::f64::consts::PI * i as f64 / n;
-                [a.cos() as f32, a.sin() as f32]
-            })
-            .collect();
-        let twiddle_buf = init("twiddle", bytemuck::cast_slice(&twiddle));
+        let twiddle = (0..spec.n_fft).flat_map(|i| {
+            let a = 2.0 * std::f64::consts::PI * i as f64 / n;
+            [a.cos(), a.sin()]
+        });
+        let twiddle_buf = init("twiddle", &real_bytes(precision, twiddle));
         let mel_bufs = uses_mel(spec).then(|| {
             let bank = MelBank::new(spec);
             let mut filters = Vec::with_capacity(bank.filters.len());
-            let mut weights: Vec<f32> = Vec::with_capacity(bank.nnz() + 1);
+            let mut weights: Vec<f64> = Vec::with_capacity(bank.nnz() + 1);
             for f in &bank.filters {
                 filters.push(FilterRecord {
                     start: f.start as u32,
@@ -251,19 +267,22 @@ impl GpuBackend {
                     weight_offset: weights.len() as u32,
                     _pad: 0,
                 });
-                weights.extend(f.weights.iter().map(|&w| w as f32));
+                weights.extend_from_slice(&f.weights);
             }
             // A binding cannot be empty (every filter of a degenerate bank may be).
             weights.push(0.0);
             (
                 init("mel filters", bytemuck::cast_slice(&filters)),
-                init("mel weights", bytemuck::cast_slice(&weights)),
+                init("mel weights", &real_bytes(precision, weights)),
             )
         });
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(unavailable(format!("the kernels do not compile here: {e}")));
         }
-        let label = format!("gpu:{index} {} ({:?})", gpu.info.name, gpu.info.backend);
+        let label = format!(
+            "gpu:{index} {} ({:?}, {real})",
+            gpu.info.name, gpu.info.backend
+        );
         let allocator = WgpuAllocator {
             device: gpu.device.clone(),
             max_buffer: gpu.limits.max_buffer_size,
@@ -276,6 +295,7 @@ impl GpuBackend {
             frame_pipe,
             dft_pipe,
             fft,
+            precision,
             mel_pipe,
             window_buf,
             twiddle_buf,
@@ -293,6 +313,12 @@ impl GpuBackend {
         } else {
             "dft"
         }
+    }
+
+    /// The scalar the spectral core computes in: what `GpuOptions::precision` asked for, or
+    /// f32 where the adapter has no f64 in shaders.
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     /// The pool's statistics.
@@ -354,6 +380,9 @@ impl GpuBackend {
         let total = frame_item.len();
         let n_freq = spec.n_fft / 2 + 1;
         let width = gpu_row_width(spec);
+        let real = scalar_bytes(self.precision);
+        // Log-mel rows come back as f32; spectra (no mel) in the core's own scalar.
+        let row_bytes = if uses_mel(spec) { 4 } else { real };
         let max_dim = self.gpu.limits.max_compute_workgroups_per_dimension.max(1);
         let max_binding = self.gpu.limits.max_storage_buffer_binding_size;
         let retry = (n_items / 2).max(1);
@@ -379,16 +408,24 @@ impl GpuBackend {
             ("frame table", 4 * total as u64, BlockKind::Storage),
             (
                 "frames",
-                4 * (total * spec.n_fft) as u64,
+                real * (total * spec.n_fft) as u64,
                 BlockKind::Storage,
             ),
-            ("spectrum", 4 * (total * n_freq) as u64, BlockKind::Storage),
+            (
+                "spectrum",
+                real * (total * n_freq) as u64,
+                BlockKind::Storage,
+            ),
             (
                 "mel rows",
                 4 * (total * spec.n_mels) as u64,
                 BlockKind::Storage,
             ),
-            ("readback", 4 * (total * width) as u64, BlockKind::Readback),
+            (
+                "readback",
+                row_bytes * (total * width) as u64,
+                BlockKind::Readback,
+            ),
             (
                 "params",
                 std::mem::size_of::<Params>() as u64,
@@ -567,7 +604,14 @@ impl GpuBackend {
         }
         let bytes = context::read_buffer(&self.gpu, b_read, result_bytes, index, self.deadline)
             .map_err(|e| ExtractError::DeviceLost(format!("{}: {e}", self.label)))?;
-        Ok(bytemuck::pod_collect_to_vec(&bytes))
+        Ok(if spectrum_is_f64(spec, self.precision) {
+            bytemuck::pod_collect_to_vec::<u8, f64>(&bytes)
+                .into_iter()
+                .map(|v| v as f32)
+                .collect()
+        } else {
+            bytemuck::pod_collect_to_vec(&bytes)
+        })
     }
 }
 
@@ -589,6 +633,40 @@ fn fft_radices(mut n: usize) -> Option<Vec<u32>> {
         }
     }
     (n == 1 && !radices.is_empty()).then_some(radices)
+}
+
+/// True when the batch's result is an f64 spectrum (the host rounds it to f32 rows).
+fn spectrum_is_f64(spec: &FeatureSpec, precision: Precision) -> bool {
+    !uses_mel(spec) && precision == Precision::F64
+}
+
+/// The WGSL type of the spectral core.
+fn scalar_name(precision: Precision) -> &'static str {
+    match precision {
+        Precision::F32 => "f32",
+        Precision::F64 => "f64",
+    }
+}
+
+fn scalar_bytes(precision: Precision) -> u64 {
+    match precision {
+        Precision::F32 => 4,
+        Precision::F64 => 8,
+    }
+}
+
+/// `values` as the bytes of an `array<real>`.
+fn real_bytes(precision: Precision, values: impl IntoIterator<Item = f64>) -> Vec<u8> {
+    match precision {
+        Precision::F32 => {
+            let v: Vec<f32> = values.into_iter().map(|x| x as f32).collect();
+            bytemuck::cast_slice(&v).to_vec()
+        }
+        Precision::F64 => {
+            let v: Vec<f64> = values.into_iter().collect();
+            bytemuck::cast_slice(&v).to_vec()
+        }
+    }
 }
 
 fn n_freq_groups(spec: &FeatureSpec) -> u32 {

@@ -35,6 +35,10 @@ pub struct GpuOptions {
     /// O(log n_fft), but on lavapipe it holds NeMo's normalised log-mel within 1e-4 of the
     /// CPU's f64 core where the f32 FFT reaches 1.5e-4 (see tests/parity.rs).
     pub force_dft: bool,
+    /// The spectral core's scalar. f64 (the default, as on the CPU) needs an adapter with f64
+    /// in shaders (NVIDIA and AMD on Vulkan, lavapipe); elsewhere the backend computes in f32
+    /// and logs a warning ([`GpuBackend::precision`] says which it got).
+    pub precision: sonograph_dsp::Precision,
 }
 
 /// True when this build has the wgpu backend.

@@ -13,7 +13,7 @@ use std::path::Path;
 
 pub use decode::{AudioInfo, AudioReader, ChannelMix, DecodeOptions};
 pub use error::{DecodeError, StreamError, WriteError};
-pub use npy::{read_npy_f32, write_npy_f32};
+pub use npy::{read_npy, read_npy_f32, write_npy};
 pub use resample::StreamResampler;
 
 /// What a finished stream was.

@@ -1,15 +1,29 @@
-//! NumPy `.npy` (format 1.0) writer for float32 C-order arrays. The format is a 10-byte
-//! preamble and a Python-literal header; a dependency would add more than it saves.
+//! NumPy `.npy` (format 1.0) writer for float32 or float16 C-order arrays. The format is a
+//! 10-byte preamble and a Python-literal header; a dependency would add more than it saves.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use crate::error::WriteError;
+use crate::parquet::Dtype;
 
-/// Writes `data` as a float32 array of `shape`. The file appears whole or not at all: it is
-/// written under a temporary name and renamed.
-pub fn write_npy_f32(path: &Path, shape: &[usize], data: &[f32]) -> Result<(), WriteError> {
+/// numpy's `descr` of each storage type.
+fn descr(dtype: Dtype) -> &'static str {
+    match dtype {
+        Dtype::F32 => "<f4",
+        Dtype::F16 => "<f2",
+    }
+}
+
+/// Writes `data` as an array of `shape`, stored as `dtype` (f16 rounds to nearest). The file
+/// appears whole or not at all: it is written under a temporary name and renamed.
+pub fn write_npy(
+    path: &Path,
+    shape: &[usize],
+    data: &[f32],
+    dtype: Dtype,
+) -> Result<(), WriteError> {
     let count: usize = shape.iter().product();
     if count != data.len() {
         return Err(WriteError::Shape {
@@ -26,9 +40,13 @@ pub fn write_npy_f32(path: &Path, shape: &[usize], data: &[f32]) -> Result<(), W
     tmp_name.push(".tmp");
     let tmp = Path::new(&tmp_name);
     let mut w = BufWriter::new(File::create(tmp).map_err(io)?);
-    w.write_all(&npy_header(shape)).map_err(io)?;
-    for v in data {
-        w.write_all(&v.to_le_bytes()).map_err(io)?;
+    w.write_all(&npy_header(shape, dtype)).map_err(io)?;
+    for &v in data {
+        match dtype {
+            Dtype::F32 => w.write_all(&v.to_le_bytes()),
+            Dtype::F16 => w.write_all(&half::f16::from_f32(v).to_le_bytes()),
+        }
+        .map_err(io)?;
     }
     w.into_inner()
         .map_err(|e| io(e.into_error()))?
@@ -38,7 +56,7 @@ pub fn write_npy_f32(path: &Path, shape: &[usize], data: &[f32]) -> Result<(), W
 }
 
 /// Preamble + header dict, space-padded so that the data starts on a 64-byte boundary.
-pub fn npy_header(shape: &[usize]) -> Vec<u8> {
+pub fn npy_header(shape: &[usize], dtype: Dtype) -> Vec<u8> {
     let dims = match shape {
         [one] => format!("({one},)"),
         _ => format!(
@@ -50,7 +68,10 @@ pub fn npy_header(shape: &[usize]) -> Vec<u8> {
                 .join(", ")
         ),
     };
-    let mut dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {dims}, }}");
+    let mut dict = format!(
+        "{{'descr': '{}', 'fortran_order': False, 'shape': {dims}, }}",
+        descr(dtype)
+    );
     let unpadded = 10 + dict.len() + 1;
     dict.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
     dict.push('\n');
@@ -60,11 +81,16 @@ pub fn npy_header(shape: &[usize]) -> Vec<u8> {
     out
 }
 
-/// Reads a float32 little-endian C-order `.npy` (what [`write_npy_f32`] and numpy write);
-/// returns the shape and the values. For tests and tools, not hostile input.
+/// Reads a float32 or float16 little-endian C-order `.npy` (what [`write_npy`] and numpy
+/// write); returns the shape and the values as f32. For tests and tools, not hostile input.
 pub fn read_npy_f32(path: &Path) -> Result<(Vec<usize>, Vec<f32>), String> {
+    read_npy(path).map(|(shape, _, data)| (shape, data))
+}
+
+/// [`read_npy_f32`] that also says how the values were stored.
+pub fn read_npy(path: &Path) -> Result<(Vec<usize>, Dtype, Vec<f32>), String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let bad = |why: &str| format!("{}: not a float32 .npy: {why}", path.display());
+    let bad = |why: &str| format!("{}: not a float32/float16 .npy: {why}", path.display());
     if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
         return Err(bad("no magic"));
     }
@@ -82,8 +108,12 @@ pub fn read_npy_f32(path: &Path) -> Result<(Vec<usize>, Vec<f32>), String> {
             .ok_or_else(|| bad("short header"))?,
     )
     .map_err(|_| bad("header is not text"))?;
-    if !header.contains("'<f4'") || header.contains("'fortran_order': True") {
-        return Err(bad("not little-endian float32 in C order"));
+    let dtype = [Dtype::F32, Dtype::F16]
+        .into_iter()
+        .find(|&d| header.contains(&format!("'{}'", descr(d))))
+        .ok_or_else(|| bad("not little-endian float32 or float16"))?;
+    if header.contains("'fortran_order': True") {
+        return Err(bad("not in C order"));
     }
     let shape_text = header
         .split("'shape':")
@@ -97,14 +127,21 @@ pub fn read_npy_f32(path: &Path) -> Result<(Vec<usize>, Vec<f32>), String> {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse().map_err(|_| bad("bad shape")))
         .collect::<Result<_, _>>()?;
-    let data: Vec<f32> = bytes[start + header_len..]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
+    let body = &bytes[start + header_len..];
+    let data: Vec<f32> = match dtype {
+        Dtype::F32 => body
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        Dtype::F16 => body
+            .chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+    };
     if data.len() != shape.iter().product::<usize>() {
         return Err(bad("data length does not match the shape"));
     }
-    Ok((shape, data))
+    Ok((shape, dtype, data))
 }
 
 #[cfg(test)]
@@ -114,7 +151,7 @@ mod tests {
     #[test]
     fn header_is_aligned_and_round_trips() {
         for shape in [vec![0, 80], vec![3], vec![123, 4567]] {
-            let h = npy_header(&shape);
+            let h = npy_header(&shape, Dtype::F32);
             assert_eq!(h.len() % 64, 0);
             assert_eq!(*h.last().unwrap(), b'\n');
         }
@@ -122,9 +159,24 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("a.npy");
         let data: Vec<f32> = (0..6).map(|i| i as f32 * 0.5).collect();
-        write_npy_f32(&path, &[2, 3], &data).unwrap();
-        assert_eq!(read_npy_f32(&path).unwrap(), (vec![2, 3], data));
-        assert!(write_npy_f32(&path, &[4, 3], &[0.0]).is_err());
+        write_npy(&path, &[2, 3], &data, Dtype::F32).unwrap();
+        assert_eq!(read_npy_f32(&path).unwrap(), (vec![2, 3], data.clone()));
+        assert!(write_npy(&path, &[4, 3], &[0.0], Dtype::F32).is_err());
+        // f16: half the bytes; values round to the nearest f16 (these are exact in f16, 1/3
+        // is not).
+        let mut data16 = data.clone();
+        data16.push(1.0 / 3.0);
+        write_npy(&path, &[7], &data16, Dtype::F16).unwrap();
+        let (shape, dtype, back) = read_npy(&path).unwrap();
+        assert_eq!((shape, dtype), (vec![7], Dtype::F16));
+        assert_eq!(back[..6], data[..]);
+        assert_eq!(back[6], half::f16::from_f32(1.0 / 3.0).to_f32());
+        assert_ne!(back[6], 1.0 / 3.0);
+        let header = npy_header(&[7], Dtype::F16);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len() as usize,
+            header.len() + 7 * 2
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
