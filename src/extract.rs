@@ -110,6 +110,14 @@ pub fn devices(
         .split(',')
         .map(|one| match crate::gpu_cli::select(one.trim())? {
             sonograph_gpu::Selected::Cpu => cpu(),
+            // `auto` means "the GPU if it can": one that cannot take this spec (dither) or
+            // will not open leaves the job to the CPU.
+            sonograph_gpu::Selected::Gpu(index) if one.trim() == "auto" => {
+                gpu(index).or_else(|e| {
+                    tracing::warn!("--device auto: {e}; computing on the CPU");
+                    cpu()
+                })
+            }
             sonograph_gpu::Selected::Gpu(index) => gpu(index),
         })
         .collect()

@@ -6,11 +6,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use sonograph_dsp::{AudioBatch, CpuBackend, Extractor, FeatureBatch, FeatureSpec, Precision};
-use sonograph_gpu::pool::DEFAULT_BUDGET;
-use sonograph_gpu::{
-    AdaptiveBatcher, BatcherConfig, Budget, DeviceRegistry, DeviceSelection, GpuBackend,
-    GpuOptions, Selected,
-};
+use sonograph_gpu::{Budget, DeviceRegistry, DeviceSelection, GpuBackend, GpuOptions, Selected};
+use sonograph_pipeline::{AdaptiveBatcher, BatchStats, BatcherConfig};
 
 use super::{load_spec, user, BenchArgs, FeaturesArgs};
 
@@ -65,12 +62,37 @@ pub fn devices(args: &DevicesArgs) -> Result<()> {
                 .map(|r| format!("  ({r})"))
                 .unwrap_or_default()
         );
+        if let Some(t) = &d.telemetry {
+            println!("{:<6} {}", "", telemetry_line(t));
+        }
     }
     println!("--device auto selects: {}", selected_id(auto));
     if !sonograph_gpu::GPU_BUILT {
         println!("(built without the `gpu` feature: only the CPU is available)");
     }
     Ok(())
+}
+
+/// One line of NVML telemetry under an NVIDIA device; "?" where a query failed.
+fn telemetry_line(t: &sonograph_gpu::GpuTelemetry) -> String {
+    fn or_unknown<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
+        v.map_or_else(|| "?".into(), f)
+    }
+    let bytes = |b: Option<u64>| or_unknown(b, sonograph_gpu::pool::human_bytes);
+    let watts = |w: Option<f64>| or_unknown(w, |w| format!("{w:.0} W"));
+    format!(
+        "nvml:{} {}  bus {}  mem {} / {}  util {} (mem {})  {}  power {} / {}",
+        t.nvml_index,
+        t.uuid.as_deref().unwrap_or("?"),
+        t.pci_bus_id.as_deref().unwrap_or("?"),
+        bytes(t.memory_used_bytes),
+        bytes(t.memory_total_bytes),
+        or_unknown(t.utilization_gpu_percent, |p| format!("{p}%")),
+        or_unknown(t.utilization_memory_percent, |p| format!("{p}%")),
+        or_unknown(t.temperature_c, |c| format!("{c} C")),
+        watts(t.power_w),
+        watts(t.power_limit_w),
+    )
 }
 
 fn selected_id(s: Selected) -> String {
@@ -91,20 +113,28 @@ pub fn select(device: &str) -> Result<Selected> {
         .map_err(|e| user(e.to_string()))
 }
 
+/// The GPU backend `features --device` runs on.
+pub fn open(
+    args: &FeaturesArgs,
+    spec: &FeatureSpec,
+    adapter: usize,
+) -> Result<GpuBackend, sonograph_dsp::ExtractError> {
+    let options = GpuOptions {
+        adapter: Some(adapter),
+        precision: args.spec.precision.into(),
+        ..Default::default()
+    };
+    GpuBackend::new(spec, &options)
+}
+
 /// `features --device gpu...`: the whole file decoded, then one item on the GPU.
-pub fn features(args: &FeaturesArgs, spec: &FeatureSpec, adapter: usize) -> Result<()> {
+pub fn features(args: &FeaturesArgs, spec: &FeatureSpec, mut gpu: GpuBackend) -> Result<()> {
     let samples = sonograph_io::decode_mono(
         &args.input,
         &super::decode_options(args.channel),
         spec.sample_rate,
     )
     .map_err(|e| user(e.to_string()))?;
-    let options = GpuOptions {
-        adapter: Some(adapter),
-        precision: args.spec.precision.into(),
-        ..Default::default()
-    };
-    let mut gpu = GpuBackend::new(spec, &options).map_err(|e| user(e.to_string()))?;
     let mut out = FeatureBatch::new(spec.n_bins());
     gpu.extract_batch(&AudioBatch::from_items([samples.as_slice()]), &mut out)
         .with_context(|| format!("{}: on {}", args.input.display(), gpu.device()))?;
@@ -153,7 +183,12 @@ fn generated(spec: &FeatureSpec, items: usize, seconds: f64) -> Vec<Vec<f32>> {
 pub fn bench(args: &BenchArgs, device: &str) -> Result<()> {
     let spec = load_spec(&args.spec)?;
     let clips: Vec<Vec<f32>> = if args.inputs.is_empty() {
-        generated(&spec, 8, 10.0)
+        if args.clips == 0 || !(args.seconds > 0.0 && args.seconds <= 3600.0) {
+            return Err(user(
+                "--clips must be at least 1 and --seconds in (0, 3600]",
+            ));
+        }
+        generated(&spec, args.clips, args.seconds)
     } else {
         args.inputs
             .iter()
@@ -178,17 +213,13 @@ pub fn bench(args: &BenchArgs, device: &str) -> Result<()> {
             .select(selection)
             .map_err(|e| user(e.to_string()))?]
     };
-    let budget = match &args.gpu_memory {
-        Some(text) => Budget::parse(text).map_err(|e| user(e.to_string()))?,
-        None => Budget::Bytes(DEFAULT_BUDGET),
-    };
+    let budget = args
+        .gpu_memory
+        .as_deref()
+        .map(|text| Budget::parse(text).map_err(|e| user(format!("--gpu-memory: {e}"))))
+        .transpose()?;
     let precision: Precision = args.spec.precision.into();
     let longest = clips.iter().map(|c| c.len()).max().unwrap_or(0);
-    let config = BatcherConfig::from_budget(
-        budget.resolve(None),
-        sonograph_gpu::plan::item_bytes(&spec, longest),
-        clips.len().max(1),
-    );
     for target in targets {
         let mut fallback = CpuBackend::new(&spec, precision).map_err(|e| user(e.to_string()))?;
         let (name, timing, memory) = match target {
@@ -199,13 +230,14 @@ pub fn bench(args: &BenchArgs, device: &str) -> Result<()> {
                     CpuBackend::with_threads(&spec, precision, args.threads)
                 }
                 .map_err(|e| user(e.to_string()))?;
+                let config = BatcherConfig::for_device(&cpu, longest, clips.len());
                 let timing = time_backend(&mut cpu, &mut fallback, &batch, config, args.repeat)?;
                 (cpu.device(), timing, None)
             }
             Selected::Gpu(i) => {
                 let options = GpuOptions {
                     adapter: Some(i),
-                    budget: Some(budget),
+                    budget,
                     precision,
                     ..Default::default()
                 };
@@ -217,6 +249,7 @@ pub fn bench(args: &BenchArgs, device: &str) -> Result<()> {
                         continue;
                     }
                 };
+                let config = BatcherConfig::for_device(&gpu, longest, clips.len());
                 let timing = time_backend(&mut gpu, &mut fallback, &batch, config, args.repeat)?;
                 (gpu.device(), timing, Some(gpu.memory_stats()))
             }
@@ -248,7 +281,7 @@ fn time_backend(
     batch: &AudioBatch,
     config: BatcherConfig,
     repeat: usize,
-) -> Result<(Vec<f64>, usize, sonograph_gpu::BatchStats)> {
+) -> Result<(Vec<f64>, usize, BatchStats)> {
     let bins = backend.spec().n_bins();
     let mut batcher = AdaptiveBatcher::new(config);
     let mut out = FeatureBatch::new(bins);

@@ -130,12 +130,19 @@ struct BenchArgs {
     #[arg(long, default_value_t = 5)]
     repeat: usize,
     /// Time on devices (all, cpu, gpu, gpu:N) through the adaptive batcher, on the files or on
-    /// a generated batch (8 clips of 10 s); prints one JSON line per device.
+    /// a generated batch (--clips of --seconds); prints one JSON line per device.
     #[arg(long)]
     device: Option<String>,
-    /// GPU memory budget for --device ("6GiB", "80%"; default 2 GiB).
+    /// GPU memory budget for --device ("6GiB", "80%"; default: 90% of the free memory NVML
+    /// reports, else 2 GiB).
     #[arg(long, env = "SONOGRAPH_GPU_MEMORY")]
     gpu_memory: Option<String>,
+    /// Clips in the generated batch of --device (without files).
+    #[arg(long, default_value_t = 8)]
+    clips: usize,
+    /// Seconds per generated clip.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
 }
 
 /// An error caused by the input or the invocation (exit code 2), as opposed to a bug.
@@ -238,7 +245,14 @@ fn decode_options(channel: Option<usize>) -> DecodeOptions {
 fn features(args: &FeaturesArgs) -> Result<()> {
     let spec = load_spec(&args.spec)?;
     if let sonograph_gpu::Selected::Gpu(adapter) = gpu_cli::select(&args.device)? {
-        return gpu_cli::features(args, &spec, adapter);
+        match gpu_cli::open(args, &spec, adapter) {
+            Ok(gpu) => return gpu_cli::features(args, &spec, gpu),
+            // `auto` means "the GPU if it can" (see `extract`).
+            Err(e) if args.device.trim() == "auto" => {
+                tracing::warn!("--device auto: {e}; computing on the CPU");
+            }
+            Err(e) => return Err(user(e.to_string())),
+        }
     }
     let mut extractor = CpuExtractor::with_precision(&spec, args.spec.precision.into())
         .map_err(|e| user(e.to_string()))?;

@@ -11,6 +11,9 @@ out=${OUT:-/tmp}
 date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 .gpubench/sonograph devices --json | tee "$out/devices.json"
 (cd . && .gpubench/parity --nocapture) 2>&1 | tail -40 | tee "$out/parity.txt"
-.gpubench/sonograph bench --device gpu --preset whisper | tee "$out/bench-gpu.json"
-.gpubench/sonograph bench --device cpu --preset whisper | tee "$out/bench-cpu.json"
+batch="--preset whisper --clips 64 --seconds 30 --repeat 5"
+for p in f32 f64; do
+  .gpubench/sonograph bench --device gpu $batch --precision $p | tee "$out/bench-gpu-$p.json"
+done
+.gpubench/sonograph bench --device cpu $batch | tee "$out/bench-cpu.json"
 python3 bench/gpu/torchaudio_mel.py --clips 64 --seconds 30 | tee "$out/torchaudio.json"

@@ -180,6 +180,12 @@ pub trait Extractor: Send {
         batch: &AudioBatch,
         out: &mut FeatureBatch,
     ) -> Result<(), ExtractError>;
+    /// How many items of `item_samples` samples the device expects to fit in one batch (its
+    /// memory budget over the bytes one item needs): the batcher's first size. `None` (the
+    /// CPU) sets no limit.
+    fn batch_hint(&self, _item_samples: usize) -> Option<usize> {
+        None
+    }
 }
 
 /// The CPU backend: items in parallel on a rayon pool, one [`CpuExtractor`] per worker.

@@ -36,9 +36,48 @@ struct Params {
     frame_row: u32,
 }
 
+// One sparse mel filter: `len` weights from `weight_offset`, over bins from `start`.
+struct Filter {
+    start: u32,
+    len: u32,
+    weight_offset: u32,
+    _pad: u32,
+}
+
 struct Item {
     sample_offset: u32,
     n_samples: u32,
     frame_offset: u32,
     n_frames: u32,
+}
+
+// numpy's "reflect" index for any i, periodic beyond one reflection (as the CPU path).
+fn reflect_index(i: i32, n: i32) -> i32 {
+    if (n == 1) {
+        return 0;
+    }
+    let period = 2 * (n - 1);
+    var m = i % period;
+    if (m < 0) {
+        m += period;
+    }
+    if (m < n) {
+        return m;
+    }
+    return period - m;
+}
+
+// The spec's guard (clamp or add) and log of one mel energy (`p` is each kernel's uniform);
+// the log in f32: SPIR-V has no f64 log, and f32 holds a log to 1e-7 relative.
+fn guarded_log(energy: real) -> f32 {
+    if (p.log_kind == 0u) {
+        return f32(energy);
+    }
+    var e = energy;
+    if (p.guard_add != 0u) {
+        e = e + real(p.guard);
+    } else {
+        e = max(e, real(p.guard));
+    }
+    return log(f32(e)) * p.log_scale;
 }

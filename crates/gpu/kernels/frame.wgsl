@@ -11,22 +11,6 @@
 @group(0) @binding(4) var<storage, read> win: array<real>;
 @group(0) @binding(5) var<storage, read_write> frames: array<real>;
 
-// numpy's "reflect" index for any i, periodic beyond one reflection (as the CPU path).
-fn reflect_index(i: i32, n: i32) -> i32 {
-    if (n == 1) {
-        return 0;
-    }
-    let period = 2 * (n - 1);
-    var m = i % period;
-    if (m < 0) {
-        m += period;
-    }
-    if (m < n) {
-        return m;
-    }
-    return period - m;
-}
-
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let t = gid.x + gid.y * p.frame_row;

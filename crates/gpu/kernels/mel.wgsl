@@ -2,13 +2,6 @@
 // FFT bins where its triangle is non-zero (MelBank's sparse form), so a band costs its width,
 // not n_fft/2+1. The guard (clamp or add) and the log follow the spec.
 
-struct Filter {
-    start: u32,
-    len: u32,
-    weight_offset: u32,
-    _pad: u32,
-}
-
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> spectrum: array<real>;
 @group(0) @binding(2) var<storage, read> filters: array<Filter>;
@@ -28,14 +21,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     for (var i = 0u; i < f.len; i++) {
         e += weights[f.weight_offset + i] * spectrum[row + i];
     }
-    if (p.log_kind == 0u) {
-        out[t * p.n_mels + b] = f32(e);
-        return;
-    }
-    if (p.guard_add != 0u) {
-        e = e + real(p.guard);
-    } else {
-        e = max(e, real(p.guard));
-    }
-    out[t * p.n_mels + b] = log(f32(e)) * p.log_scale;
+    out[t * p.n_mels + b] = guarded_log(e);
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::error::GpuError;
+use crate::nvml::GpuTelemetry;
 
 /// Where a device stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -99,6 +100,10 @@ pub struct DeviceInfo {
     pub reason: Option<String>,
     /// Duration of the last health probe in milliseconds.
     pub probe_ms: Option<f64>,
+    /// NVML's view of the device (memory, utilisation, temperature, power) for an NVIDIA GPU
+    /// where libnvidia-ml loads; `null` otherwise, so the JSON always has the key. Read at
+    /// discovery; [`DeviceRegistry::refresh_telemetry`] reads it again.
+    pub telemetry: Option<GpuTelemetry>,
 }
 
 impl DeviceInfo {
@@ -115,6 +120,7 @@ impl DeviceInfo {
             state: DeviceState::Available,
             reason: None,
             probe_ms: None,
+            telemetry: None,
         }
     }
 
@@ -195,11 +201,14 @@ impl DeviceRegistry {
                         state: DeviceState::Available,
                         reason: None,
                         probe_ms: None,
+                        telemetry: None,
                     }
                 })
                 .collect();
             devices.push(DeviceInfo::cpu());
-            DeviceRegistry { devices, adapters }
+            let mut registry = DeviceRegistry { devices, adapters };
+            registry.refresh_telemetry();
+            registry
         }
         #[cfg(not(feature = "gpu"))]
         {
@@ -272,6 +281,71 @@ impl DeviceRegistry {
                     )),
                 }
             }
+        }
+    }
+
+    /// Reads NVML again and updates every GPU's telemetry (see [`Self::update_telemetry`]).
+    /// Without NVML it leaves every `telemetry` as it is (`None` after discovery).
+    pub fn refresh_telemetry(&mut self) {
+        if !crate::nvml::available() {
+            return;
+        }
+        let readings = crate::nvml::all_devices();
+        self.update_telemetry(&readings);
+    }
+
+    /// Gives each GPU the reading in `readings` that is the same device
+    /// ([`crate::nvml::match_adapter`]), or `None` when none is. A GPU is identified by its
+    /// wgpu adapter's PCI bus id, vendor and device id; one without an adapter (built with
+    /// [`Self::from_devices`]) by the bus id of the telemetry it already has, and one with
+    /// neither is left alone.
+    pub fn update_telemetry(&mut self, readings: &[GpuTelemetry]) {
+        for d in &mut self.devices {
+            if d.index.is_none() {
+                continue;
+            }
+            #[cfg(feature = "gpu")]
+            if let Some(adapter) = d.index.and_then(|i| self.adapters.get(i)) {
+                let info = adapter.get_info();
+                d.telemetry = crate::nvml::match_wgpu_adapter(&info, readings).cloned();
+                continue;
+            }
+            // Only a well-formed bus id identifies a device here: there is no device id to
+            // fall back on.
+            let Some(bus_id) = d
+                .telemetry
+                .as_ref()
+                .and_then(|t| t.pci_bus_id.as_deref())
+                .and_then(crate::nvml::normalize_bus_id)
+            else {
+                continue;
+            };
+            d.telemetry =
+                crate::nvml::match_adapter(&bus_id, 0, 0, readings).map(|i| readings[i].clone());
+        }
+    }
+
+    /// Marks an available device busy, for a job that runs on it; returns whether it did.
+    /// Only `Available` becomes `Busy`: a degraded device keeps saying so, and a failed or
+    /// disabled one is not handed work.
+    pub fn mark_busy(&mut self, id: &str) -> bool {
+        self.transition(id, DeviceState::Available, DeviceState::Busy)
+    }
+
+    /// Marks a busy device available again once its job is done; returns whether it did.
+    /// Only `Busy` becomes `Available`, so that releasing a device never revives one that
+    /// failed while it ran.
+    pub fn mark_available(&mut self, id: &str) -> bool {
+        self.transition(id, DeviceState::Busy, DeviceState::Available)
+    }
+
+    fn transition(&mut self, id: &str, from: DeviceState, to: DeviceState) -> bool {
+        match self.devices.iter_mut().find(|d| d.id == id) {
+            Some(d) if d.state == from => {
+                d.state = to;
+                true
+            }
+            _ => false,
         }
     }
 
@@ -355,6 +429,7 @@ mod tests {
             state: DeviceState::Available,
             reason: None,
             probe_ms: None,
+            telemetry: None,
         }
     }
 
@@ -442,5 +517,80 @@ mod tests {
         assert_eq!(mixed.select(DeviceSelection::Auto).unwrap(), Selected::Cpu);
         assert!(mixed.select(DeviceSelection::Gpu).is_err());
         assert_eq!(mixed.devices().last().unwrap().id, "cpu");
+    }
+
+    #[test]
+    fn busy_and_available_move_only_between_each_other() {
+        let mut r = DeviceRegistry::from_devices(vec![
+            gpu(0, DeviceType::DiscreteGpu),
+            gpu(1, DeviceType::DiscreteGpu),
+        ]);
+        assert!(r.mark_busy("gpu:0"));
+        assert_eq!(r.get("gpu:0").unwrap().state, DeviceState::Busy);
+        assert!(!r.mark_busy("gpu:0"), "already busy");
+        // Busy devices stay selectable.
+        assert_eq!(
+            r.select(DeviceSelection::GpuIndex(0)).unwrap(),
+            Selected::Gpu(0)
+        );
+        assert!(r.mark_available("gpu:0"));
+        assert_eq!(r.get("gpu:0").unwrap().state, DeviceState::Available);
+        assert!(!r.mark_available("gpu:0"), "already available");
+
+        // A device that failed while busy is not revived by its release.
+        assert!(r.mark_busy("gpu:1"));
+        r.set_state("gpu:1", DeviceState::Failed, Some("lost".into()));
+        assert!(!r.mark_available("gpu:1"));
+        assert_eq!(r.get("gpu:1").unwrap().state, DeviceState::Failed);
+        assert!(!r.mark_busy("gpu:1"));
+        r.set_state("gpu:1", DeviceState::Degraded, None);
+        assert!(!r.mark_busy("gpu:1"), "degraded stays degraded");
+        assert!(!r.mark_busy("gpu:9"));
+        assert!(r.mark_busy("cpu"));
+    }
+
+    #[test]
+    fn telemetry_updates_by_bus_id() {
+        let reading = |free: u64| GpuTelemetry {
+            uuid: Some("GPU-0".into()),
+            pci_bus_id: Some("00000000:65:00.0".into()),
+            memory_free_bytes: Some(free),
+            ..Default::default()
+        };
+        let mut nvidia = gpu(0, DeviceType::DiscreteGpu);
+        nvidia.telemetry = Some(GpuTelemetry {
+            pci_bus_id: Some("0000:65:00.0".into()),
+            ..reading(1)
+        });
+        let mut r = DeviceRegistry::from_devices(vec![nvidia, gpu(1, DeviceType::SoftwareGpu)]);
+        r.update_telemetry(&[reading(7)]);
+        assert_eq!(r.get("gpu:0").unwrap().telemetry, Some(reading(7)));
+        assert_eq!(r.get("gpu:1").unwrap().telemetry, None);
+        assert_eq!(r.get("cpu").unwrap().telemetry, None);
+        // Gone from NVML: no stale figures.
+        r.update_telemetry(&[]);
+        assert_eq!(r.get("gpu:0").unwrap().telemetry, None);
+    }
+
+    /// Discovery works without NVML: every device is listed, with `"telemetry": null`.
+    #[test]
+    fn discovery_without_nvml_lists_devices_with_null_telemetry() {
+        #[cfg(feature = "gpu")]
+        if let Ok(nvml) = nvml_wrapper::Nvml::init() {
+            eprintln!(
+                "skipped: NVML is present here ({} devices), so telemetry may be filled",
+                nvml.device_count().unwrap_or(0)
+            );
+            return;
+        }
+        let registry = DeviceRegistry::discover();
+        let devices = registry.devices();
+        assert_eq!(devices.last().map(|d| d.id.as_str()), Some("cpu"));
+        for d in devices {
+            assert_eq!(d.telemetry, None, "{}", d.id);
+            let json = serde_json::to_value(d).unwrap();
+            assert!(json["telemetry"].is_null(), "{json}");
+            assert!(json.as_object().unwrap().contains_key("telemetry"));
+        }
     }
 }

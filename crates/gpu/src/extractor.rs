@@ -18,14 +18,17 @@ use wgpu::util::DeviceExt;
 
 use crate::context::{self, GpuDevice};
 use crate::device::adapter_score;
-use crate::plan::{finish_item, gpu_row_width, log_params, prepare_item, raw_frames, uses_mel};
+use crate::plan::{
+    batch_buffers, finish_item, gpu_row_width, item_bytes, log_params, prepare_item, raw_frames,
+    scalar_bytes, uses_mel,
+};
 use crate::pool::{human_bytes, BlockAllocator, BlockKind, MemoryPool, MemoryStats, PoolBlock};
 use crate::GpuOptions;
 
 const COMMON: &str = include_str!("../kernels/common.wgsl");
 const FRAME: &str = include_str!("../kernels/frame.wgsl");
 const DFT: &str = include_str!("../kernels/dft.wgsl");
-const FFT: &str = include_str!("../kernels/fft.wgsl");
+const FUSED: &str = include_str!("../kernels/fused.wgsl");
 const MEL: &str = include_str!("../kernels/mel.wgsl");
 
 /// Mirrors `Params` in kernels/common.wgsl.
@@ -64,7 +67,7 @@ struct ItemRecord {
     n_frames: u32,
 }
 
-/// Mirrors `Filter` in kernels/mel.wgsl.
+/// Mirrors `Filter` in kernels/common.wgsl.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 struct FilterRecord {
@@ -119,14 +122,9 @@ pub struct GpuBackend {
     spec: FeatureSpec,
     gpu: GpuDevice,
     label: String,
-    frame_pipe: wgpu::ComputePipeline,
-    /// The spectrum kernel: the Stockham FFT where n_fft factors into radices 2..8 and fits in
-    /// workgroup memory, else the direct DFT.
-    dft_pipe: wgpu::ComputePipeline,
-    fft: bool,
+    kernels: Kernels,
     /// The spectral core's scalar (`real` in the kernels).
     precision: Precision,
-    mel_pipe: Option<wgpu::ComputePipeline>,
     window_buf: wgpu::Buffer,
     twiddle_buf: wgpu::Buffer,
     /// Sparse mel filters and their weights (mel outputs only).
@@ -135,6 +133,19 @@ pub struct GpuBackend {
     dct: Option<Dct>,
     /// How long one batch may take before the device counts as lost.
     deadline: Duration,
+}
+
+/// The kernels of one spec.
+enum Kernels {
+    /// kernels/fused.wgsl (its mel or power entry point): where n_fft factors into radices
+    /// 2..8 and two copies of a frame fit in workgroup memory.
+    Fused(wgpu::ComputePipeline),
+    /// frame.wgsl, dft.wgsl and, for mel outputs, mel.wgsl: any n_fft.
+    Passes {
+        frame: wgpu::ComputePipeline,
+        dft: wgpu::ComputePipeline,
+        mel: Option<wgpu::ComputePipeline>,
+    },
 }
 
 fn unavailable(msg: impl Into<String>) -> ExtractError {
@@ -174,9 +185,7 @@ impl GpuBackend {
         index: usize,
         options: &GpuOptions,
     ) -> Result<Self, ExtractError> {
-        let budget = options
-            .budget
-            .map_or(crate::pool::DEFAULT_BUDGET, |b| b.resolve(None));
+        let budget = crate::nvml::budget_for(options.budget, &gpu.info);
         spec.validate()
             .map_err(|e| unavailable(format!("invalid spec: {e}")))?;
         if spec.dither > 0.0 {
@@ -198,7 +207,7 @@ impl GpuBackend {
         let real = scalar_name(precision);
         let d = &gpu.device;
         let scope = d.push_error_scope(wgpu::ErrorFilter::Validation);
-        let pipeline = |name: &str, body: &str| {
+        let pipeline = |name: &str, body: &str, entry: &str| {
             let source = format!("{}\n{body}", COMMON.replace("@REAL@", real));
             let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(name),
@@ -208,12 +217,11 @@ impl GpuBackend {
                 label: Some(name),
                 layout: None,
                 module: &module,
-                entry_point: Some("main"),
+                entry_point: Some(entry),
                 compilation_options: Default::default(),
                 cache: None,
             })
         };
-        let frame_pipe = pipeline("frame", FRAME);
         let radices = fft_radices(spec.n_fft)
             .filter(|_| !options.force_dft)
             .filter(|_| {
@@ -221,20 +229,27 @@ impl GpuBackend {
                 4 * scalar_bytes(precision) * spec.n_fft as u64
                     <= u64::from(gpu.limits.max_compute_workgroup_storage_size)
             });
-        let fft = radices.is_some();
-        let dft_pipe = match radices {
+        let kernels = match radices {
             Some(radices) => {
                 let list: Vec<String> = radices.iter().map(|r| format!("{r}u")).collect();
-                let body = FFT
+                let body = FUSED
                     .replace("@N@", &spec.n_fft.to_string())
                     .replace("@TWO_N@", &(2 * spec.n_fft).to_string())
                     .replace("@NSTAGES@", &radices.len().to_string())
                     .replace("@RADICES@", &list.join(", "));
-                pipeline("fft", &body)
+                let entry = if uses_mel(spec) {
+                    "main_mel"
+                } else {
+                    "main_power"
+                };
+                Kernels::Fused(pipeline("fused", &body, entry))
             }
-            None => pipeline("dft", DFT),
+            None => Kernels::Passes {
+                frame: pipeline("frame", FRAME, "main"),
+                dft: pipeline("dft", DFT, "main"),
+                mel: uses_mel(spec).then(|| pipeline("mel", MEL, "main")),
+            },
         };
-        let mel_pipe = uses_mel(spec).then(|| pipeline("mel", MEL));
         let init = |label: &str, contents: &[u8]| {
             d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
@@ -292,11 +307,8 @@ impl GpuBackend {
                 .then(|| Dct::new(spec.n_mels, spec.n_mfcc, f64::from(spec.lifter))),
             spec: spec.clone(),
             label,
-            frame_pipe,
-            dft_pipe,
-            fft,
+            kernels,
             precision,
-            mel_pipe,
             window_buf,
             twiddle_buf,
             mel_bufs,
@@ -306,13 +318,17 @@ impl GpuBackend {
         })
     }
 
-    /// The spectrum kernel in use: "fft" (Stockham, mixed radix) or "dft" (direct).
+    /// The spectrum kernel in use: "fft" (the fused kernel's Stockham FFT) or "dft" (the
+    /// direct DFT of the three-pass path).
     pub fn spectrum_kernel(&self) -> &'static str {
-        if self.fft {
-            "fft"
-        } else {
-            "dft"
+        match self.kernels {
+            Kernels::Fused(_) => "fft",
+            Kernels::Passes { .. } => "dft",
         }
+    }
+
+    fn fused(&self) -> bool {
+        matches!(self.kernels, Kernels::Fused(_))
     }
 
     /// The scalar the spectral core computes in: what `GpuOptions::precision` asked for, or
@@ -378,11 +394,6 @@ impl GpuBackend {
     ) -> Result<Vec<f32>, ExtractError> {
         let spec = &self.spec;
         let total = frame_item.len();
-        let n_freq = spec.n_fft / 2 + 1;
-        let width = gpu_row_width(spec);
-        let real = scalar_bytes(self.precision);
-        // Log-mel rows come back as f32; spectra (no mel) in the core's own scalar.
-        let row_bytes = if uses_mel(spec) { 4 } else { real };
         let max_dim = self.gpu.limits.max_compute_workgroups_per_dimension.max(1);
         let max_binding = self.gpu.limits.max_storage_buffer_binding_size;
         let retry = (n_items / 2).max(1);
@@ -394,45 +405,27 @@ impl GpuBackend {
                 human_bytes(max_binding),
             ))
         };
-        let sizes = [
-            (
-                "samples",
-                4 * samples.len().max(1) as u64,
-                BlockKind::Storage,
-            ),
-            (
-                "items",
-                16 * records.len().max(1) as u64,
-                BlockKind::Storage,
-            ),
-            ("frame table", 4 * total as u64, BlockKind::Storage),
-            (
-                "frames",
-                real * (total * spec.n_fft) as u64,
-                BlockKind::Storage,
-            ),
-            (
-                "spectrum",
-                real * (total * n_freq) as u64,
-                BlockKind::Storage,
-            ),
-            (
-                "mel rows",
-                4 * (total * spec.n_mels) as u64,
-                BlockKind::Storage,
-            ),
-            (
-                "readback",
-                row_bytes * (total * width) as u64,
-                BlockKind::Readback,
-            ),
-            (
-                "params",
-                std::mem::size_of::<Params>() as u64,
-                BlockKind::Uniform,
-            ),
-        ];
-        for (what, bytes, kind) in sizes {
+        let buffers = batch_buffers(
+            spec,
+            self.precision,
+            self.fused(),
+            records.len(),
+            samples.len(),
+            total,
+        );
+        let kind = |what: &str| match what {
+            "readback" => BlockKind::Readback,
+            _ => BlockKind::Storage,
+        };
+        let mut sizes = buffers
+            .map(|(what, bytes)| (what, bytes, kind(what)))
+            .to_vec();
+        sizes.push((
+            "params",
+            std::mem::size_of::<Params>() as u64,
+            BlockKind::Uniform,
+        ));
+        for &(what, bytes, kind) in &sizes {
             // Indices inside the kernels are u32 element counts.
             if (kind == BlockKind::Storage && bytes > max_binding)
                 || bytes / 4 > u64::from(u32::MAX)
@@ -449,15 +442,7 @@ impl GpuBackend {
             return Err(too_big("dispatch grid", 4 * total as u64));
         }
         let mut blocks: Vec<PoolBlock<wgpu::Buffer>> = Vec::with_capacity(sizes.len());
-        for (what, bytes, kind) in sizes {
-            if what == "mel rows" && !uses_mel(spec) {
-                // Not bound; keep the slot so indices stay fixed.
-                match self.pool.alloc(4, kind) {
-                    Ok(b) => blocks.push(b),
-                    Err(e) => return Err(self.give_back_oom(blocks, &e.to_string(), n_items)),
-                }
-                continue;
-            }
+        for &(what, bytes, kind) in &sizes {
             match self.pool.alloc(bytes, kind) {
                 Ok(b) => blocks.push(b),
                 Err(e) => return Err(self.give_back_oom(blocks, &format!("{what}: {e}"), n_items)),
@@ -465,7 +450,7 @@ impl GpuBackend {
         }
         let result = self.encode_and_read(
             &blocks,
-            &sizes.map(|s| s.1),
+            &sizes.iter().map(|s| s.1).collect::<Vec<_>>(),
             samples,
             records,
             frame_item,
@@ -495,7 +480,7 @@ impl GpuBackend {
     fn encode_and_read(
         &self,
         blocks: &[PoolBlock<wgpu::Buffer>],
-        sizes: &[u64; 8],
+        sizes: &[u64],
         samples: &[f32],
         records: &[ItemRecord],
         frame_item: &[u32],
@@ -522,67 +507,86 @@ impl GpuBackend {
         q.write_buffer(b_samples, 0, bytemuck::cast_slice(samples));
         q.write_buffer(b_items, 0, bytemuck::cast_slice(records));
         q.write_buffer(b_table, 0, bytemuck::cast_slice(frame_item));
-        let frame_bind = d.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("frame"),
-            layout: &self.frame_pipe.get_bind_group_layout(0),
-            entries: &entries(vec![
-                (0, bind(7)),
-                (1, bind(0)),
-                (2, bind(1)),
-                (3, bind(2)),
-                (4, self.window_buf.as_entire_binding()),
-                (5, bind(3)),
-            ]),
-        });
-        let dft_bind = d.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("dft"),
-            layout: &self.dft_pipe.get_bind_group_layout(0),
-            entries: &entries(vec![
-                (0, bind(7)),
-                (1, bind(3)),
-                (2, self.twiddle_buf.as_entire_binding()),
-                (3, bind(4)),
-            ]),
-        });
-        let mel_bind = match (&self.mel_pipe, &self.mel_bufs) {
-            (Some(pipe), Some((filters, weights))) => Some((
-                pipe,
-                d.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: Some("mel"),
-                    layout: &pipe.get_bind_group_layout(0),
-                    entries: &entries(vec![
-                        (0, bind(7)),
-                        (1, bind(4)),
-                        (2, filters.as_entire_binding()),
-                        (3, weights.as_entire_binding()),
-                        (4, bind(5)),
-                    ]),
-                }),
-            )),
-            _ => None,
+        let bind_group = |label: &str, pipe: &wgpu::ComputePipeline, list| {
+            d.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(label),
+                layout: &pipe.get_bind_group_layout(0),
+                entries: &entries(list),
+            })
+        };
+        let mel = uses_mel(spec);
+        let (filters, weights) = match &self.mel_bufs {
+            Some((f, w)) => (Some(f), Some(w)),
+            None => (None, None),
         };
         let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("sonograph batch"),
         });
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
-            pass.set_pipeline(&self.frame_pipe);
-            pass.set_bind_group(0, &frame_bind, &[]);
-            pass.dispatch_workgroups(frame_x, frame_y, 1);
-            pass.set_pipeline(&self.dft_pipe);
-            pass.set_bind_group(0, &dft_bind, &[]);
-            if self.fft {
-                pass.dispatch_workgroups(grid_y, grid_z, 1);
-            } else {
-                pass.dispatch_workgroups(n_freq_groups(spec), grid_y, grid_z);
-            }
-            if let Some((pipe, bind)) = &mel_bind {
-                pass.set_pipeline(pipe);
-                pass.set_bind_group(0, bind, &[]);
-                pass.dispatch_workgroups(spec.n_mels.div_ceil(64) as u32, grid_y, grid_z);
+            match &self.kernels {
+                Kernels::Fused(pipe) => {
+                    let mut list = vec![
+                        (0, bind(7)),
+                        (1, bind(0)),
+                        (2, bind(1)),
+                        (3, bind(2)),
+                        (4, self.window_buf.as_entire_binding()),
+                        (5, self.twiddle_buf.as_entire_binding()),
+                    ];
+                    match (filters, weights) {
+                        (Some(f), Some(w)) if mel => list.extend([
+                            (6, f.as_entire_binding()),
+                            (7, w.as_entire_binding()),
+                            (8, bind(5)),
+                        ]),
+                        _ => list.push((9, bind(4))),
+                    }
+                    pass.set_pipeline(pipe);
+                    pass.set_bind_group(0, &bind_group("fused", pipe, list), &[]);
+                    pass.dispatch_workgroups(grid_y, grid_z, 1);
+                }
+                Kernels::Passes {
+                    frame,
+                    dft,
+                    mel: mel_pipe,
+                } => {
+                    let list = vec![
+                        (0, bind(7)),
+                        (1, bind(0)),
+                        (2, bind(1)),
+                        (3, bind(2)),
+                        (4, self.window_buf.as_entire_binding()),
+                        (5, bind(3)),
+                    ];
+                    pass.set_pipeline(frame);
+                    pass.set_bind_group(0, &bind_group("frame", frame, list), &[]);
+                    pass.dispatch_workgroups(frame_x, frame_y, 1);
+                    let list = vec![
+                        (0, bind(7)),
+                        (1, bind(3)),
+                        (2, self.twiddle_buf.as_entire_binding()),
+                        (3, bind(4)),
+                    ];
+                    pass.set_pipeline(dft);
+                    pass.set_bind_group(0, &bind_group("dft", dft, list), &[]);
+                    pass.dispatch_workgroups(n_freq_groups(spec), grid_y, grid_z);
+                    if let (Some(pipe), Some(f), Some(w)) = (mel_pipe, filters, weights) {
+                        let list = vec![
+                            (0, bind(7)),
+                            (1, bind(4)),
+                            (2, f.as_entire_binding()),
+                            (3, w.as_entire_binding()),
+                            (4, bind(5)),
+                        ];
+                        pass.set_pipeline(pipe);
+                        pass.set_bind_group(0, &bind_group("mel", pipe, list), &[]);
+                        pass.dispatch_workgroups(spec.n_mels.div_ceil(64) as u32, grid_y, grid_z);
+                    }
+                }
             }
         }
-        let (result_buf, result_bytes) = if mel_bind.is_some() {
+        let (result_buf, result_bytes) = if mel {
             (b_mel, sizes[5])
         } else {
             (b_spec, sizes[4])
@@ -648,13 +652,6 @@ fn scalar_name(precision: Precision) -> &'static str {
     }
 }
 
-fn scalar_bytes(precision: Precision) -> u64 {
-    match precision {
-        Precision::F32 => 4,
-        Precision::F64 => 8,
-    }
-}
-
 /// `values` as the bytes of an `array<real>`.
 fn real_bytes(precision: Precision, values: impl IntoIterator<Item = f64>) -> Vec<u8> {
     match precision {
@@ -680,6 +677,13 @@ impl Extractor for GpuBackend {
 
     fn device(&self) -> String {
         self.label.clone()
+    }
+
+    /// Half the budget over the bytes one item needs, so that the pool's cache and the next
+    /// batch's uploads have room.
+    fn batch_hint(&self, item_samples: usize) -> Option<usize> {
+        let bytes = item_bytes(&self.spec, self.precision, self.fused(), item_samples).max(1);
+        Some((self.pool.budget() / 2 / bytes).clamp(1, usize::MAX as u64) as usize)
     }
 
     fn extract_batch(

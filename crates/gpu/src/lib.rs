@@ -1,14 +1,14 @@
 //! sonograph-gpu: the wgpu runtime of sonograph. A device registry (discovery, scoring,
 //! states, health probe, `--device` selection), a caching memory pool with a budget and
-//! PyTorch-named statistics, WGSL kernels (`kernels/*.wgsl`) and the GPU extractor, and the
-//! adaptive batcher that recovers from out-of-memory and lost devices without losing an item.
+//! PyTorch-named statistics, WGSL kernels (`kernels/*.wgsl`) and the GPU extractor. The
+//! adaptive batcher that recovers from its out-of-memory errors lives in sonograph-pipeline.
 //!
 //! Without the `gpu` feature the crate still builds: the registry lists only the CPU and
 //! [`GpuBackend::new`] returns [`ExtractError::Unavailable`](sonograph_dsp::ExtractError).
 
-pub mod batcher;
 pub mod device;
 pub mod error;
+pub mod nvml;
 pub mod plan;
 pub mod pool;
 
@@ -17,11 +17,11 @@ pub mod context;
 #[cfg(feature = "gpu")]
 mod extractor;
 
-pub use batcher::{AdaptiveBatcher, BatchStats, BatcherConfig};
 pub use device::{DeviceInfo, DeviceRegistry, DeviceSelection, DeviceState, DeviceType, Selected};
 pub use error::GpuError;
 #[cfg(feature = "gpu")]
 pub use extractor::GpuBackend;
+pub use nvml::GpuTelemetry;
 pub use pool::{Budget, MemoryPool, MemoryStats};
 
 /// How to open the GPU backend.
@@ -29,7 +29,8 @@ pub use pool::{Budget, MemoryPool, MemoryStats};
 pub struct GpuOptions {
     /// Adapter index (`gpu:N`); `None` = the best-scoring adapter, software ones included.
     pub adapter: Option<usize>,
-    /// Memory budget; `None` = [`pool::DEFAULT_BUDGET`].
+    /// Memory budget; `None` = 90% of the free memory NVML reports for the adapter, else
+    /// [`pool::DEFAULT_BUDGET`] (see `nvml::budget_for`).
     pub budget: Option<Budget>,
     /// Use the direct DFT even where the Stockham FFT could run: O(n_fft) per bin instead of
     /// O(log n_fft), but on lavapipe it holds NeMo's normalised log-mel within 1e-4 of the
@@ -70,6 +71,10 @@ mod standin {
 
         pub fn spectrum_kernel(&self) -> &'static str {
             "none"
+        }
+
+        pub fn precision(&self) -> sonograph_dsp::Precision {
+            sonograph_dsp::Precision::F32
         }
     }
 

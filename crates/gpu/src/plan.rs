@@ -7,7 +7,7 @@
 use sonograph_dsp::dct::Dct;
 use sonograph_dsp::extractor::{finish_rows, log_row, scale_and_preemphasize, welch_row};
 use sonograph_dsp::spec::{FeatureSpec, Framing, LogGuard, LogKind, OutputKind};
-use sonograph_dsp::ExtractError;
+use sonograph_dsp::{ExtractError, Precision};
 
 /// True when the GPU projects onto mel bands (and applies the log there).
 pub fn uses_mel(spec: &FeatureSpec) -> bool {
@@ -39,24 +39,71 @@ pub fn gpu_row_width(spec: &FeatureSpec) -> usize {
     }
 }
 
-/// Device bytes one batch of `items` items with `samples` samples and `frames` frames needs.
-pub fn batch_bytes(spec: &FeatureSpec, items: usize, samples: usize, frames: usize) -> u64 {
+/// Bytes of one scalar of the spectral core.
+pub fn scalar_bytes(precision: Precision) -> u64 {
+    match precision {
+        Precision::F32 => 4,
+        Precision::F64 => 8,
+    }
+}
+
+/// The device buffers of one batch of `items` items with `samples` samples and `frames`
+/// frames, in binding order: (name, bytes). The extractor allocates exactly these (plus its
+/// parameter uniform); the batcher's first estimate sums them. The fused kernel keeps frames
+/// and spectra in workgroup memory: a buffer it does not bind is one word, so that the
+/// indices stay fixed.
+pub fn batch_buffers(
+    spec: &FeatureSpec,
+    precision: Precision,
+    fused: bool,
+    items: usize,
+    samples: usize,
+    frames: usize,
+) -> [(&'static str, u64); 7] {
+    let real = scalar_bytes(precision);
     let n_freq = (spec.n_fft / 2 + 1) as u64;
     let frames = frames as u64;
-    let out = if uses_mel(spec) {
-        spec.n_mels as u64
+    let mel = uses_mel(spec);
+    // Log-mel rows come back as f32; spectra (no mel) in the core's own scalar.
+    let (mel_rows, row_bytes) = if mel {
+        (4 * frames * spec.n_mels as u64, 4)
     } else {
-        0
+        (4, real)
     };
-    4 * (samples as u64
-        + 4 * items as u64
-        + frames * (1 + spec.n_fft as u64 + n_freq + out)
-        + frames * gpu_row_width(spec) as u64)
+    let frame_bytes = if fused {
+        4
+    } else {
+        real * frames * spec.n_fft as u64
+    };
+    let spectrum_bytes = if fused && mel {
+        4
+    } else {
+        real * frames * n_freq
+    };
+    [
+        ("samples", 4 * samples.max(1) as u64),
+        ("items", 16 * items.max(1) as u64),
+        ("frame table", 4 * frames),
+        ("frames", frame_bytes),
+        ("spectrum", spectrum_bytes),
+        ("mel rows", mel_rows),
+        ("readback", row_bytes * frames * gpu_row_width(spec) as u64),
+    ]
 }
 
 /// Device bytes for one item of `n_samples` samples (the batcher's first estimate).
-pub fn item_bytes(spec: &FeatureSpec, n_samples: usize) -> u64 {
-    batch_bytes(spec, 1, n_samples, raw_frames(spec, n_samples))
+pub fn item_bytes(spec: &FeatureSpec, precision: Precision, fused: bool, n_samples: usize) -> u64 {
+    batch_buffers(
+        spec,
+        precision,
+        fused,
+        1,
+        n_samples,
+        raw_frames(spec, n_samples),
+    )
+    .iter()
+    .map(|b| b.1)
+    .sum()
 }
 
 /// Checks an item and appends it, scaled and (signal-scope) pre-emphasised exactly as

@@ -139,7 +139,10 @@ impl Budget {
     }
 
     /// Bytes, given the device's total memory if known; a share of an unknown total is a
-    /// share of [`DEFAULT_BUDGET`].
+    /// share of [`DEFAULT_BUDGET`]. wgpu does not report memory, so the total comes from NVML
+    /// (`GpuTelemetry::memory_total_bytes`); [`crate::nvml::resolve_budget`] passes it, and
+    /// also gives the rule when no budget was asked for (90% of NVML's free memory, else
+    /// [`DEFAULT_BUDGET`]).
     pub fn resolve(self, device_total: Option<u64>) -> u64 {
         match self {
             Budget::Bytes(b) => b,

@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use sonograph_dsp::{
     AudioBatch, CpuBackend, ExtractError, Extractor, FeatureBatch, FeatureSpec, Precision,
 };
-use sonograph_gpu::{AdaptiveBatcher, BatcherConfig, GpuBackend, GpuOptions};
+use sonograph_gpu::{GpuBackend, GpuOptions};
+use sonograph_pipeline::{AdaptiveBatcher, BatcherConfig};
 
 /// Counts how many times each item (told apart by length) came out of a successful batch.
 struct Counting {

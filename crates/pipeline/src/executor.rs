@@ -1,11 +1,18 @@
-//! An executor: one per device. It packs prefetched items into batches and runs them; when
-//! a batch does not fit it splits it in half and retries, down to one item, which then moves
-//! to the CPU; when the device is lost, its work moves to the CPU. Nothing is dropped.
+//! An executor: one per device. It packs prefetched items into batches of the size its
+//! adaptive batcher asks for and runs them through it: a batch that does not fit is split and
+//! retried down to one item, which then moves to the CPU. A lost device's batch in hand is
+//! finished on the CPU; then its executor stops taking work, which moves to the devices
+//! still running — or, if it was the last, stays with it and runs on the CPU. Nothing is
+//! dropped.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use sonograph_dsp::{AudioBatch, CpuBackend, ExtractError, Extractor, FeatureBatch, Precision};
+use sonograph_dsp::{AudioBatch, CpuBackend, Extractor, FeatureBatch, Precision};
+
+use crate::batcher::{AdaptiveBatcher, BatcherConfig};
 use sonograph_io::parquet::FeatureRow;
 
 use crate::report::{DeviceReport, Failure};
@@ -29,26 +36,39 @@ pub(crate) fn run_executor(
     mut device: Box<dyn Extractor>,
     precision: Precision,
     batch_items: usize,
+    item_samples: usize,
     units: Receiver<Unit>,
     writer: Sender<WriterMsg>,
+    live_executors: Arc<AtomicUsize>,
 ) -> ExecutorStats {
     let spec = device.spec().clone();
+    let (name, spec_id) = (device.device(), spec.spec_id());
     let mut stats = ExecutorStats {
         report: DeviceReport {
-            device: device.device(),
+            device: name.clone(),
             min_batch: u64::MAX,
             ..Default::default()
         },
         queue_wait_s: 0.0,
         compute_s: 0.0,
     };
-    // The fallback for items a device cannot take; built on first use.
-    let mut cpu: Option<CpuBackend> = None;
-    let mut lost = false;
+    // The fallback for items the device cannot take (the spec was validated by the job).
+    let mut cpu = match CpuBackend::new(&spec, precision) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("no CPU fallback for {name}: {e}");
+            return stats;
+        }
+    };
+    let mut batcher = AdaptiveBatcher::new(BatcherConfig::for_device(
+        device.as_ref(),
+        item_samples,
+        batch_items,
+    ));
     let mut batch = AudioBatch::new();
     let mut meta: Vec<Unit> = Vec::new();
     let mut out = FeatureBatch::new(spec.n_bins());
-    loop {
+    'run: loop {
         let wait = Instant::now();
         let first = match units.recv() {
             Ok(u) => u,
@@ -58,8 +78,10 @@ pub(crate) fn run_executor(
         meta.clear();
         batch.push(&first.samples);
         meta.push(first);
-        // Fill the batch with what is already decoded; wait briefly for more.
-        while batch.len() < batch_items {
+        // Fill the batch with what is already decoded, up to the size the batcher wants now;
+        // wait briefly for more.
+        let want = batcher.size_for(&name, &spec_id);
+        while batch.len() < want {
             match units.recv_timeout(Duration::from_millis(2)) {
                 Ok(u) => {
                     batch.push(&u.samples);
@@ -76,25 +98,13 @@ pub(crate) fn run_executor(
         stats.report.items += n;
         stats.report.min_batch = stats.report.min_batch.min(n);
         stats.report.max_batch = stats.report.max_batch.max(n);
-        if lost {
-            run_on_cpu(
-                &mut cpu,
-                &spec,
-                precision,
-                &batch,
-                &mut out,
-                &mut stats.report,
-            );
-        } else {
-            run_split(
-                device.as_mut(),
-                &batch,
-                &mut out,
-                &mut cpu,
-                precision,
-                &mut stats.report,
-                &mut lost,
-            );
+        if let Err(e) = batcher.run(&batch, device.as_mut(), &mut cpu, &mut out) {
+            // The CPU reports errors per item; a whole-batch error from it is a bug, but the
+            // items still get a recorded reason rather than vanishing.
+            out.reset(spec.n_bins());
+            for _ in 0..batch.len() {
+                out.push_error(e.clone());
+            }
         }
         stats.compute_s += compute.elapsed().as_secs_f64();
         for (i, unit) in meta.drain(..).enumerate() {
@@ -123,7 +133,16 @@ pub(crate) fn run_executor(
                 }),
             };
             if writer.send(msg).is_err() {
-                return stats;
+                break 'run;
+            }
+        }
+        if batcher.is_lost(&name) && !stats.report.retired {
+            stats.report.retired = true;
+            // The last executor standing keeps going on the CPU; the others leave the queue
+            // to the devices that still work.
+            if live_executors.fetch_sub(1, Ordering::SeqCst) > 1 {
+                tracing::warn!("{name} is out; its work moves to the other devices");
+                break 'run;
             }
         }
     }
@@ -132,94 +151,20 @@ pub(crate) fn run_executor(
     } else {
         stats.report.mean_batch = stats.report.items as f64 / stats.report.batches as f64;
     }
+    let b = batcher.stats();
+    stats.report.out_of_memory = b.ooms;
+    stats.report.splits = b.splits;
+    stats.report.retries = b.retries;
+    stats.report.moved_to_cpu = b.items_on_fallback + b.items_after_loss;
+    stats.report.batch_ceiling = b.ceiling;
+    stats.report.alerts = b.alerts.clone();
     stats
-}
-
-fn run_on_cpu(
-    cpu: &mut Option<CpuBackend>,
-    spec: &sonograph_dsp::FeatureSpec,
-    precision: Precision,
-    batch: &AudioBatch,
-    out: &mut FeatureBatch,
-    report: &mut DeviceReport,
-) {
-    let backend = cpu
-        .get_or_insert_with(|| CpuBackend::new(spec, precision).expect("the spec was validated"));
-    report.moved_to_cpu += batch.len() as u64;
-    if let Err(e) = backend.extract_batch(batch, out) {
-        // The CPU backend reports errors per item; a batch error here is a bug, but the items
-        // still get a recorded reason rather than vanishing.
-        for _ in 0..batch.len() {
-            out.push_error(e.clone());
-        }
-    }
-}
-
-/// Runs `batch` on `device`, halving on OOM; appends exactly one result per item to `out`.
-fn run_split(
-    device: &mut dyn Extractor,
-    batch: &AudioBatch,
-    out: &mut FeatureBatch,
-    cpu: &mut Option<CpuBackend>,
-    precision: Precision,
-    report: &mut DeviceReport,
-    lost: &mut bool,
-) {
-    let spec = device.spec().clone();
-    if *lost {
-        run_on_cpu(cpu, &spec, precision, batch, out, report);
-        return;
-    }
-    let before = out.len();
-    // wgpu panics on some device errors: a panicking device is treated as lost.
-    let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        device.extract_batch(batch, out)
-    }))
-    .unwrap_or_else(|payload| {
-        Err(ExtractError::DeviceLost(format!(
-            "panicked: {}",
-            crate::job::panic_text(&*payload)
-        )))
-    });
-    if attempt.is_err() {
-        // A failed batch must leave nothing behind; drop anything a panic left half-written.
-        out.truncate_items(before);
-    }
-    match attempt {
-        Ok(()) => {}
-        Err(ExtractError::OutOfMemory(msg)) => {
-            debug_assert_eq!(out.len(), before);
-            report.out_of_memory += 1;
-            if batch.len() == 1 {
-                tracing::warn!(device = %device.device(), "one item does not fit ({msg}); computing it on the CPU");
-                run_on_cpu(cpu, &spec, precision, batch, out, report);
-            } else {
-                report.splits += 1;
-                let half = batch.len() / 2;
-                for range in [0..half, half..batch.len()] {
-                    report.retries += 1;
-                    let part = batch.slice(range);
-                    run_split(device, &part, out, cpu, precision, report, lost);
-                }
-            }
-        }
-        Err(ExtractError::DeviceLost(msg)) => {
-            tracing::error!(device = %device.device(), "device lost ({msg}); its work moves to the CPU");
-            *lost = true;
-            run_on_cpu(cpu, &spec, precision, batch, out, report);
-        }
-        Err(other) => {
-            for _ in 0..batch.len() {
-                out.push_error(other.clone());
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sonograph_dsp::FeatureSpec;
+    use sonograph_dsp::{ExtractError, FeatureSpec};
 
     /// A device that runs out of memory above `fit` items and is lost after `lose_after`
     /// batches; otherwise it computes exactly what the CPU does.
@@ -283,10 +228,19 @@ mod tests {
         let device = Flaky {
             inner: CpuBackend::new(&spec, Precision::F64).unwrap(),
             fit: 3,
-            lose_after: 9,
+            lose_after: 5,
             calls: 0,
         };
-        let stats = run_executor(Box::new(device), Precision::F64, 8, unit_rx, w_tx);
+        let live = Arc::new(AtomicUsize::new(1));
+        let stats = run_executor(
+            Box::new(device),
+            Precision::F64,
+            8,
+            3200,
+            unit_rx,
+            w_tx,
+            live,
+        );
         let mut got: Vec<(String, Vec<f32>)> = w_rx
             .iter()
             .map(|m| match m {
@@ -306,5 +260,78 @@ mod tests {
         assert!(stats.report.out_of_memory >= 2, "{:?}", stats.report);
         assert!(stats.report.splits >= 2);
         assert!(stats.report.moved_to_cpu > 0);
+        // 8 and 4 ran out of memory; batches then stayed under 4.
+        assert_eq!(stats.report.batch_ceiling, Some(4));
+        assert!(
+            stats.report.alerts.iter().any(|a| a.contains("move to")),
+            "{:?}",
+            stats.report.alerts
+        );
+    }
+
+    /// With two devices, a lost one finishes its batch in hand on the CPU and leaves the rest
+    /// of the queue to the other: every item exactly once.
+    #[test]
+    fn a_lost_device_leaves_its_work_to_the_other_devices() {
+        let spec = FeatureSpec::whisper(80);
+        let items: Vec<Vec<f32>> = (0..40)
+            .map(|i| {
+                (0..1600 + 16 * i)
+                    .map(|t| ((t * (i + 1)) as f32 * 0.001).sin())
+                    .collect()
+            })
+            .collect();
+        let (unit_tx, unit_rx) = crossbeam_channel::bounded(64);
+        let (w_tx, w_rx) = crossbeam_channel::unbounded();
+        for (i, s) in items.iter().enumerate() {
+            unit_tx
+                .send(Unit {
+                    id: format!("item{i:02}"),
+                    source: String::new(),
+                    offset_s: 0.0,
+                    samples: s.clone(),
+                })
+                .unwrap();
+        }
+        drop(unit_tx);
+        let live = Arc::new(AtomicUsize::new(2));
+        let flaky = Flaky {
+            inner: CpuBackend::new(&spec, Precision::F64).unwrap(),
+            fit: 64,
+            lose_after: 0,
+            calls: 0,
+        };
+        let spawn = |device: Box<dyn Extractor>| {
+            let (units, w_tx, live) = (unit_rx.clone(), w_tx.clone(), live.clone());
+            std::thread::spawn(move || {
+                run_executor(device, Precision::F64, 4, 3200, units, w_tx, live)
+            })
+        };
+        // The flaky device runs first (so that it surely gets a batch) and is lost on it; the
+        // healthy one, counted as live all along, then finds the rest of the queue.
+        let lost = spawn(Box::new(flaky)).join().unwrap();
+        let healthy = spawn(Box::new(CpuBackend::new(&spec, Precision::F64).unwrap()));
+        drop(w_tx);
+        let healthy = healthy.join().unwrap();
+        let mut ids: Vec<String> = w_rx
+            .iter()
+            .map(|m| match m {
+                WriterMsg::Row(r) => r.row.id,
+                WriterMsg::Failed(f) => panic!("{} failed: {}", f.id, f.reason),
+            })
+            .collect();
+        ids.sort();
+        let expect: Vec<String> = (0..items.len()).map(|i| format!("item{i:02}")).collect();
+        assert_eq!(ids, expect, "every item exactly once");
+        assert!(lost.report.retired && !healthy.report.retired);
+        // The lost device finished its batch in hand on the CPU and left.
+        assert_eq!(
+            (lost.report.items, lost.report.moved_to_cpu),
+            (4, 4),
+            "{:?}",
+            lost.report
+        );
+        assert_eq!(lost.report.items + healthy.report.items, items.len() as u64);
+        assert_eq!(live.load(Ordering::SeqCst), 1);
     }
 }

@@ -1,6 +1,7 @@
 //! The job: sources → shard → stages → report.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -318,14 +319,29 @@ pub fn run(config: &JobConfig, devices: Vec<Box<dyn Extractor>>) -> Result<JobOu
             .spawn(move || writer_loop(writer, writer_rx, bar))
             .map_err(|e| JobError::Internal(e.to_string()))?
     };
+    let live_executors = Arc::new(AtomicUsize::new(devices.len()));
     let executor_handles: Vec<_> = devices
         .into_iter()
         .map(|device| {
             let (units, writer_tx) = (unit_rx.clone(), writer_tx.clone());
+            let live = live_executors.clone();
             let (precision, batch_items) = (config.precision, config.batch_items);
+            // Executors see items up to --max-seconds long: the batcher sizes for those.
+            let item_samples =
+                (config.max_seconds * f64::from(config.spec.sample_rate)).ceil() as usize;
             std::thread::Builder::new()
                 .name("executor".into())
-                .spawn(move || run_executor(device, precision, batch_items, units, writer_tx))
+                .spawn(move || {
+                    run_executor(
+                        device,
+                        precision,
+                        batch_items,
+                        item_samples,
+                        units,
+                        writer_tx,
+                        live,
+                    )
+                })
         })
         .collect::<Result<_, _>>()
         .map_err(|e| JobError::Internal(e.to_string()))?;

@@ -10,11 +10,13 @@
 //! Every queue is bounded, so a slow stage slows the others instead of growing memory. One
 //! bad item is a failure in the report, never a failed job.
 
+pub mod batcher;
 mod executor;
 mod job;
 mod report;
 mod writer;
 
+pub use batcher::{AdaptiveBatcher, BatchStats, BatcherConfig};
 pub use job::{run, JobConfig, JobError, JobOutcome, OutputLayout, META_DIR};
 pub use report::{DeviceReport, Failure, Report, StageTimes};
 

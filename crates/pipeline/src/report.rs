@@ -33,8 +33,18 @@ pub struct DeviceReport {
     pub out_of_memory: u64,
     pub retries: u64,
     pub splits: u64,
-    /// Batches or items moved to the CPU after an OOM of one item or a lost device.
+    /// Items moved to the CPU: one that ran out of memory alone, or everything after the
+    /// device was lost.
     pub moved_to_cpu: u64,
+    /// Smallest batch size that ran out of memory; batches never grew back to it.
+    #[serde(default)]
+    pub batch_ceiling: Option<usize>,
+    /// What went wrong and where the work went (an item moved to the CPU, a lost device).
+    #[serde(default)]
+    pub alerts: Vec<String>,
+    /// The device was lost and taken out of the job.
+    #[serde(default)]
+    pub retired: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

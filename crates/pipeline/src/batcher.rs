@@ -3,11 +3,12 @@
 //! A batch that does not fit is split in half and retried, down to one item; an item that does
 //! not fit alone is computed by the fallback (the CPU) and raises an alert. After a run of
 //! successes the batch grows again, but never to a size that has failed on this
-//! (device, spec). A lost device sends everything left to the fallback. Because an extractor
-//! leaves `out` untouched when it returns `Err`, every item lands in the output exactly once,
+//! (device, spec). A lost device (or one whose extractor panics) is taken out for good: what
+//! is left of its batch and every later batch go to the fallback. Results of a failed attempt
+//! are dropped (they go to a scratch batch), so every item lands in the output exactly once,
 //! in order.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 use sonograph_dsp::{AudioBatch, ExtractError, Extractor, FeatureBatch};
@@ -34,12 +35,13 @@ impl Default for BatcherConfig {
 }
 
 impl BatcherConfig {
-    /// A first size from the budget: half the budget over the bytes one item needs, so that
-    /// the pool's cache and the next batch's uploads have room.
-    pub fn from_budget(budget: u64, bytes_per_item: u64, max: usize) -> Self {
-        let n = (budget / 2 / bytes_per_item.max(1)).clamp(1, max as u64) as usize;
+    /// At most `max` items per batch, starting from what `device` says fits
+    /// ([`Extractor::batch_hint`]: its memory budget over the bytes one item of
+    /// `item_samples` samples needs), or from `max` where the device sets no limit.
+    pub fn for_device(device: &dyn Extractor, item_samples: usize, max: usize) -> Self {
+        let max = max.max(1);
         BatcherConfig {
-            initial: n,
+            initial: device.batch_hint(item_samples).unwrap_or(max).clamp(1, max),
             max,
             ..Default::default()
         }
@@ -61,6 +63,9 @@ pub struct BatchStats {
     /// Items the fallback computed because the device was lost.
     pub items_after_loss: u64,
     pub devices_lost: u64,
+    /// Smallest batch size that ran out of memory (`None`: none did); with one batcher per
+    /// device and spec, as each pipeline executor keeps, that device's ceiling.
+    pub ceiling: Option<usize>,
     /// Human-readable alerts (an item moved to the CPU, a lost device).
     pub alerts: Vec<String>,
 }
@@ -77,6 +82,8 @@ struct Sizing {
 pub struct AdaptiveBatcher {
     config: BatcherConfig,
     sizing: HashMap<(String, String), Sizing>,
+    /// Devices taken out after a loss or a panic.
+    lost: HashSet<String>,
     stats: BatchStats,
 }
 
@@ -85,6 +92,7 @@ impl AdaptiveBatcher {
         AdaptiveBatcher {
             config,
             sizing: HashMap::new(),
+            lost: HashSet::new(),
             stats: BatchStats::default(),
         }
     }
@@ -98,6 +106,11 @@ impl AdaptiveBatcher {
         self.sizing
             .get(&(device.to_string(), spec_id.to_string()))
             .map_or(self.config.initial, |s| s.size)
+    }
+
+    /// True once `device` was lost (or panicked): it gets no more work from this batcher.
+    pub fn is_lost(&self, device: &str) -> bool {
+        self.lost.contains(device)
     }
 
     /// The smallest batch size that ran out of memory on (device, spec_id).
@@ -128,6 +141,12 @@ impl AdaptiveBatcher {
         let mut next = 0;
         let mut retrying = false;
         let mut scratch = FeatureBatch::new(out.bins());
+        if self.lost.contains(&key.0) {
+            fallback.extract_batch(batch, &mut scratch)?;
+            out.append(&scratch);
+            self.stats.items_after_loss += n as u64;
+            return Ok(());
+        }
         while next < n {
             let size = sizing.size.min(n - next).max(1);
             let part = batch.slice(next..next + size);
@@ -135,7 +154,18 @@ impl AdaptiveBatcher {
             if retrying {
                 self.stats.retries += 1;
             }
-            match primary.extract_batch(&part, &mut scratch) {
+            // wgpu panics on some device errors: a panicking device counts as lost.
+            let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                primary.extract_batch(&part, &mut scratch)
+            }))
+            .unwrap_or_else(|payload| {
+                Err(ExtractError::DeviceLost(format!(
+                    "{} panicked: {}",
+                    key.0,
+                    crate::job::panic_text(&*payload)
+                )))
+            });
+            match attempt {
                 Ok(()) => {
                     out.append(&scratch);
                     next += size;
@@ -155,6 +185,7 @@ impl AdaptiveBatcher {
                     self.stats.ooms += 1;
                     sizing.streak = 0;
                     sizing.ceiling = Some(sizing.ceiling.map_or(size, |c| c.min(size)));
+                    self.stats.ceiling = sizing.ceiling;
                     if size > 1 {
                         sizing.size = size / 2;
                         self.stats.splits += 1;
@@ -187,6 +218,7 @@ impl AdaptiveBatcher {
                     tracing::error!("{alert}");
                     self.stats.alerts.push(alert);
                     self.stats.devices_lost += 1;
+                    self.lost.insert(key.0.clone());
                     let rest = batch.slice(next..n);
                     scratch.reset(out.bins());
                     fallback.extract_batch(&rest, &mut scratch)?;
@@ -336,6 +368,41 @@ mod tests {
         assert!(flaky.computed.values().all(|&c| c == 1));
     }
 
+    /// A device that says how many items fit.
+    struct Hinting(CpuBackend, Option<usize>);
+
+    impl Extractor for Hinting {
+        fn spec(&self) -> &FeatureSpec {
+            self.0.spec()
+        }
+        fn device(&self) -> String {
+            "gpu:hint".into()
+        }
+        fn extract_batch(
+            &mut self,
+            b: &AudioBatch,
+            out: &mut FeatureBatch,
+        ) -> Result<(), ExtractError> {
+            self.0.extract_batch(b, out)
+        }
+        fn batch_hint(&self, item_samples: usize) -> Option<usize> {
+            self.1.map(|bytes| bytes / item_samples)
+        }
+    }
+
+    #[test]
+    fn the_first_size_comes_from_the_device_within_the_maximum() {
+        let spec = FeatureSpec::whisper(80);
+        let cpu = || CpuBackend::new(&spec, Precision::F32).unwrap();
+        let sized =
+            |hint, item, max| BatcherConfig::for_device(&Hinting(cpu(), hint), item, max).initial;
+        assert_eq!(sized(Some(10_000), 1000, 64), 10);
+        assert_eq!(sized(Some(10_000), 1000, 4), 4, "never over the maximum");
+        assert_eq!(sized(Some(10), 1000, 64), 1, "at least one item");
+        assert_eq!(sized(None, 1000, 64), 64, "no hint: the maximum");
+        assert_eq!(sized(None, 1000, 0), 1);
+    }
+
     #[test]
     fn a_lost_device_moves_the_rest_to_the_fallback() {
         let spec = FeatureSpec::nemo(80);
@@ -361,5 +428,62 @@ mod tests {
         assert_eq!(flaky.computed.len(), 8);
         let s = batcher.stats();
         assert_eq!((s.devices_lost, s.items_after_loss), (1, 11));
+        // The device stays out: the next run goes to the fallback without touching it.
+        assert!(batcher.is_lost("gpu:flaky"));
+        let calls = flaky.done;
+        let mut out = FeatureBatch::new(spec.n_bins());
+        batcher.run(&batch, &mut flaky, &mut cpu, &mut out).unwrap();
+        check(&spec, &clips, &out);
+        assert_eq!(flaky.done, calls);
+        assert_eq!(batcher.stats().items_after_loss, 11 + 19);
+    }
+
+    /// A device whose extractor panics mid-batch counts as lost; nothing it half-wrote stays.
+    #[test]
+    fn a_panicking_device_is_lost_and_its_items_are_computed_once() {
+        struct Panicky(CpuBackend, usize);
+        impl Extractor for Panicky {
+            fn spec(&self) -> &FeatureSpec {
+                self.0.spec()
+            }
+            fn device(&self) -> String {
+                "gpu:panicky".into()
+            }
+            fn extract_batch(
+                &mut self,
+                b: &AudioBatch,
+                out: &mut FeatureBatch,
+            ) -> Result<(), ExtractError> {
+                self.1 += 1;
+                if self.1 == 3 {
+                    // Half a batch written, then a panic (as wgpu does on some device errors).
+                    self.0.extract_batch(&b.slice(0..1), out)?;
+                    panic!("driver fault");
+                }
+                self.0.extract_batch(b, out)
+            }
+        }
+        let spec = FeatureSpec::whisper(80);
+        let clips = items(10);
+        let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
+        let mut device = Panicky(CpuBackend::new(&spec, Precision::F32).unwrap(), 0);
+        let mut cpu = CpuBackend::new(&spec, Precision::F32).unwrap();
+        let mut batcher = AdaptiveBatcher::new(BatcherConfig {
+            initial: 2,
+            max: 2,
+            grow_after: 100,
+        });
+        let mut out = FeatureBatch::new(spec.n_bins());
+        batcher
+            .run(&batch, &mut device, &mut cpu, &mut out)
+            .unwrap();
+        check(&spec, &clips, &out);
+        let s = batcher.stats();
+        assert_eq!((s.devices_lost, s.items_after_loss), (1, 6));
+        assert!(
+            s.alerts[0].contains("panicked: driver fault"),
+            "{:?}",
+            s.alerts
+        );
     }
 }

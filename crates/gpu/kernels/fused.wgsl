@@ -1,0 +1,208 @@
+// The fused kernel: framing, Kaldi's per-frame steps, the window, a mixed-radix Stockham FFT,
+// power, and the sparse mel projection with its log, for one frame per workgroup, with
+// everything between the samples and the output row in workgroup memory. A frame costs its
+// samples read and its row written: the memory floor of bench/RESULTS-gpu.md, against about
+// six times that traffic for the three-pass path (frame.wgsl, dft.wgsl, mel.wgsl) that remains
+// for n_fft the FFT cannot take.
+//
+// The FFT is Govindaraju et al.'s (SC 2008) FftIteration/expand form over two ping-pong
+// halves of `buf`, one barrier per stage; it holds for mixed radices because Ns is the product
+// of the radices already applied. The host fills in N, the stage count and the radices (each
+// 2..8, e.g. 400 = 4·4·5·5). Every twiddle comes from the f64-computed table (WGSL's sin/cos
+// only promise 2^-11 absolute); indices are exact integers.
+//
+// Entry points: `main_mel` writes log-mel rows (f32), `main_power` writes |X|^2 (or |X| when
+// `magnitude`) rows in `real` for the host's linear, PSD and spectrum outputs.
+
+const N: u32 = @N@u;
+const NSTAGES: u32 = @NSTAGES@u;
+const MAXR: u32 = 8u;
+const WG: u32 = 64u;
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> samples: array<f32>;
+@group(0) @binding(2) var<storage, read> items: array<Item>;
+@group(0) @binding(3) var<storage, read> frame_item: array<u32>;
+@group(0) @binding(4) var<storage, read> win: array<real>;
+@group(0) @binding(5) var<storage, read> twiddle: array<vec2<real>>;
+@group(0) @binding(6) var<storage, read> filters: array<Filter>;
+@group(0) @binding(7) var<storage, read> weights: array<real>;
+@group(0) @binding(8) var<storage, read_write> out_mel: array<f32>;
+@group(0) @binding(9) var<storage, read_write> out_power: array<real>;
+
+var<workgroup> buf: array<vec2<real>, @TWO_N@>;
+var<workgroup> dc_mean: real;
+var<private> radices: array<u32, NSTAGES> = array<u32, NSTAGES>(@RADICES@);
+
+// exp(-2 pi i m / N) for an integer m.
+fn w(m: u32) -> vec2<real> {
+    let c = twiddle[m % N];
+    return vec2<real>(c.x, -c.y);
+}
+
+fn cmul(a: vec2<real>, b: vec2<real>) -> vec2<real> {
+    return vec2<real>(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
+}
+
+// Frame t into buf[0, N): padding (centre: reflect or zeros; snip_edges: none), remove DC and
+// pre-emphasis in Kaldi's order, the window at `window_offset`, zeros elsewhere.
+fn load_frame(t: u32, lid: u32) {
+    let it = items[frame_item[t]];
+    let j = t - it.frame_offset;
+    let n = i32(it.n_samples);
+    var start = i32(j * p.hop);
+    if (p.center != 0u) {
+        start = start + i32(p.window_offset) - i32(p.pad_left);
+    }
+    let off = p.window_offset;
+    for (var i = lid; i < N; i += WG) {
+        var v: real = 0.0;
+        if (i >= off && i < off + p.win_length) {
+            let idx = start + i32(i - off);
+            if (idx >= 0 && idx < n) {
+                v = real(samples[it.sample_offset + u32(idx)]);
+            } else if (p.reflect != 0u) {
+                v = real(samples[it.sample_offset + u32(reflect_index(idx, n))]);
+            }
+        }
+        buf[i] = vec2<real>(v, 0.0);
+    }
+    workgroupBarrier();
+    if (p.remove_dc != 0u) {
+        // One invocation sums in the CPU path's order, so the mean matches it to the bit.
+        if (lid == 0u) {
+            var sum: real = 0.0;
+            for (var m = 0u; m < p.win_length; m++) {
+                sum += buf[off + m].x;
+            }
+            dc_mean = sum / real(p.win_length);
+        }
+        workgroupBarrier();
+        for (var m = lid; m < p.win_length; m += WG) {
+            buf[off + m].x -= dc_mean;
+        }
+        workgroupBarrier();
+    }
+    // Pre-emphasis reads each sample's predecessor before it is changed: the result goes to
+    // the second half, and comes back through the window.
+    let a = real(p.preemph);
+    for (var m = lid; m < p.win_length; m += WG) {
+        let x = buf[off + m].x;
+        var prev = x;
+        if (m > 0u) {
+            prev = buf[off + m - 1u].x;
+        }
+        buf[N + off + m].x = x - a * prev;
+    }
+    workgroupBarrier();
+    for (var m = lid; m < p.win_length; m += WG) {
+        buf[off + m] = vec2<real>(buf[N + off + m].x * win[m], 0.0);
+    }
+    workgroupBarrier();
+}
+
+// The FFT of buf[0, N); returns the offset (0 or N) of the half that holds the spectrum.
+fn fft(lid: u32) -> u32 {
+    var src = 0u;
+    var dst = N;
+    var ns = 1u;
+    for (var s = 0u; s < NSTAGES; s++) {
+        let r = radices[s];
+        let nr = N / r;
+        // Twiddle step of this stage: exp(-2 pi i k a / (ns r)) = w(k a (N / (ns r))).
+        let step = N / (ns * r);
+        for (var j = lid; j < nr; j += WG) {
+            let k = j % ns;
+            var v: array<vec2<real>, MAXR>;
+            for (var a = 0u; a < r; a++) {
+                v[a] = cmul(buf[src + j + a * nr], w(k * a * step));
+            }
+            let idx = (j / ns) * ns * r + k;
+            // Radices 2 and 4 exactly (multiplications by ±1 and ±i are swaps, not products
+            // with rounded table values); the others as a small direct DFT.
+            if (r == 4u) {
+                let t0 = v[0] + v[2];
+                let t1 = v[0] - v[2];
+                let t2 = v[1] + v[3];
+                let t3 = v[1] - v[3];
+                let mi_t3 = vec2<real>(t3.y, -t3.x);
+                buf[dst + idx] = t0 + t2;
+                buf[dst + idx + ns] = t1 + mi_t3;
+                buf[dst + idx + 2u * ns] = t0 - t2;
+                buf[dst + idx + 3u * ns] = t1 - mi_t3;
+                continue;
+            }
+            if (r == 2u) {
+                buf[dst + idx] = v[0] + v[1];
+                buf[dst + idx + ns] = v[0] - v[1];
+                continue;
+            }
+            for (var b = 0u; b < r; b++) {
+                // The r-point DFT; exp(-2 pi i a b / r) = w((a b mod r) N / r).
+                var acc = v[0];
+                for (var a = 1u; a < r; a++) {
+                    acc += cmul(v[a], w(((a * b) % r) * nr));
+                }
+                buf[dst + idx + b * ns] = acc;
+            }
+        }
+        workgroupBarrier();
+        let tmp = src;
+        src = dst;
+        dst = tmp;
+        ns *= r;
+    }
+    return src;
+}
+
+// |X[k]|^2, or |X[k]| when the spec sums magnitudes.
+fn power(spectrum: u32, k: u32) -> real {
+    let c = buf[spectrum + k];
+    var v = c.x * c.x + c.y * c.y;
+    if (p.magnitude != 0u) {
+        v = sqrt(v);
+    }
+    return v;
+}
+
+// Frame index of a workgroup; uniform across it, so returning early keeps barriers uniform.
+fn frame_of(wid: vec3<u32>) -> u32 {
+    return wid.x + wid.y * p.grid_y;
+}
+
+@compute @workgroup_size(64)
+fn main_mel(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let t = frame_of(wid);
+    if (t >= p.total_frames) {
+        return;
+    }
+    load_frame(t, lid);
+    let spectrum = fft(lid);
+    // Powers go to the other half's real parts, where each band reads its run of bins.
+    let powers = N - spectrum;
+    for (var k = lid; k < p.n_freq; k += WG) {
+        buf[powers + k].x = power(spectrum, k);
+    }
+    workgroupBarrier();
+    for (var b = lid; b < p.n_mels; b += WG) {
+        let f = filters[b];
+        var e: real = 0.0;
+        for (var i = 0u; i < f.len; i++) {
+            e += weights[f.weight_offset + i] * buf[powers + f.start + i].x;
+        }
+        out_mel[t * p.n_mels + b] = guarded_log(e);
+    }
+}
+
+@compute @workgroup_size(64)
+fn main_power(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let t = frame_of(wid);
+    if (t >= p.total_frames) {
+        return;
+    }
+    load_frame(t, lid);
+    let spectrum = fft(lid);
+    for (var k = lid; k < p.n_freq; k += WG) {
+        out_power[t * p.n_freq + k] = power(spectrum, k);
+    }
+}
