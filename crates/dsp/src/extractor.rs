@@ -9,15 +9,13 @@
 
 use std::sync::Arc;
 
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
-use rand_distr::{Distribution, StandardNormal};
 use realfft::{RealFftPlanner, RealToComplex};
 use rustfft::num_complex::Complex;
 use rustfft::num_traits::{Float, FromPrimitive};
 use rustfft::FftNum;
 
 use crate::dct::Dct;
+use crate::dither::unit_noise;
 use crate::error::{ExtractError, SpecError};
 use crate::fastlog;
 use crate::mel::MelBank;
@@ -94,11 +92,11 @@ impl<T: Real> Core<T> {
         spec: &FeatureSpec,
         segment: &[f32],
         offset: usize,
-        rng: &mut ChaCha8Rng,
+        frame_index: u32,
         out: &mut Vec<f32>,
         psd_sum: &mut [f64],
     ) {
-        frame_kernel(self, spec, segment, offset, rng, out, psd_sum);
+        frame_kernel(self, spec, segment, offset, frame_index, out, psd_sum);
     }
 }
 
@@ -111,7 +109,7 @@ fn frame_kernel<T: Real>(
     spec: &FeatureSpec,
     segment: &[f32],
     offset: usize,
-    rng: &mut ChaCha8Rng,
+    frame_index: u32,
     out: &mut Vec<f32>,
     psd_sum: &mut [f64],
 ) {
@@ -133,10 +131,11 @@ fn frame_kernel<T: Real>(
                 *dst = cast(f64::from(src));
             }
             if spec.dither > 0.0 {
-                let d = f64::from(spec.dither);
-                for v in seg.iter_mut() {
-                    let g: f64 = StandardNormal.sample(rng);
-                    *v = *v + cast(g * d);
+                // In T, as the GPU does: the noise is exact in f32, so both round alike.
+                let d: T = cast(f64::from(spec.dither));
+                for (m, v) in seg.iter_mut().enumerate() {
+                    let g = unit_noise(spec.dither_seed, frame_index, m as u32);
+                    *v = *v + cast::<T>(f64::from(g)) * d;
                 }
             }
             if spec.remove_dc {
@@ -284,7 +283,6 @@ pub struct CpuExtractor {
     started: bool,
     prev_input: f32,
     next_frame: usize,
-    rng: ChaCha8Rng,
     raw: Vec<f32>,
     psd_sum: Vec<f64>,
     psd_frames: usize,
@@ -324,7 +322,6 @@ impl CpuExtractor {
             started: false,
             prev_input: 0.0,
             next_frame: 0,
-            rng: ChaCha8Rng::seed_from_u64(spec.dither_seed),
             raw: Vec::new(),
             psd_sum: vec![0.0; spec.n_fft / 2 + 1],
             psd_frames: 0,
@@ -352,7 +349,6 @@ impl CpuExtractor {
         self.started = false;
         self.prev_input = 0.0;
         self.next_frame = 0;
-        self.rng = ChaCha8Rng::seed_from_u64(self.spec.dither_seed);
         self.raw.clear();
         self.psd_sum.fill(0.0);
         self.psd_frames = 0;
@@ -486,7 +482,7 @@ impl CpuExtractor {
                     spec,
                     segment,
                     self.window_offset,
-                    &mut self.rng,
+                    self.next_frame as u32,
                     &mut self.raw,
                     &mut self.psd_sum,
                 ),
@@ -494,7 +490,7 @@ impl CpuExtractor {
                     spec,
                     segment,
                     self.window_offset,
-                    &mut self.rng,
+                    self.next_frame as u32,
                     &mut self.raw,
                     &mut self.psd_sum,
                 ),
@@ -708,7 +704,12 @@ mod tests {
     #[test]
     fn streaming_in_any_chunking_equals_one_shot() {
         let x = chirp(40_000);
-        for spec in FeatureSpec::presets().into_iter().map(|p| p.spec) {
+        // Dither is keyed by frame, so a dithered spec streams to the same output too.
+        let mut dithered = FeatureSpec::kaldi(40);
+        dithered.dither = 1.0;
+        dithered.dither_seed = 99;
+        let specs = FeatureSpec::presets().into_iter().map(|p| p.spec);
+        for spec in specs.chain([dithered]) {
             let mut ex = CpuExtractor::new(&spec).unwrap();
             let mut whole = Vec::new();
             let frames = ex.extract(&x, &mut whole).unwrap();

@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod complex;
 pub mod dct;
+pub mod dither;
 pub mod error;
 pub mod extractor;
 pub mod fastlog;

@@ -153,9 +153,10 @@ pub struct FeatureSpec {
     /// Factor applied to the decoded samples (1 = float scale in [-1, 1]; 32768 = int16 scale,
     /// as Kaldi's tools read WAV files).
     pub input_scale: f32,
-    /// Standard deviation of Gaussian dither added to each frame sample (0 = off).
+    /// Standard deviation of the dither added to each frame sample (0 = off): zero-mean,
+    /// near-Gaussian noise keyed by (seed, frame, sample), see [`crate::dither`].
     pub dither: f32,
-    /// Seed of the dither generator; with the same seed the output is reproducible.
+    /// Seed of the dither; with the same seed the output is reproducible.
     pub dither_seed: u64,
     /// Subtract each frame's mean before pre-emphasis and windowing (Kaldi).
     pub remove_dc: bool,

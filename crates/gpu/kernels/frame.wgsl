@@ -1,5 +1,5 @@
 // Framing: one invocation per frame. Pads (centre: reflect or zeros; snip_edges: none),
-// applies Kaldi's per-frame steps in Kaldi's order (remove DC, pre-emphasis), then the
+// applies Kaldi's per-frame steps in Kaldi's order (dither, remove DC, pre-emphasis), then the
 // window, and writes the n_fft frame with the window at `window_offset` and zeros elsewhere.
 // Sequential per frame on purpose: the DC mean and the pre-emphasis recurrence are summed in
 // the same order as the CPU path, so the two agree to the last bit on the frame.
@@ -37,7 +37,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         } else if (p.reflect != 0u) {
             v = real(samples[it.sample_offset + u32(reflect_index(idx, n))]);
         }
-        frames[dst + m] = v;
+        frames[dst + m] = dithered(v, j, m);
     }
     if (p.remove_dc != 0u) {
         var sum: real = 0.0;

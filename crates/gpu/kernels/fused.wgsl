@@ -44,8 +44,8 @@ fn cmul(a: vec2<real>, b: vec2<real>) -> vec2<real> {
     return vec2<real>(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
 }
 
-// Frame t into buf[0, N): padding (centre: reflect or zeros; snip_edges: none), remove DC and
-// pre-emphasis in Kaldi's order, the window at `window_offset`, zeros elsewhere.
+// Frame t into buf[0, N): padding (centre: reflect or zeros; snip_edges: none), dither, remove
+// DC and pre-emphasis in Kaldi's order, the window at `window_offset`, zeros elsewhere.
 fn load_frame(t: u32, lid: u32) {
     let it = items[frame_item[t]];
     let j = t - it.frame_offset;
@@ -64,6 +64,7 @@ fn load_frame(t: u32, lid: u32) {
             } else if (p.reflect != 0u) {
                 v = real(samples[it.sample_offset + u32(reflect_index(idx, n))]);
             }
+            v = dithered(v, j, i - off);
         }
         buf[i] = vec2<real>(v, 0.0);
     }

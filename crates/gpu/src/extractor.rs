@@ -52,9 +52,12 @@ struct Params {
     log_kind: u32,
     guard_add: u32,
     guard: f32,
-    log_scale: f32,
     grid_y: u32,
     frame_row: u32,
+    dither: f32,
+    dither_seed_lo: u32,
+    dither_seed_hi: u32,
+    _pad: [u32; 2],
 }
 
 /// Mirrors `Item` in kernels/common.wgsl.
@@ -188,11 +191,6 @@ impl GpuBackend {
         let budget = crate::nvml::budget_for(options.budget, &gpu.info);
         spec.validate()
             .map_err(|e| unavailable(format!("invalid spec: {e}")))?;
-        if spec.dither > 0.0 {
-            return Err(unavailable(
-                "dither is not implemented on the GPU backend; use the CPU backend for dithered specs",
-            ));
-        }
         let precision = match options.precision {
             Precision::F64 if !gpu.device.features().contains(wgpu::Features::SHADER_F64) => {
                 tracing::warn!(
@@ -350,7 +348,7 @@ impl GpuBackend {
     fn params(&self, total_frames: usize, grid_y: u32, frame_row: u32) -> Params {
         let s = &self.spec;
         let center = s.framing == Framing::Center;
-        let (log_kind, log_scale, guard_add, guard) = log_params(s);
+        let (log_kind, guard_add, guard) = log_params(s);
         Params {
             n_fft: s.n_fft as u32,
             win_length: s.win_length as u32,
@@ -378,9 +376,12 @@ impl GpuBackend {
             log_kind: if uses_mel(s) { log_kind } else { 0 },
             guard_add,
             guard,
-            log_scale,
             grid_y,
             frame_row,
+            dither: s.dither,
+            dither_seed_lo: s.dither_seed as u32,
+            dither_seed_hi: (s.dither_seed >> 32) as u32,
+            _pad: [0; 2],
         }
     }
 

@@ -126,19 +126,20 @@ pub fn prepare_item(
     Ok(())
 }
 
-/// Log scale and guard the mel kernel applies (`out = log(guard(e)) * scale`).
-pub fn log_params(spec: &FeatureSpec) -> (u32, f32, u32, f32) {
-    let (kind, scale) = match spec.log {
-        LogKind::None => (0, 1.0),
-        LogKind::Ln => (1, 1.0),
-        LogKind::Log10 => (2, std::f64::consts::LOG10_E as f32),
-        LogKind::Db => (3, (10.0 * std::f64::consts::LOG10_E) as f32),
+/// The log and guard the mel kernels apply (`guarded_log` in kernels/common.wgsl): the log
+/// kind (0 none, 1 ln, 2 log10, 3 dB), whether the guard is added (else a clamp), the guard.
+pub fn log_params(spec: &FeatureSpec) -> (u32, u32, f32) {
+    let kind = match spec.log {
+        LogKind::None => 0,
+        LogKind::Ln => 1,
+        LogKind::Log10 => 2,
+        LogKind::Db => 3,
     };
     let (add, guard) = match spec.log_guard {
         LogGuard::Clamp(v) => (0, v),
         LogGuard::Add(v) => (1, v),
     };
-    (kind, scale, add, guard)
+    (kind, add, guard)
 }
 
 /// Turns one item's GPU rows (`frames × gpu_row_width`) into its final rows, appended to

@@ -13,9 +13,6 @@
 //!   peak, Kaldi's unclamped ln shows bands 100+ dB down, and linear power is compared
 //!   relatively on bins 1e-14 of their frame's peak.
 //!
-//! Outputs are f32, and 1e-4 is under one f32 ulp for |x| >= 1024 (MFCC c0 of near-silent clips
-//! sits near -1131, where one ulp is 1.2e-4): there the tolerance is one ulp of the reference.
-//!
 //! Runs on any wgpu adapter, lavapipe included; with none it prints why it skipped.
 
 use std::collections::BTreeMap;
@@ -112,12 +109,6 @@ fn run(backend: &mut dyn Extractor, batch: &AudioBatch, bins: usize) -> FeatureB
     out
 }
 
-/// One unit in the last place of `x` as an f32.
-fn ulp(x: f32) -> f64 {
-    let x = x.abs();
-    f64::from(f32::from_bits(x.to_bits() + 1) - x)
-}
-
 /// A linear value this far under its frame's peak is rounding noise even in f64 (an f64
 /// amplitude carries 16 digits, so its power 32): the relative error is taken against this
 /// floor instead (a DC input gives exact zeros through the CPU's FFT and 1e-33 of the peak
@@ -125,14 +116,13 @@ fn ulp(x: f32) -> f64 {
 const LINEAR_NOISE_FLOOR: f64 = 1e-26;
 
 /// Worst error of `got` against `want` as a multiple of the tolerance (absolute for log
-/// outputs, at least one f32 ulp of the reference; relative for linear, above the f64 noise
-/// floor of the frame), and where it is.
+/// outputs; relative for linear, above the f64 noise floor of the frame), and where it is.
 fn worst(got: &[f32], want: &[f32], log: bool, bins: usize) -> (f64, String) {
     let mut w = (0.0f64, String::new());
-    for (i, (&a32, &b32)) in got.iter().zip(want).enumerate() {
-        let (a, b) = (f64::from(a32), f64::from(b32));
+    for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
+        let (a, b) = (f64::from(a), f64::from(b));
         let err = if log {
-            (a - b).abs() / LOG_ATOL.max(ulp(b32))
+            (a - b).abs() / LOG_ATOL
         } else {
             let row = &want[i / bins * bins..][..bins];
             let peak = row.iter().fold(0.0f64, |m, &v| m.max(f64::from(v).abs()));
@@ -393,6 +383,68 @@ fn fft_and_dft_kernels_match_the_cpu_on_other_sizes() {
                 err <= 1.0,
                 "n_fft {n_fft} ({kernel}) item {i}: {err:.3} x the tolerance at {at}"
             );
+        }
+    }
+}
+
+/// Dithered specs: the GPU draws the CPU's dither (a counter-based hash of seed, frame and
+/// sample), so Kaldi with dither 1 and NeMo with its training dither match the CPU's f64 core
+/// within the tolerance, on silence (all dither) and on a tone, through both kernels.
+#[test]
+fn dithered_specs_match_the_cpu() {
+    let tone: Vec<f32> = (0..20_000)
+        .map(|i| (0.3 * (i as f64 * 0.05).sin()) as f32)
+        .collect();
+    let silence = vec![0.0f32; 9_000];
+    let batch = AudioBatch::from_items([&tone[..], &silence]);
+    let mut kaldi = FeatureSpec::kaldi(80);
+    kaldi.dither = 1.0;
+    kaldi.dither_seed = 0x1234_5678_9abc_def0;
+    let mut nemo = FeatureSpec::nemo(80);
+    nemo.dither = 1e-5;
+    nemo.dither_seed = 7;
+    for spec in [kaldi, nemo] {
+        for force_dft in [false, true] {
+            let Some(mut gpu) = gpu_with(&spec, force_dft, Precision::F64) else {
+                return;
+            };
+            if gpu.precision() != Precision::F64 {
+                eprintln!("skipped: {} has no f64 in shaders", gpu.device());
+                return;
+            }
+            let got = run(&mut gpu, &batch, spec.n_bins());
+            let want = run(
+                &mut CpuBackend::new(&spec, Precision::F64).unwrap(),
+                &batch,
+                spec.n_bins(),
+            );
+            let mut plain = spec.clone();
+            plain.dither = 0.0;
+            let undithered = run(
+                &mut CpuBackend::new(&plain, Precision::F64).unwrap(),
+                &batch,
+                spec.n_bins(),
+            );
+            for i in 0..batch.len() {
+                let (gf, g) = got.item(i).unwrap();
+                let (cf, c) = want.item(i).unwrap();
+                assert_eq!(gf, cf);
+                let (err, at) = worst(g, c, true, spec.n_bins());
+                assert!(
+                    err <= 1.0,
+                    "dither {} item {i} ({}): {err:.3} x the tolerance at {at}",
+                    spec.dither,
+                    gpu.spectrum_kernel()
+                );
+                // The dither is really there: without it the output differs.
+                let (_, u) = undithered.item(i).unwrap();
+                let (moved, _) = worst(u, c, true, spec.n_bins());
+                assert!(
+                    moved > 10.0,
+                    "dither {} item {i} changed nothing",
+                    spec.dither
+                );
+            }
         }
     }
 }
