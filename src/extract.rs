@@ -81,23 +81,25 @@ pub fn devices(
             CpuBackend::new(spec, precision).map_err(|e| user(e.to_string()))?,
         ))
     };
-    let gpu = |index: usize| -> Result<Box<dyn Extractor>> {
+    // `device` is what selected adapter `index`: `auto` may fall back to the CPU.
+    let gpu = |device: &str, index: usize| -> Result<Box<dyn Extractor>> {
         let options = sonograph_gpu::GpuOptions {
             adapter: Some(index),
             budget,
             precision,
             ..Default::default()
         };
-        let backend = sonograph_gpu::GpuBackend::new(spec, &options)
-            .map_err(|e| user(format!("--device gpu:{index}: {e}")))?;
-        Ok(Box::new(backend))
+        match crate::gpu_cli::open_selected(device, spec, &options)? {
+            Some(backend) => Ok(Box::new(backend)),
+            None => cpu(),
+        }
     };
     if device.trim() == "all" {
         let registry = sonograph_gpu::DeviceRegistry::discover();
         let mut out = Vec::new();
         for info in registry.devices() {
             if let Some(index) = info.index {
-                match gpu(index) {
+                match gpu(&info.id, index) {
                     Ok(d) => out.push(d),
                     Err(e) => tracing::warn!("{} left out: {e}", info.id),
                 }
@@ -110,15 +112,7 @@ pub fn devices(
         .split(',')
         .map(|one| match crate::gpu_cli::select(one.trim())? {
             sonograph_gpu::Selected::Cpu => cpu(),
-            // `auto` means "the GPU if it can": one that cannot take this spec (dither) or
-            // will not open leaves the job to the CPU.
-            sonograph_gpu::Selected::Gpu(index) if one.trim() == "auto" => {
-                gpu(index).or_else(|e| {
-                    tracing::warn!("--device auto: {e}; computing on the CPU");
-                    cpu()
-                })
-            }
-            sonograph_gpu::Selected::Gpu(index) => gpu(index),
+            sonograph_gpu::Selected::Gpu(index) => gpu(one, index),
         })
         .collect()
 }

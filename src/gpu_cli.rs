@@ -40,17 +40,18 @@ pub fn devices(args: &DevicesArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{:<6} {:<15} {:<7} {:>5} {:<10} NAME / DRIVER",
-        "ID", "TYPE", "BACKEND", "SCORE", "STATE"
+        "{:<6} {:<15} {:<7} {:>5} {:<10} {:<4} NAME / DRIVER",
+        "ID", "TYPE", "BACKEND", "SCORE", "STATE", "CORE"
     );
     for d in registry.devices() {
         println!(
-            "{:<6} {:<15} {:<7} {:>5} {:<10} {}{}{}",
+            "{:<6} {:<15} {:<7} {:>5} {:<10} {:<4} {}{}{}",
             d.id,
             format!("{:?}", d.device_type),
             d.backend,
             d.score,
             format!("{:?}", d.state),
+            if d.f64_core { "f64" } else { "f32" },
             d.name,
             if d.driver.is_empty() {
                 String::new()
@@ -113,18 +114,25 @@ pub fn select(device: &str) -> Result<Selected> {
         .map_err(|e| user(e.to_string()))
 }
 
-/// The GPU backend `features --device` runs on.
-pub fn open(
-    args: &FeaturesArgs,
+/// Opens the GPU backend that `--device` (`device`) selected. `auto` means "the GPU if it
+/// can": where the backend cannot open or cannot take the spec, `Ok(None)` (and a warning)
+/// leaves the work to the CPU; a GPU named outright that cannot is an error.
+pub fn open_selected(
+    device: &str,
     spec: &FeatureSpec,
-    adapter: usize,
-) -> Result<GpuBackend, sonograph_dsp::ExtractError> {
-    let options = GpuOptions {
-        adapter: Some(adapter),
-        precision: args.spec.precision.into(),
-        ..Default::default()
-    };
-    GpuBackend::new(spec, &options)
+    options: &GpuOptions,
+) -> Result<Option<GpuBackend>> {
+    match GpuBackend::new(spec, options) {
+        Ok(gpu) => Ok(Some(gpu)),
+        Err(e) if device.trim() == "auto" => {
+            tracing::warn!("--device auto: {e}; computing on the CPU");
+            Ok(None)
+        }
+        Err(e) => {
+            let name = options.adapter.map_or("gpu".into(), |i| format!("gpu:{i}"));
+            Err(user(format!("--device {name}: {e}")))
+        }
+    }
 }
 
 /// `features --device gpu...`: the whole file decoded, then one item on the GPU.
@@ -287,7 +295,7 @@ fn time_backend(
     let mut out = FeatureBatch::new(bins);
     let times = super::timed(repeat, || {
         out.reset(bins);
-        batcher.run(batch, backend, fallback, &mut out)?;
+        batcher.run(batch, backend, fallback, &mut out);
         Ok(())
     })?;
     let failed = (0..out.len()).filter(|&i| out.item(i).is_err()).count();

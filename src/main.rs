@@ -245,13 +245,13 @@ fn decode_options(channel: Option<usize>) -> DecodeOptions {
 fn features(args: &FeaturesArgs) -> Result<()> {
     let spec = load_spec(&args.spec)?;
     if let sonograph_gpu::Selected::Gpu(adapter) = gpu_cli::select(&args.device)? {
-        match gpu_cli::open(args, &spec, adapter) {
-            Ok(gpu) => return gpu_cli::features(args, &spec, gpu),
-            // `auto` means "the GPU if it can" (see `extract`).
-            Err(e) if args.device.trim() == "auto" => {
-                tracing::warn!("--device auto: {e}; computing on the CPU");
-            }
-            Err(e) => return Err(user(e.to_string())),
+        let options = sonograph_gpu::GpuOptions {
+            adapter: Some(adapter),
+            precision: args.spec.precision.into(),
+            ..Default::default()
+        };
+        if let Some(gpu) = gpu_cli::open_selected(&args.device, &spec, &options)? {
+            return gpu_cli::features(args, &spec, gpu);
         }
     }
     let mut extractor = CpuExtractor::with_precision(&spec, args.spec.precision.into())

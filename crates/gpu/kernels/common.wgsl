@@ -3,7 +3,7 @@
 
 // f32, or f64 on adapters with SHADER_F64: f32 cannot hold bands 80-100 dB under their frame's
 // peak to 1e-4 in dB or nats (its rounding noise sits about 140 dB under the peak), f64 can.
-// Samples in, log outputs out and the log itself stay f32 (SPIR-V has no f64 log).
+// Samples in and outputs out stay f32; the log is computed in `real` (`ln_real`).
 alias real = @REAL@;
 // Mirrors `Params` and `Item` in src/extractor.rs field for field.
 
@@ -57,29 +57,29 @@ struct Item {
     n_frames: u32,
 }
 
-// numpy's "reflect" index for any i, periodic beyond one reflection (as the CPU path).
-fn reflect_index(i: i32, n: i32) -> i32 {
-    if (n == 1) {
-        return 0;
-    }
-    let period = 2 * (n - 1);
-    var m = i % period;
-    if (m < 0) {
-        m += period;
-    }
-    if (m < n) {
-        return m;
-    }
-    return period - m;
-}
-
-// ln(x) for x > 0 to about one ulp of `real` with +, *, / and ldexp only: SPIR-V has no f64
-// log, and its f32 log promises 3 ulp, which NeMo's per-feature normalisation magnifies past
-// 1e-4 on quiet clips. x = m 2^k with m within a factor sqrt(2) of 1, and
+// ln(x) to about one ulp of `real` with +, *, / and ldexp only: SPIR-V has no f64 log, and its
+// f32 log promises 3 ulp, which NeMo's per-feature normalisation magnifies past 1e-4 on quiet
+// clips. x = m 2^k with m within a factor sqrt(2) of 1, and
 // ln m = 2 atanh(s) = 2 (s + s^3/3 + s^5/5 + ...), s = (m - 1) / (m + 1), |s| < 0.18.
+// k comes from an f32 log2, so x is first scaled by powers of two into f32's normal range
+// (naga's f64 frexp needs 64-bit integers). ln(0) is -inf, as on the CPU.
 fn ln_real(x: real) -> real {
-    let k = round(log2(f32(x)));
-    let m = ldexp(x, -i32(k));
+    if (x == 0.0) {
+        return real(-bitcast<f32>(0x7f800000u));
+    }
+    var y = x;
+    var k = 0;
+    for (var i = 0; i < 12 && y < 1e-30; i++) {
+        y = ldexp(y, 100);
+        k -= 100;
+    }
+    for (var i = 0; i < 12 && y > 1e30; i++) {
+        y = ldexp(y, -100);
+        k += 100;
+    }
+    let e = i32(round(log2(f32(y))));
+    let m = ldexp(y, -e);
+    k += e;
     let s = (m - 1.0) / (m + 1.0);
     let s2 = s * s;
     // Up to s^23/23: the next term is under 1e-17 of the sum.
@@ -109,39 +109,4 @@ fn guarded_log(energy: real) -> f32 {
         scale = 10.0 * 0.43429448190325182765;
     }
     return f32(ln_real(e) * scale);
-}
-
-// sonograph_dsp::dither, transcribed: Chris Wellons' lowbias32 hash.
-fn lowbias32(v: u32) -> u32 {
-    var x = v;
-    x ^= x >> 16u;
-    x *= 0x7feb352du;
-    x ^= x >> 15u;
-    x *= 0x846ca68bu;
-    x ^= x >> 16u;
-    return x;
-}
-
-// Unit-variance dither for sample m of frame `frame` of an item: twelve 16-bit uniforms
-// summed exactly in integers (Irwin-Hall), the same bits as the CPU's `unit_noise`.
-fn unit_noise(frame: u32, m: u32) -> f32 {
-    let golden = 0x9e3779b9u;
-    var h = lowbias32(golden ^ p.dither_seed_lo);
-    h = lowbias32(h ^ p.dither_seed_hi);
-    h = lowbias32(h ^ frame);
-    h = lowbias32(h ^ m);
-    var sum = 0u;
-    for (var k = 0u; k < 6u; k++) {
-        let r = lowbias32(h + k * golden);
-        sum += (r & 0xffffu) + (r >> 16u);
-    }
-    return (f32(sum) + 6.0) / 65536.0 - 6.0;
-}
-
-// A frame sample with the spec's dither added, in the CPU's order and rounding.
-fn dithered(v: real, frame: u32, m: u32) -> real {
-    if (p.dither == 0.0) {
-        return v;
-    }
-    return v + real(unit_noise(frame, m)) * real(p.dither);
 }

@@ -20,24 +20,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let it = items[frame_item[t]];
     let j = t - it.frame_offset;
     let base = t * p.n_fft;
-    let n = i32(it.n_samples);
     for (var k = 0u; k < p.n_fft; k++) {
         frames[base + k] = 0.0;
     }
-    var start = i32(j * p.hop);
-    if (p.center != 0u) {
-        start = start + i32(p.window_offset) - i32(p.pad_left);
-    }
+    let start = window_start(j);
     let dst = base + p.window_offset;
     for (var m = 0u; m < p.win_length; m++) {
-        var idx = start + i32(m);
-        var v: real = 0.0;
-        if (idx >= 0 && idx < n) {
-            v = real(samples[it.sample_offset + u32(idx)]);
-        } else if (p.reflect != 0u) {
-            v = real(samples[it.sample_offset + u32(reflect_index(idx, n))]);
-        }
-        frames[dst + m] = dithered(v, j, m);
+        frames[dst + m] = frame_sample(it, start, j, m);
     }
     if (p.remove_dc != 0u) {
         var sum: real = 0.0;

@@ -49,22 +49,12 @@ fn cmul(a: vec2<real>, b: vec2<real>) -> vec2<real> {
 fn load_frame(t: u32, lid: u32) {
     let it = items[frame_item[t]];
     let j = t - it.frame_offset;
-    let n = i32(it.n_samples);
-    var start = i32(j * p.hop);
-    if (p.center != 0u) {
-        start = start + i32(p.window_offset) - i32(p.pad_left);
-    }
+    let start = window_start(j);
     let off = p.window_offset;
     for (var i = lid; i < N; i += WG) {
         var v: real = 0.0;
         if (i >= off && i < off + p.win_length) {
-            let idx = start + i32(i - off);
-            if (idx >= 0 && idx < n) {
-                v = real(samples[it.sample_offset + u32(idx)]);
-            } else if (p.reflect != 0u) {
-                v = real(samples[it.sample_offset + u32(reflect_index(idx, n))]);
-            }
-            v = dithered(v, j, i - off);
+            v = frame_sample(it, start, j, i - off);
         }
         buf[i] = vec2<real>(v, 0.0);
     }

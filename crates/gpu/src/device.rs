@@ -100,6 +100,9 @@ pub struct DeviceInfo {
     pub reason: Option<String>,
     /// Duration of the last health probe in milliseconds.
     pub probe_ms: Option<f64>,
+    /// The spectral core can run in f64 here (the CPU; adapters with f64 in shaders), which
+    /// every preset needs for 1e-4 parity; elsewhere the GPU computes in f32.
+    pub f64_core: bool,
     /// NVML's view of the device (memory, utilisation, temperature, power) for an NVIDIA GPU
     /// where libnvidia-ml loads; `null` otherwise, so the JSON always has the key. Read at
     /// discovery; [`DeviceRegistry::refresh_telemetry`] reads it again.
@@ -120,6 +123,7 @@ impl DeviceInfo {
             state: DeviceState::Available,
             reason: None,
             probe_ms: None,
+            f64_core: true,
             telemetry: None,
         }
     }
@@ -201,6 +205,7 @@ impl DeviceRegistry {
                         state: DeviceState::Available,
                         reason: None,
                         probe_ms: None,
+                        f64_core: a.features().contains(wgpu::Features::SHADER_F64),
                         telemetry: None,
                     }
                 })
@@ -349,7 +354,7 @@ impl DeviceRegistry {
         }
     }
 
-    /// Sets a device's state (the executor marks a lost device `Failed`).
+    /// Sets a device's state (a user disabling it, a supervisor marking a lost one `Failed`).
     pub fn set_state(&mut self, id: &str, state: DeviceState, reason: Option<String>) {
         if let Some(d) = self.devices.iter_mut().find(|d| d.id == id) {
             d.state = state;
@@ -429,6 +434,7 @@ mod tests {
             state: DeviceState::Available,
             reason: None,
             probe_ms: None,
+            f64_core: true,
             telemetry: None,
         }
     }

@@ -1,9 +1,11 @@
-//! The GPU extractor: WGSL kernels for framing (with Kaldi's per-frame steps and the window),
-//! a real DFT, power, sparse mel projection and log, over a whole batch of items of any
-//! lengths in one submission (a per-frame item table tells each invocation where its samples
-//! are). Item-level steps that need the whole item (drop last frame, dynamic range, DCT,
-//! affine, normalisation, Welch averaging) run on the host after readback, in the CPU path's
-//! own arithmetic (`plan::finish_item`).
+//! The GPU extractor: WGSL kernels over a whole batch of items of any lengths in one
+//! submission (a per-frame item table tells each invocation where its samples are). Where the
+//! Stockham FFT can take n_fft, one fused kernel frames (padding, dither, Kaldi's per-frame
+//! steps, the window), transforms, and projects onto mel bands with the log, in workgroup
+//! memory; elsewhere three passes (framing, direct DFT, mel) go through device memory. The
+//! spectral core is f64 where the adapter allows. Item-level steps that need the whole item
+//! (drop last frame, dynamic range, DCT, affine, normalisation, Welch averaging) run on the
+//! host after readback, in the CPU path's own arithmetic (`plan::finish_item`).
 
 use std::num::NonZeroU64;
 use std::time::Duration;
@@ -19,13 +21,14 @@ use wgpu::util::DeviceExt;
 use crate::context::{self, GpuDevice};
 use crate::device::adapter_score;
 use crate::plan::{
-    batch_buffers, finish_item, gpu_row_width, item_bytes, log_params, prepare_item, raw_frames,
-    scalar_bytes, uses_mel,
+    batch_buffers, finish_item, gpu_row_width, log_params, prepare_item, raw_frames, scalar_bytes,
+    uses_mel,
 };
 use crate::pool::{human_bytes, BlockAllocator, BlockKind, MemoryPool, MemoryStats, PoolBlock};
 use crate::GpuOptions;
 
 const COMMON: &str = include_str!("../kernels/common.wgsl");
+const FRAMING: &str = include_str!("../kernels/framing.wgsl");
 const FRAME: &str = include_str!("../kernels/frame.wgsl");
 const DFT: &str = include_str!("../kernels/dft.wgsl");
 const FUSED: &str = include_str!("../kernels/fused.wgsl");
@@ -223,8 +226,8 @@ impl GpuBackend {
         let radices = fft_radices(spec.n_fft)
             .filter(|_| !options.force_dft)
             .filter(|_| {
-                // Two ping-pong halves of n_fft complex values.
-                4 * scalar_bytes(precision) * spec.n_fft as u64
+                // Two ping-pong halves of n_fft complex values, and the DC mean.
+                (4 * spec.n_fft as u64 + 1) * scalar_bytes(precision)
                     <= u64::from(gpu.limits.max_compute_workgroup_storage_size)
             });
         let kernels = match radices {
@@ -240,10 +243,10 @@ impl GpuBackend {
                 } else {
                     "main_power"
                 };
-                Kernels::Fused(pipeline("fused", &body, entry))
+                Kernels::Fused(pipeline("fused", &format!("{FRAMING}\n{body}"), entry))
             }
             None => Kernels::Passes {
-                frame: pipeline("frame", FRAME, "main"),
+                frame: pipeline("frame", &format!("{FRAMING}\n{FRAME}"), "main"),
                 dft: pipeline("dft", DFT, "main"),
                 mel: uses_mel(spec).then(|| pipeline("mel", MEL, "main")),
             },
@@ -681,10 +684,26 @@ impl Extractor for GpuBackend {
     }
 
     /// Half the budget over the bytes one item needs, so that the pool's cache and the next
-    /// batch's uploads have room.
+    /// batch's uploads have room, and no more than fit in the device's largest buffer.
     fn batch_hint(&self, item_samples: usize) -> Option<usize> {
-        let bytes = item_bytes(&self.spec, self.precision, self.fused(), item_samples).max(1);
-        Some((self.pool.budget() / 2 / bytes).clamp(1, usize::MAX as u64) as usize)
+        let frames = raw_frames(&self.spec, item_samples);
+        let buffers = batch_buffers(
+            &self.spec,
+            self.precision,
+            self.fused(),
+            1,
+            item_samples,
+            frames,
+        );
+        let total: u64 = buffers.iter().map(|b| b.1).sum();
+        let largest = buffers.iter().map(|b| b.1).max().unwrap_or(1).max(1);
+        let limits = &self.gpu.limits;
+        let by_budget = self.pool.budget() / 2 / total.max(1);
+        let by_buffer = limits
+            .max_storage_buffer_binding_size
+            .min(limits.max_buffer_size)
+            / largest;
+        Some(by_budget.min(by_buffer).clamp(1, usize::MAX as u64) as usize)
     }
 
     fn extract_batch(

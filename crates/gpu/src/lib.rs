@@ -32,9 +32,8 @@ pub struct GpuOptions {
     /// Memory budget; `None` = 90% of the free memory NVML reports for the adapter, else
     /// [`pool::DEFAULT_BUDGET`] (see `nvml::budget_for`).
     pub budget: Option<Budget>,
-    /// Use the direct DFT even where the Stockham FFT could run: O(n_fft) per bin instead of
-    /// O(log n_fft), but on lavapipe it holds NeMo's normalised log-mel within 1e-4 of the
-    /// CPU's f64 core where the f32 FFT reaches 1.5e-4 (see tests/parity.rs).
+    /// Use the three-pass path with the direct DFT even where the fused FFT kernel could run
+    /// (for tests of that path; O(n_fft) per bin instead of O(log n_fft)).
     pub force_dft: bool,
     /// The spectral core's scalar. f64 (the default, as on the CPU) needs an adapter with f64
     /// in shaders (NVIDIA and AMD on Vulkan, lavapipe); elsewhere the backend computes in f32

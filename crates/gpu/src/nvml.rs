@@ -146,12 +146,6 @@ pub fn telemetry_for(info: &wgpu::AdapterInfo) -> Option<GpuTelemetry> {
     match_wgpu_adapter(info, &all_devices()).cloned()
 }
 
-/// [`default_budget`] of a wgpu adapter, read from NVML now.
-#[cfg(feature = "gpu")]
-pub fn default_budget_for(info: &wgpu::AdapterInfo) -> u64 {
-    default_budget(telemetry_for(info).as_ref())
-}
-
 /// [`resolve_budget`] of a wgpu adapter, read from NVML now: what the GPU backend's pool gets.
 #[cfg(feature = "gpu")]
 pub fn budget_for(budget: Option<Budget>, info: &wgpu::AdapterInfo) -> u64 {

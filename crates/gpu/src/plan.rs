@@ -91,21 +91,6 @@ pub fn batch_buffers(
     ]
 }
 
-/// Device bytes for one item of `n_samples` samples (the batcher's first estimate).
-pub fn item_bytes(spec: &FeatureSpec, precision: Precision, fused: bool, n_samples: usize) -> u64 {
-    batch_buffers(
-        spec,
-        precision,
-        fused,
-        1,
-        n_samples,
-        raw_frames(spec, n_samples),
-    )
-    .iter()
-    .map(|b| b.1)
-    .sum()
-}
-
 /// Checks an item and appends it, scaled and (signal-scope) pre-emphasised exactly as
 /// `CpuExtractor::push` does in f32, to `dst`.
 pub fn prepare_item(

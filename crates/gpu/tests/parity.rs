@@ -121,7 +121,9 @@ fn worst(got: &[f32], want: &[f32], log: bool, bins: usize) -> (f64, String) {
     let mut w = (0.0f64, String::new());
     for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
         let (a, b) = (f64::from(a), f64::from(b));
-        let err = if log {
+        let err = if a == b {
+            0.0 // equal infinities included
+        } else if log {
             (a - b).abs() / LOG_ATOL
         } else {
             let row = &want[i / bins * bins..][..bins];
@@ -445,6 +447,83 @@ fn dithered_specs_match_the_cpu() {
                     spec.dither
                 );
             }
+        }
+    }
+}
+
+/// Guards far outside f32's range (a clamp at 1e-40, an added 0) give the CPU's logs, -inf
+/// included, on silence and on a tone.
+#[test]
+fn extreme_log_guards_match_the_cpu() {
+    use sonograph_dsp::spec::LogGuard;
+    let tone: Vec<f32> = (0..8_000)
+        .map(|i| (0.3 * (i as f64 * 0.07).sin()) as f32)
+        .collect();
+    let silence = vec![0.0f32; 4_000];
+    let batch = AudioBatch::from_items([&tone[..], &silence]);
+    for guard in [
+        LogGuard::Clamp(1e-40),
+        LogGuard::Clamp(1e-300_f64 as f32),
+        LogGuard::Add(0.0),
+    ] {
+        let mut spec = FeatureSpec::kaldi(40);
+        spec.log_guard = guard;
+        let Some(mut gpu) = gpu_for(&spec) else {
+            return;
+        };
+        if gpu.precision() != Precision::F64 {
+            eprintln!("skipped: {} has no f64 in shaders", gpu.device());
+            return;
+        }
+        let got = run(&mut gpu, &batch, spec.n_bins());
+        let want = run(
+            &mut CpuBackend::new(&spec, Precision::F64).unwrap(),
+            &batch,
+            spec.n_bins(),
+        );
+        for i in 0..batch.len() {
+            let (_, g) = got.item(i).unwrap();
+            let (_, c) = want.item(i).unwrap();
+            let (err, at) = worst(g, c, true, spec.n_bins());
+            assert!(
+                err <= 1.0,
+                "{guard:?} item {i}: {err:.3} x the tolerance at {at}"
+            );
+        }
+    }
+}
+
+/// The first batch size the backend proposes: half its budget over one item's buffers, and
+/// never more items than the device's largest buffer holds.
+#[test]
+fn the_batch_hint_follows_the_budget_and_the_largest_buffer() {
+    use sonograph_gpu::plan::{batch_buffers, raw_frames};
+    use sonograph_gpu::Budget;
+    let spec = FeatureSpec::whisper(80);
+    let item = 30 * 16_000;
+    let frames = raw_frames(&spec, item);
+    for (budget, capped) in [(64u64 << 20, false), (1u64 << 40, true)] {
+        let options = GpuOptions {
+            budget: Some(Budget::Bytes(budget)),
+            ..Default::default()
+        };
+        let gpu = match GpuBackend::new(&spec, &options) {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!("skipped: no wgpu adapter (install mesa-vulkan-drivers): {e}");
+                return;
+            }
+        };
+        let buffers = batch_buffers(&spec, gpu.precision(), true, 1, item, frames);
+        let per_item: u64 = buffers.iter().map(|b| b.1).sum();
+        let hint = gpu.batch_hint(item).unwrap() as u64;
+        let by_budget = budget / 2 / per_item;
+        if capped {
+            // A terabyte budget is over any buffer: the buffer limit decides.
+            assert!(hint < by_budget, "hint {hint} vs {by_budget} by budget");
+            assert!(hint >= 1);
+        } else {
+            assert_eq!(hint, by_budget.max(1));
         }
     }
 }

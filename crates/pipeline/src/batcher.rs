@@ -121,15 +121,14 @@ impl AdaptiveBatcher {
     }
 
     /// Extracts every item of `batch` on `primary`, recovering from OOM and device loss with
-    /// `fallback`; appends one result per item to `out`, in order. Returns `Err` only if the
-    /// fallback itself fails a whole batch.
+    /// `fallback`; appends exactly one result per item to `out`, in order.
     pub fn run(
         &mut self,
         batch: &AudioBatch,
         primary: &mut dyn Extractor,
         fallback: &mut dyn Extractor,
         out: &mut FeatureBatch,
-    ) -> Result<(), ExtractError> {
+    ) {
         let key = (primary.device(), primary.spec().spec_id());
         let config = self.config;
         let mut sizing = *self.sizing.entry(key.clone()).or_insert(Sizing {
@@ -142,10 +141,9 @@ impl AdaptiveBatcher {
         let mut retrying = false;
         let mut scratch = FeatureBatch::new(out.bins());
         if self.lost.contains(&key.0) {
-            fallback.extract_batch(batch, &mut scratch)?;
-            out.append(&scratch);
+            on_fallback(fallback, batch, &mut scratch, out);
             self.stats.items_after_loss += n as u64;
-            return Ok(());
+            return;
         }
         while next < n {
             let size = sizing.size.min(n - next).max(1);
@@ -184,9 +182,11 @@ impl AdaptiveBatcher {
                 Err(ExtractError::OutOfMemory(msg)) => {
                     self.stats.ooms += 1;
                     sizing.streak = 0;
-                    sizing.ceiling = Some(sizing.ceiling.map_or(size, |c| c.min(size)));
-                    self.stats.ceiling = sizing.ceiling;
                     if size > 1 {
+                        // One item that does not fit alone says nothing about batches of
+                        // the others: only a failed batch lowers the ceiling.
+                        sizing.ceiling = Some(sizing.ceiling.map_or(size, |c| c.min(size)));
+                        self.stats.ceiling = sizing.ceiling;
                         sizing.size = size / 2;
                         self.stats.splits += 1;
                         retrying = true;
@@ -199,9 +199,7 @@ impl AdaptiveBatcher {
                         );
                         tracing::warn!("{alert}");
                         self.stats.alerts.push(alert);
-                        scratch.reset(out.bins());
-                        fallback.extract_batch(&part, &mut scratch)?;
-                        out.append(&scratch);
+                        on_fallback(fallback, &part, &mut scratch, out);
                         self.stats.items_on_fallback += 1;
                         next += 1;
                         retrying = false;
@@ -219,17 +217,33 @@ impl AdaptiveBatcher {
                     self.stats.alerts.push(alert);
                     self.stats.devices_lost += 1;
                     self.lost.insert(key.0.clone());
-                    let rest = batch.slice(next..n);
-                    scratch.reset(out.bins());
-                    fallback.extract_batch(&rest, &mut scratch)?;
-                    out.append(&scratch);
+                    on_fallback(fallback, &batch.slice(next..n), &mut scratch, out);
                     self.stats.items_after_loss += (n - next) as u64;
                     next = n;
                 }
             }
         }
         self.sizing.insert(key, sizing);
-        Ok(())
+    }
+}
+
+/// Runs `part` on the fallback and appends its results to `out`. The CPU reports errors per
+/// item; should it fail the whole part anyway, each of its items gets that error, so that
+/// every item still has exactly one result.
+fn on_fallback(
+    fallback: &mut dyn Extractor,
+    part: &AudioBatch,
+    scratch: &mut FeatureBatch,
+    out: &mut FeatureBatch,
+) {
+    scratch.reset(out.bins());
+    match fallback.extract_batch(part, scratch) {
+        Ok(()) => out.append(scratch),
+        Err(e) => {
+            for _ in 0..part.len() {
+                out.push_error(e.clone());
+            }
+        }
     }
 }
 
@@ -318,7 +332,7 @@ mod tests {
             grow_after: 2,
         });
         let mut out = FeatureBatch::new(spec.n_bins());
-        batcher.run(&batch, &mut flaky, &mut cpu, &mut out).unwrap();
+        batcher.run(&batch, &mut flaky, &mut cpu, &mut out);
         check(&spec, &clips, &out);
         // Every item computed exactly once on the device, except the one that went to the CPU.
         assert_eq!(flaky.computed.len(), clips.len() - 1);
@@ -331,10 +345,16 @@ mod tests {
         assert_eq!(s.items_on_fallback, 1);
         assert!(s.splits >= 3 && s.ooms >= s.splits, "{s:?}");
         assert_eq!(s.alerts.len(), 1);
-        // The size never grows back to a size that failed.
+        // The size never grows back to a size that failed, and the item that failed alone did
+        // not pin the batch size to one item.
         let spec_id = spec.spec_id();
-        assert!(batcher.size_for("gpu:flaky", &spec_id) <= 3);
-        assert_eq!(batcher.ceiling_for("gpu:flaky", &spec_id), Some(1));
+        let ceiling = batcher.ceiling_for("gpu:flaky", &spec_id).unwrap();
+        assert!((2..=4).contains(&ceiling), "ceiling {ceiling}");
+        let size = batcher.size_for("gpu:flaky", &spec_id);
+        assert!(
+            (1..ceiling).contains(&size),
+            "size {size} under ceiling {ceiling}"
+        );
     }
 
     #[test]
@@ -357,7 +377,7 @@ mod tests {
             grow_after: 1,
         });
         let mut out = FeatureBatch::new(spec.n_bins());
-        batcher.run(&batch, &mut flaky, &mut cpu, &mut out).unwrap();
+        batcher.run(&batch, &mut flaky, &mut cpu, &mut out);
         check(&spec, &clips, &out);
         // 2 → 4 → 8 (OOM, ceiling 8) → 4 → 7 (OOM, ceiling 7) → 3 → 6, and 6 stays: it
         // never grows back to a size that failed.
@@ -366,6 +386,49 @@ mod tests {
         assert_eq!(batcher.stats().ooms, 2, "{:?}", batcher.stats());
         assert_eq!(batcher.stats().splits, 2);
         assert!(flaky.computed.values().all(|&c| c == 1));
+    }
+
+    /// A fallback that fails whole batches still leaves one result per item.
+    #[test]
+    fn a_failing_fallback_gives_each_item_an_error_and_keeps_the_rest() {
+        struct Broken(FeatureSpec);
+        impl Extractor for Broken {
+            fn spec(&self) -> &FeatureSpec {
+                &self.0
+            }
+            fn device(&self) -> String {
+                "broken".into()
+            }
+            fn extract_batch(
+                &mut self,
+                _: &AudioBatch,
+                _: &mut FeatureBatch,
+            ) -> Result<(), ExtractError> {
+                Err(ExtractError::Unavailable("broken fallback".into()))
+            }
+        }
+        let spec = FeatureSpec::whisper(80);
+        let clips = items(6);
+        let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
+        let mut flaky = Flaky {
+            inner: CpuBackend::new(&spec, Precision::F32).unwrap(),
+            fits: 8,
+            huge: 1600 + 37 * 4,
+            lose_after: None,
+            done: 0,
+            computed: HashMap::new(),
+        };
+        let mut batcher = AdaptiveBatcher::new(BatcherConfig {
+            initial: 2,
+            max: 2,
+            grow_after: 100,
+        });
+        let mut out = FeatureBatch::new(spec.n_bins());
+        batcher.run(&batch, &mut flaky, &mut Broken(spec.clone()), &mut out);
+        assert_eq!(out.len(), 6);
+        for i in 0..6 {
+            assert_eq!(out.item(i).is_err(), i == 4, "item {i}");
+        }
     }
 
     /// A device that says how many items fit.
@@ -423,7 +486,7 @@ mod tests {
             grow_after: 100,
         });
         let mut out = FeatureBatch::new(spec.n_bins());
-        batcher.run(&batch, &mut flaky, &mut cpu, &mut out).unwrap();
+        batcher.run(&batch, &mut flaky, &mut cpu, &mut out);
         check(&spec, &clips, &out);
         assert_eq!(flaky.computed.len(), 8);
         let s = batcher.stats();
@@ -432,7 +495,7 @@ mod tests {
         assert!(batcher.is_lost("gpu:flaky"));
         let calls = flaky.done;
         let mut out = FeatureBatch::new(spec.n_bins());
-        batcher.run(&batch, &mut flaky, &mut cpu, &mut out).unwrap();
+        batcher.run(&batch, &mut flaky, &mut cpu, &mut out);
         check(&spec, &clips, &out);
         assert_eq!(flaky.done, calls);
         assert_eq!(batcher.stats().items_after_loss, 11 + 19);
@@ -474,9 +537,7 @@ mod tests {
             grow_after: 100,
         });
         let mut out = FeatureBatch::new(spec.n_bins());
-        batcher
-            .run(&batch, &mut device, &mut cpu, &mut out)
-            .unwrap();
+        batcher.run(&batch, &mut device, &mut cpu, &mut out);
         check(&spec, &clips, &out);
         let s = batcher.stats();
         assert_eq!((s.devices_lost, s.items_after_loss), (1, 6));

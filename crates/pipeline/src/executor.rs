@@ -32,6 +32,28 @@ pub(crate) struct ExecutorStats {
     pub compute_s: f64,
 }
 
+/// This executor's place in the count of executors still taking work.
+struct LiveGuard {
+    live: Arc<AtomicUsize>,
+    counted: bool,
+}
+
+impl LiveGuard {
+    /// Leaves the count; returns how many executors remain in it.
+    fn leave(&mut self) -> usize {
+        if !std::mem::take(&mut self.counted) {
+            return self.live.load(Ordering::SeqCst);
+        }
+        self.live.fetch_sub(1, Ordering::SeqCst) - 1
+    }
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
 pub(crate) fn run_executor(
     mut device: Box<dyn Extractor>,
     precision: Precision,
@@ -52,14 +74,14 @@ pub(crate) fn run_executor(
         queue_wait_s: 0.0,
         compute_s: 0.0,
     };
-    // The fallback for items the device cannot take (the spec was validated by the job).
-    let mut cpu = match CpuBackend::new(&spec, precision) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!("no CPU fallback for {name}: {e}");
-            return stats;
-        }
+    // Counts this executor out of the live ones however it ends (done, retired, panicking).
+    let mut live = LiveGuard {
+        live: live_executors,
+        counted: true,
     };
+    // The fallback for items the device cannot take: the spec was validated by the job, so
+    // this cannot fail (and a panic here fails the job loudly rather than losing items).
+    let mut cpu = CpuBackend::new(&spec, precision).expect("the job validated the spec");
     let mut batcher = AdaptiveBatcher::new(BatcherConfig::for_device(
         device.as_ref(),
         item_samples,
@@ -98,14 +120,7 @@ pub(crate) fn run_executor(
         stats.report.items += n;
         stats.report.min_batch = stats.report.min_batch.min(n);
         stats.report.max_batch = stats.report.max_batch.max(n);
-        if let Err(e) = batcher.run(&batch, device.as_mut(), &mut cpu, &mut out) {
-            // The CPU reports errors per item; a whole-batch error from it is a bug, but the
-            // items still get a recorded reason rather than vanishing.
-            out.reset(spec.n_bins());
-            for _ in 0..batch.len() {
-                out.push_error(e.clone());
-            }
-        }
+        batcher.run(&batch, device.as_mut(), &mut cpu, &mut out);
         stats.compute_s += compute.elapsed().as_secs_f64();
         for (i, unit) in meta.drain(..).enumerate() {
             let msg = match out.item(i) {
@@ -140,7 +155,7 @@ pub(crate) fn run_executor(
             stats.report.retired = true;
             // The last executor standing keeps going on the CPU; the others leave the queue
             // to the devices that still work.
-            if live_executors.fetch_sub(1, Ordering::SeqCst) > 1 {
+            if live.leave() > 0 {
                 tracing::warn!("{name} is out; its work moves to the other devices");
                 break 'run;
             }
@@ -332,6 +347,7 @@ mod tests {
             lost.report
         );
         assert_eq!(lost.report.items + healthy.report.items, items.len() as u64);
-        assert_eq!(live.load(Ordering::SeqCst), 1);
+        // Each left the count once: the lost one when retiring, the other when done.
+        assert_eq!(live.load(Ordering::SeqCst), 0);
     }
 }

@@ -1,0 +1,76 @@
+// Framing helpers of the two kernels that read samples (fused.wgsl and frame.wgsl, which both
+// declare `samples`): where a frame's window starts, and its padded, dithered samples.
+
+// numpy's "reflect" index for any i, periodic beyond one reflection (as the CPU path).
+fn reflect_index(i: i32, n: i32) -> i32 {
+    if (n == 1) {
+        return 0;
+    }
+    let period = 2 * (n - 1);
+    var m = i % period;
+    if (m < 0) {
+        m += period;
+    }
+    if (m < n) {
+        return m;
+    }
+    return period - m;
+}
+
+// Signal index of the first window sample of frame j (negative inside the left padding).
+fn window_start(j: u32) -> i32 {
+    var start = i32(j * p.hop);
+    if (p.center != 0u) {
+        start = start + i32(p.window_offset) - i32(p.pad_left);
+    }
+    return start;
+}
+
+// Sample m of frame j's window (starting at signal index `start`) of item `it`: outside the
+// signal, numpy's reflection or zero; then the spec's dither.
+fn frame_sample(it: Item, start: i32, j: u32, m: u32) -> real {
+    let idx = start + i32(m);
+    let n = i32(it.n_samples);
+    var v: real = 0.0;
+    if (idx >= 0 && idx < n) {
+        v = real(samples[it.sample_offset + u32(idx)]);
+    } else if (p.reflect != 0u) {
+        v = real(samples[it.sample_offset + u32(reflect_index(idx, n))]);
+    }
+    return dithered(v, j, m);
+}
+
+// sonograph_dsp::dither, transcribed: Chris Wellons' lowbias32 hash.
+fn lowbias32(v: u32) -> u32 {
+    var x = v;
+    x ^= x >> 16u;
+    x *= 0x7feb352du;
+    x ^= x >> 15u;
+    x *= 0x846ca68bu;
+    x ^= x >> 16u;
+    return x;
+}
+
+// Unit-variance dither for sample m of frame `frame` of an item: twelve 16-bit uniforms
+// summed exactly in integers (Irwin-Hall), the same bits as the CPU's `unit_noise`.
+fn unit_noise(frame: u32, m: u32) -> f32 {
+    let golden = 0x9e3779b9u;
+    var h = lowbias32(golden ^ p.dither_seed_lo);
+    h = lowbias32(h ^ p.dither_seed_hi);
+    h = lowbias32(h ^ frame);
+    h = lowbias32(h ^ m);
+    var sum = 0u;
+    for (var k = 0u; k < 6u; k++) {
+        let r = lowbias32(h + k * golden);
+        sum += (r & 0xffffu) + (r >> 16u);
+    }
+    return (f32(sum) + 6.0) / 65536.0 - 6.0;
+}
+
+// A frame sample with the spec's dither added, in the CPU's order and rounding.
+fn dithered(v: real, frame: u32, m: u32) -> real {
+    if (p.dither == 0.0) {
+        return v;
+    }
+    return v + real(unit_noise(frame, m)) * real(p.dither);
+}
