@@ -48,7 +48,26 @@ def main():
         "tool": "torchaudio", "device": torch.cuda.get_device_name(0),
         "clips": a.clips, "seconds": a.seconds, "shape": list(out.shape),
         "median_seconds": median, "audio_seconds_per_second": a.clips * a.seconds / median,
+        "copy_bandwidth_bytes_per_second": copy_bandwidth(dev),
     }))
+
+
+def copy_bandwidth(dev):
+    """Device memory bandwidth for the floor: a 1 GiB device-to-device copy (read + write),
+    median of 10, CUDA events."""
+    src = torch.empty(1 << 28, dtype=torch.float32, device=dev)
+    dst = torch.empty_like(src)
+    times = []
+    for i in range(12):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        torch.cuda.synchronize()
+        if i >= 2:
+            times.append(start.elapsed_time(end) / 1000.0)
+    times.sort()
+    return 2 * src.numel() * 4 / times[len(times) // 2]
 
 
 if __name__ == "__main__":

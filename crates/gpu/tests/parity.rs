@@ -28,8 +28,12 @@ use sonograph_io::{decode_mono, DecodeOptions};
 const LOG_ATOL: f64 = 1e-4;
 const LINEAR_RTOL: f64 = 1e-4;
 
+/// tests/golden, or `SONOGRAPH_GOLDEN_DIR` for a test binary carried to another machine
+/// (bench/gpu/run.sh), where the build's path does not exist.
 fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden")
+    std::env::var_os("SONOGRAPH_GOLDEN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden"))
 }
 
 /// The spec each reference key stands for (as tests/golden.rs maps them).
