@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use sonograph_dsp::{AudioBatch, CpuBackend, Extractor, FeatureBatch, FeatureSpec, Precision};
 use sonograph_gpu::{Budget, DeviceRegistry, DeviceSelection, GpuBackend, GpuOptions, Selected};
@@ -135,7 +135,9 @@ pub fn open_selected(
     }
 }
 
-/// `features --device gpu...`: the whole file decoded, then one item on the GPU.
+/// `features --device gpu...`: the whole file decoded, then one item on the GPU, through the
+/// adaptive batcher: a file that does not fit on the device (or a device lost on it) is
+/// computed on the CPU, with a warning.
 pub fn features(args: &FeaturesArgs, spec: &FeatureSpec, mut gpu: GpuBackend) -> Result<()> {
     let samples = sonograph_io::decode_mono(
         &args.input,
@@ -143,9 +145,23 @@ pub fn features(args: &FeaturesArgs, spec: &FeatureSpec, mut gpu: GpuBackend) ->
         spec.sample_rate,
     )
     .map_err(|e| user(e.to_string()))?;
+    let mut cpu =
+        CpuBackend::new(spec, args.spec.precision.into()).map_err(|e| user(e.to_string()))?;
+    let mut batcher = AdaptiveBatcher::new(BatcherConfig {
+        initial: 1,
+        max: 1,
+        ..Default::default()
+    });
     let mut out = FeatureBatch::new(spec.n_bins());
-    gpu.extract_batch(&AudioBatch::from_items([samples.as_slice()]), &mut out)
-        .with_context(|| format!("{}: on {}", args.input.display(), gpu.device()))?;
+    batcher.run(
+        &AudioBatch::from_items([samples.as_slice()]),
+        &mut gpu,
+        &mut cpu,
+        &mut out,
+    );
+    for alert in &batcher.stats().alerts {
+        eprintln!("sonograph: warning: {}: {alert}", args.input.display());
+    }
     let (frames, rows) = out
         .item(0)
         .map_err(|e| user(format!("{}: {e}", args.input.display())))?;

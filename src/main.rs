@@ -111,6 +111,10 @@ struct FeaturesArgs {
     /// Where to compute: cpu, auto (the best hardware GPU, else the CPU), gpu, gpu:N.
     #[arg(long, env = "SONOGRAPH_DEVICE", default_value = "cpu")]
     device: String,
+    /// GPU memory budget ("6GiB", "80%"; default: 90% of the free memory NVML reports, else
+    /// 2 GiB); a file over it is computed on the CPU.
+    #[arg(long, env = "SONOGRAPH_GPU_MEMORY")]
+    gpu_memory: Option<String>,
 }
 
 #[derive(Args)]
@@ -245,8 +249,16 @@ fn decode_options(channel: Option<usize>) -> DecodeOptions {
 fn features(args: &FeaturesArgs) -> Result<()> {
     let spec = load_spec(&args.spec)?;
     if let sonograph_gpu::Selected::Gpu(adapter) = gpu_cli::select(&args.device)? {
+        let budget = args
+            .gpu_memory
+            .as_deref()
+            .map(|t| {
+                sonograph_gpu::Budget::parse(t).map_err(|e| user(format!("--gpu-memory: {e}")))
+            })
+            .transpose()?;
         let options = sonograph_gpu::GpuOptions {
             adapter: Some(adapter),
+            budget,
             precision: args.spec.precision.into(),
             ..Default::default()
         };

@@ -100,6 +100,43 @@ fn features_on_the_gpu_match_the_cpu() {
     assert!(worst <= 1e-4, "worst {worst:e}");
 }
 
+/// A file over the GPU's memory budget is computed on the CPU (same array), with a warning
+/// that says why.
+#[test]
+fn features_over_the_gpu_budget_fall_back_to_the_cpu() {
+    if !common::has_gpu_adapter() {
+        return;
+    }
+    let tmp = Tmp::new("features-oom");
+    let input = data("speech_16000_mono_s16.wav");
+    let (cpu, gpu) = (tmp.path("cpu.npy"), tmp.path("gpu.npy"));
+    let o = bin()
+        .args([
+            "features",
+            input.to_str().unwrap(),
+            "--preset",
+            "whisper",
+            "--out",
+        ])
+        .arg(&cpu)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = bin()
+        .args(["features", input.to_str().unwrap(), "--preset", "whisper"])
+        .args(["--device", "gpu", "--gpu-memory", "64KiB", "--out"])
+        .arg(&gpu)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("does not fit") && err.contains("computed on cpu"),
+        "{err}"
+    );
+    assert_eq!(read_npy_f32(&cpu).unwrap(), read_npy_f32(&gpu).unwrap());
+}
+
 #[test]
 fn n_mels_spec_files_and_environment_variables() {
     let tmp = Tmp::new("flags");

@@ -437,8 +437,9 @@ fn gpu_device_gives_the_cpu_dataset_within_tolerance() {
     let corpus = tmp.path("corpus");
     make_corpus(&corpus, 3);
     let c = corpus.to_str().unwrap();
-    let (cpu_out, gpu_out) = (tmp.path("cpu"), tmp.path("gpu"));
-    for (out, device) in [(&cpu_out, "cpu"), (&gpu_out, "gpu")] {
+    let (cpu_out, gpu_out, all_out) = (tmp.path("cpu"), tmp.path("gpu"), tmp.path("all"));
+    // `all`: the GPU and the CPU executors share one queue.
+    for (out, device) in [(&cpu_out, "cpu"), (&gpu_out, "gpu"), (&all_out, "all")] {
         let o = run(&[
             "extract",
             c,
@@ -452,23 +453,25 @@ fn gpu_device_gives_the_cpu_dataset_within_tolerance() {
         assert_eq!(o.status.code(), Some(3), "{device}: {}", stderr(&o));
     }
     let spec_id = FeatureSpec::preset("whisper").unwrap().spec_id();
-    let (a, b) = (
-        read_dataset(&cpu_out, &spec_id),
-        read_dataset(&gpu_out, &spec_id),
-    );
-    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
-    let mut worst = 0.0f32;
-    for (key, (frames, bins, x)) in &a {
-        let (gf, gb, y) = &b[key];
-        assert_eq!((frames, bins), (gf, gb), "{key:?}");
-        worst = x
-            .iter()
-            .zip(y)
-            .map(|(p, q)| (p - q).abs())
-            .fold(worst, f32::max);
+    let a = read_dataset(&cpu_out, &spec_id);
+    for out in [&gpu_out, &all_out] {
+        let b = read_dataset(out, &spec_id);
+        assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+        let mut worst = 0.0f32;
+        for (key, (frames, bins, x)) in &a {
+            let (gf, gb, y) = &b[key];
+            assert_eq!((frames, bins), (gf, gb), "{key:?}");
+            worst = x
+                .iter()
+                .zip(y)
+                .map(|(p, q)| (p - q).abs())
+                .fold(worst, f32::max);
+        }
+        eprintln!("{} vs cpu dataset: worst {worst:e}", out.display());
+        assert!(worst <= 1e-4, "worst {worst}");
     }
-    eprintln!("gpu vs cpu dataset: worst {worst:e}");
-    assert!(worst <= 1e-4, "worst {worst}");
+    let r = report(&all_out, "report.json");
+    assert_eq!(r.devices.len(), 2, "{:?}", r.devices);
     let r = report(&gpu_out, "report.json");
     assert!(r.devices[0].device.starts_with("gpu"), "{:?}", r.devices);
 }

@@ -400,13 +400,13 @@ impl GpuBackend {
         let total = frame_item.len();
         let max_dim = self.gpu.limits.max_compute_workgroups_per_dimension.max(1);
         let max_binding = self.gpu.limits.max_storage_buffer_binding_size;
-        let retry = (n_items / 2).max(1);
         let too_big = |what: &str, bytes: u64| {
             ExtractError::OutOfMemory(format!(
                 "a batch of {n_items} items ({total} frames) needs {} for its {what}, over the \
-                 device's largest binding ({}); retry with {retry} items",
+                 device's largest binding ({}); {}",
                 human_bytes(bytes),
                 human_bytes(max_binding),
+                next_step(n_items)
             ))
         };
         let buffers = batch_buffers(
@@ -476,8 +476,8 @@ impl GpuBackend {
             self.pool.free(b);
         }
         ExtractError::OutOfMemory(format!(
-            "{msg}; a batch of {n_items} items; retry with {}",
-            (n_items / 2).max(1)
+            "{msg}; a batch of {n_items} items; {}",
+            next_step(n_items)
         ))
     }
 
@@ -602,9 +602,9 @@ impl GpuBackend {
         }
         if let Some(e) = pollster::block_on(oom_scope.pop()) {
             return Err(ExtractError::OutOfMemory(format!(
-                "the device ran out of memory running a batch of {} items: {e}; retry with {}",
+                "the device ran out of memory running a batch of {} items: {e}; {}",
                 records.len(),
-                (records.len() / 2).max(1)
+                next_step(records.len())
             )));
         }
         if self.gpu.is_lost() {
@@ -620,6 +620,16 @@ impl GpuBackend {
         } else {
             bytemuck::pod_collect_to_vec(&bytes)
         })
+    }
+}
+
+/// What the batcher does after an out-of-memory error on a batch of `n_items`: the end of
+/// every such message.
+fn next_step(n_items: usize) -> String {
+    if n_items > 1 {
+        format!("retry with {} items", n_items / 2)
+    } else {
+        "the item does not fit alone and goes to the CPU".into()
     }
 }
 
@@ -715,9 +725,9 @@ impl Extractor for GpuBackend {
             format!("{}: injected by failpoint gpu::device_lost", self.label)
         )));
         fail::fail_point!("gpu::oom", |_| Err(ExtractError::OutOfMemory(format!(
-            "injected by failpoint gpu::oom: a batch of {} items; retry with {}",
+            "injected by failpoint gpu::oom: a batch of {} items; {}",
             batch.len(),
-            (batch.len() / 2).max(1)
+            next_step(batch.len())
         ))));
         if self.gpu.is_lost() {
             return Err(ExtractError::DeviceLost(self.label.clone()));
@@ -740,9 +750,9 @@ impl Extractor for GpuBackend {
                         u32::try_from(frames),
                     ) else {
                         return Err(ExtractError::OutOfMemory(format!(
-                            "a batch of {} items holds more than 2^32 samples; retry with {}",
+                            "a batch of {} items holds more than 2^32 samples; {}",
                             batch.len(),
-                            (batch.len() / 2).max(1)
+                            next_step(batch.len())
                         )));
                     };
                     let index = records.len() as u32;
