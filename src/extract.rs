@@ -95,9 +95,9 @@ pub fn devices(
         }
     };
     if device.trim() == "all" {
-        let registry = sonograph_gpu::DeviceRegistry::discover();
+        let registry = crate::gpu_cli::registry()?;
         let mut out = Vec::new();
-        for info in registry.devices() {
+        for info in registry.devices().iter().filter(|d| d.usable()) {
             if let Some(index) = info.index {
                 match gpu(&info.id, index) {
                     Ok(d) => out.push(d),

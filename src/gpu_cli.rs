@@ -6,7 +6,9 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::Args;
 use sonograph_dsp::{AudioBatch, CpuBackend, Extractor, FeatureBatch, FeatureSpec, Precision};
-use sonograph_gpu::{Budget, DeviceRegistry, DeviceSelection, GpuBackend, GpuOptions, Selected};
+use sonograph_gpu::{
+    Budget, DeviceRegistry, DeviceSelection, DeviceState, GpuBackend, GpuOptions, Selected,
+};
 use sonograph_pipeline::{AdaptiveBatcher, BatchStats, BatcherConfig};
 
 use super::{load_spec, user, BenchArgs, FeaturesArgs};
@@ -24,8 +26,35 @@ pub struct DevicesArgs {
     no_probe: bool,
 }
 
-pub fn devices(args: &DevicesArgs) -> Result<()> {
+/// Every device, those named in `SONOGRAPH_DISABLE_DEVICES` (comma-separated ids such as
+/// "gpu:1") marked `Disabled`: never selected, left out of `all`.
+pub fn registry() -> Result<DeviceRegistry> {
     let mut registry = DeviceRegistry::discover();
+    let Ok(list) = std::env::var("SONOGRAPH_DISABLE_DEVICES") else {
+        return Ok(registry);
+    };
+    for id in list.split(',').map(str::trim).filter(|id| !id.is_empty()) {
+        if id == "cpu" {
+            return Err(user(
+                "SONOGRAPH_DISABLE_DEVICES: the CPU cannot be disabled (it is every device's fallback)",
+            ));
+        }
+        if registry.get(id).is_none() {
+            return Err(user(format!(
+                "SONOGRAPH_DISABLE_DEVICES: no device {id} (see `sonograph devices`)"
+            )));
+        }
+        registry.set_state(
+            id,
+            DeviceState::Disabled,
+            Some("disabled by SONOGRAPH_DISABLE_DEVICES".into()),
+        );
+    }
+    Ok(registry)
+}
+
+pub fn devices(args: &DevicesArgs) -> Result<()> {
+    let mut registry = registry()?;
     if !args.no_probe {
         registry.probe_all(PROBE_DEADLINE, 2);
     }
@@ -109,7 +138,7 @@ pub fn select(device: &str) -> Result<Selected> {
     if selection == DeviceSelection::Cpu {
         return Ok(Selected::Cpu);
     }
-    DeviceRegistry::discover()
+    registry()?
         .select(selection)
         .map_err(|e| user(e.to_string()))
 }
@@ -224,11 +253,12 @@ pub fn bench(args: &BenchArgs, device: &str) -> Result<()> {
     };
     let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
     let seconds = batch.samples().len() as f64 / f64::from(spec.sample_rate);
-    let registry = DeviceRegistry::discover();
+    let registry = registry()?;
     let targets: Vec<Selected> = if device == "all" {
         registry
             .devices()
             .iter()
+            .filter(|d| d.usable())
             .map(|d| d.index.map_or(Selected::Cpu, Selected::Gpu))
             .collect()
     } else {

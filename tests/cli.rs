@@ -137,6 +137,64 @@ fn features_over_the_gpu_budget_fall_back_to_the_cpu() {
     assert_eq!(read_npy_f32(&cpu).unwrap(), read_npy_f32(&gpu).unwrap());
 }
 
+/// `SONOGRAPH_DISABLE_DEVICES` takes a device out: shown `disabled` (the probe does not revive
+/// it), refused by name, skipped by `gpu`; the CPU cannot be disabled.
+#[test]
+fn disabled_devices_are_never_selected() {
+    if !common::has_gpu_adapter() {
+        return;
+    }
+    let o = bin()
+        .args(["devices", "--json"])
+        .env("SONOGRAPH_DISABLE_DEVICES", "gpu:0")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let listed: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let gpu0 = &listed["devices"][0];
+    assert_eq!(
+        (gpu0["id"].as_str(), gpu0["state"].as_str()),
+        (Some("gpu:0"), Some("disabled"))
+    );
+    let input = data("speech_16000_mono_s16.wav");
+    let tmp = Tmp::new("disabled");
+    let adapters = listed["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["index"].is_number())
+        .count();
+    // By name: refused, saying why; `gpu`, where gpu:0 is the only adapter: none is usable.
+    let cases: &[(&str, &str)] = if adapters == 1 {
+        &[("gpu:0", "Disabled"), ("gpu", "no usable")]
+    } else {
+        &[("gpu:0", "Disabled")]
+    };
+    for &(device, why) in cases {
+        let o = bin()
+            .args([
+                "features",
+                input.to_str().unwrap(),
+                "--device",
+                device,
+                "--out",
+            ])
+            .arg(tmp.path("x.npy"))
+            .env("SONOGRAPH_DISABLE_DEVICES", "gpu:0")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{device}: {}", stderr(&o));
+        assert!(stderr(&o).contains(why), "{}", stderr(&o));
+    }
+    let o = bin()
+        .args(["devices"])
+        .env("SONOGRAPH_DISABLE_DEVICES", "cpu")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cannot be disabled"), "{}", stderr(&o));
+}
+
 #[test]
 fn n_mels_spec_files_and_environment_variables() {
     let tmp = Tmp::new("flags");

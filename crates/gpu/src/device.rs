@@ -128,7 +128,8 @@ impl DeviceInfo {
         }
     }
 
-    fn usable(&self) -> bool {
+    /// Selectable: available, busy or degraded (not failed, not disabled).
+    pub fn usable(&self) -> bool {
         matches!(
             self.state,
             DeviceState::Available | DeviceState::Busy | DeviceState::Degraded
@@ -411,7 +412,13 @@ impl DeviceRegistry {
 
     /// Probes every GPU.
     pub fn probe_all(&mut self, deadline: Duration, attempts: u32) {
-        let indices: Vec<usize> = self.devices.iter().filter_map(|d| d.index).collect();
+        // A disabled device stays disabled, however its probe would go.
+        let indices: Vec<usize> = self
+            .devices
+            .iter()
+            .filter(|d| d.state != DeviceState::Disabled)
+            .filter_map(|d| d.index)
+            .collect();
         for i in indices {
             self.probe(i, deadline, attempts);
         }
