@@ -186,6 +186,12 @@ pub trait Extractor: Send {
     fn batch_hint(&self, _item_samples: usize) -> Option<usize> {
         None
     }
+    /// After an error that cost a batch but was not out of memory (a timeout, a lost or
+    /// panicking device): whether the device works again, by a health check of its own, so
+    /// that the batch may be retried. `false` (the default) takes the device out.
+    fn recover(&mut self) -> bool {
+        false
+    }
 }
 
 /// The CPU backend: items in parallel on a rayon pool, one [`CpuExtractor`] per worker.

@@ -111,7 +111,7 @@ pub fn probe(adapter: wgpu::Adapter, deadline: Duration) -> Result<Duration, Str
     }
 }
 
-fn run_probe(gpu: &GpuDevice, deadline: Duration) -> Result<(), String> {
+pub(crate) fn run_probe(gpu: &GpuDevice, deadline: Duration) -> Result<(), String> {
     let d = &gpu.device;
     let n = 64u64;
     let scope = d.push_error_scope(wgpu::ErrorFilter::Validation);

@@ -693,6 +693,22 @@ impl Extractor for GpuBackend {
         self.label.clone()
     }
 
+    /// Runs the health-probe kernel on this backend's own device (5 s deadline): a device the
+    /// driver reports lost never recovers.
+    fn recover(&mut self) -> bool {
+        fail::fail_point!("gpu::recover_fails", |_| false);
+        if self.gpu.is_lost() {
+            return false;
+        }
+        match context::run_probe(&self.gpu, Duration::from_secs(5)) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(device = %self.label, "health probe after an error failed: {e}");
+                false
+            }
+        }
+    }
+
     /// Half the budget over the bytes one item needs, so that the pool's cache and the next
     /// batch's uploads have room, and no more than fit in the device's largest buffer.
     fn batch_hint(&self, item_samples: usize) -> Option<usize> {

@@ -36,6 +36,9 @@ impl Extractor for Counting {
         }
         Ok(())
     }
+    fn recover(&mut self) -> bool {
+        self.inner.recover()
+    }
 }
 
 fn clips(n: usize) -> Vec<Vec<f32>> {
@@ -122,6 +125,60 @@ fn injected_ooms_and_a_lost_device_lose_and_duplicate_nothing() {
     assert!(primary.computed.values().all(|&c| c == 1));
     assert_eq!(batcher.stats().items_after_loss, 14);
     assert_eq!(batcher.stats().devices_lost, 1);
+    scenario.teardown();
+}
+
+/// A batch lost once on the real backend: the device passes its health probe, the batch is
+/// retried on it, and every item is computed there exactly once. When the probe fails too,
+/// the device is taken out and the CPU finishes.
+#[test]
+fn a_transient_loss_is_retried_on_the_gpu_after_its_probe() {
+    let scenario = fail::FailScenario::setup();
+    let spec = FeatureSpec::whisper(80);
+    let gpu = match GpuBackend::new(&spec, &GpuOptions::default()) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("skipped: no wgpu adapter (install mesa-vulkan-drivers): {e}");
+            return;
+        }
+    };
+    let clips = clips(12);
+    let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
+    let mut cpu = CpuBackend::new(&spec, Precision::F64).unwrap();
+    let mut expect = FeatureBatch::new(spec.n_bins());
+    cpu.extract_batch(&batch, &mut expect).unwrap();
+    let mut primary = Counting {
+        inner: gpu,
+        computed: HashMap::new(),
+    };
+    let config = BatcherConfig {
+        initial: 4,
+        max: 4,
+        grow_after: 100,
+    };
+    // The second batch is lost once.
+    fail::cfg("gpu::device_lost", "1*off->1*return->off").unwrap();
+    let mut batcher = AdaptiveBatcher::new(config);
+    let mut out = FeatureBatch::new(spec.n_bins());
+    batcher.run(&batch, &mut primary, &mut cpu, &mut out);
+    close(&out, &expect);
+    assert_eq!(primary.computed.len(), 12, "{:?}", batcher.stats());
+    assert!(primary.computed.values().all(|&c| c == 1));
+    let s = batcher.stats();
+    assert_eq!((s.recovered, s.devices_lost), (1, 0), "{s:?}");
+    // Lost again, and the probe fails: out, and the CPU computes the rest.
+    fail::cfg("gpu::device_lost", "1*off->return").unwrap();
+    fail::cfg("gpu::recover_fails", "return").unwrap();
+    primary.computed.clear();
+    let mut batcher = AdaptiveBatcher::new(config);
+    let mut out = FeatureBatch::new(spec.n_bins());
+    batcher.run(&batch, &mut primary, &mut cpu, &mut out);
+    close(&out, &expect);
+    assert_eq!(primary.computed.len(), 4);
+    let s = batcher.stats();
+    assert_eq!((s.recovered, s.devices_lost, s.items_after_loss), (0, 1, 8));
+    fail::cfg("gpu::device_lost", "off").unwrap();
+    fail::cfg("gpu::recover_fails", "off").unwrap();
     scenario.teardown();
 }
 

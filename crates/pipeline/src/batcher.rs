@@ -3,15 +3,23 @@
 //! A batch that does not fit is split in half and retried, down to one item; an item that does
 //! not fit alone is computed by the fallback (the CPU) and raises an alert. After a run of
 //! successes the batch grows again, but never to a size that has failed on this
-//! (device, spec). A lost device (or one whose extractor panics) is taken out for good: what
-//! is left of its batch and every later batch go to the fallback. Results of a failed attempt
+//! (device, spec). Any other error (a timeout, a lost or panicking device) is retried after
+//! an exponential backoff if the device passes its own health check
+//! ([`Extractor::recover`]); a device that does not is taken out for good: what is left of its
+//! batch and every later batch go to the fallback. Results of a failed attempt
 //! are dropped (they go to a scratch batch), so every item lands in the output exactly once,
 //! in order.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 use serde::Serialize;
 use sonograph_dsp::{AudioBatch, ExtractError, Extractor, FeatureBatch};
+
+/// Health checks after a transient error before the device is taken out, waiting 100, 200,
+/// then 400 ms before each.
+const RECOVERY_ATTEMPTS: u32 = 3;
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Sizing rules.
 #[derive(Debug, Clone, Copy)]
@@ -63,6 +71,8 @@ pub struct BatchStats {
     /// Items the fallback computed because the device was lost.
     pub items_after_loss: u64,
     pub devices_lost: u64,
+    /// Transient errors the device recovered from (its batch was retried).
+    pub recovered: u64,
     /// Smallest batch size that ran out of memory (`None`: none did); with one batcher per
     /// device and spec, as each pipeline executor keeps, that device's ceiling.
     pub ceiling: Option<usize>,
@@ -139,6 +149,8 @@ impl AdaptiveBatcher {
         let n = batch.len();
         let mut next = 0;
         let mut retrying = false;
+        // Recoveries in a row, without a successful batch in between.
+        let mut recoveries = 0u32;
         let mut scratch = FeatureBatch::new(out.bins());
         if self.lost.contains(&key.0) {
             on_fallback(fallback, batch, &mut scratch, out);
@@ -168,6 +180,7 @@ impl AdaptiveBatcher {
                     out.append(&scratch);
                     next += size;
                     retrying = false;
+                    recoveries = 0;
                     self.stats.batches += 1;
                     sizing.streak += 1;
                     if sizing.streak >= config.grow_after {
@@ -205,6 +218,20 @@ impl AdaptiveBatcher {
                         retrying = false;
                     }
                 }
+                Err(e)
+                    if recoveries < RECOVERY_ATTEMPTS
+                        && recovers_after_backoff(primary, recoveries) =>
+                {
+                    recoveries += 1;
+                    self.stats.recovered += 1;
+                    retrying = true;
+                    let alert = format!(
+                        "{} failed a batch of {size} ({e}) and passed its health check; retrying",
+                        key.0
+                    );
+                    tracing::warn!("{alert}");
+                    self.stats.alerts.push(alert);
+                }
                 Err(e) => {
                     // Lost, hung or unusable: nothing more goes to this device in this run.
                     let alert = format!(
@@ -225,6 +252,12 @@ impl AdaptiveBatcher {
         }
         self.sizing.insert(key, sizing);
     }
+}
+
+/// Waits 100 ms × 2^`attempt`, then asks the device to check its health.
+fn recovers_after_backoff(primary: &mut dyn Extractor, attempt: u32) -> bool {
+    std::thread::sleep(FIRST_BACKOFF * 2u32.pow(attempt));
+    primary.recover()
 }
 
 /// Runs `part` on the fallback and appends its results to `out`. The CPU reports errors per
@@ -428,6 +461,80 @@ mod tests {
         assert_eq!(out.len(), 6);
         for i in 0..6 {
             assert_eq!(out.item(i).is_err(), i == 4, "item {i}");
+        }
+    }
+
+    /// A device that fails one batch (a timeout, say) and then passes its health check keeps
+    /// its work: the batch is retried on it, nothing moves to the fallback. One that fails
+    /// its checks is taken out after the backoffs.
+    #[test]
+    fn a_transient_error_is_retried_after_a_health_check() {
+        struct Hiccup {
+            inner: CpuBackend,
+            calls: usize,
+            fail_on: usize,
+            healthy: bool,
+            checks: usize,
+            computed: HashMap<usize, usize>,
+        }
+        impl Extractor for Hiccup {
+            fn spec(&self) -> &FeatureSpec {
+                self.inner.spec()
+            }
+            fn device(&self) -> String {
+                "gpu:hiccup".into()
+            }
+            fn extract_batch(
+                &mut self,
+                b: &AudioBatch,
+                out: &mut FeatureBatch,
+            ) -> Result<(), ExtractError> {
+                self.calls += 1;
+                if self.calls == self.fail_on {
+                    return Err(ExtractError::DeviceLost("timed out".into()));
+                }
+                for i in b.items() {
+                    *self.computed.entry(i.len()).or_default() += 1;
+                }
+                self.inner.extract_batch(b, out)
+            }
+            fn recover(&mut self) -> bool {
+                self.checks += 1;
+                self.healthy
+            }
+        }
+        let spec = FeatureSpec::whisper(80);
+        let clips = items(12);
+        let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
+        for healthy in [true, false] {
+            let mut device = Hiccup {
+                inner: CpuBackend::new(&spec, Precision::F32).unwrap(),
+                calls: 0,
+                fail_on: 2,
+                healthy,
+                checks: 0,
+                computed: HashMap::new(),
+            };
+            let mut cpu = CpuBackend::new(&spec, Precision::F32).unwrap();
+            let mut batcher = AdaptiveBatcher::new(BatcherConfig {
+                initial: 4,
+                max: 4,
+                grow_after: 100,
+            });
+            let mut out = FeatureBatch::new(spec.n_bins());
+            batcher.run(&batch, &mut device, &mut cpu, &mut out);
+            check(&spec, &clips, &out);
+            let s = batcher.stats();
+            if healthy {
+                assert_eq!((s.recovered, s.devices_lost, s.retries), (1, 0, 1), "{s:?}");
+                assert_eq!(device.computed.len(), 12);
+                assert!(device.computed.values().all(|&c| c == 1));
+                assert!(!batcher.is_lost("gpu:hiccup"));
+            } else {
+                assert_eq!((s.recovered, s.devices_lost, s.items_after_loss), (0, 1, 8));
+                assert_eq!(device.checks, 1);
+                assert!(batcher.is_lost("gpu:hiccup"));
+            }
         }
     }
 

@@ -172,6 +172,7 @@ pub(crate) fn run_executor(
     stats.report.retries = b.retries;
     stats.report.moved_to_cpu = b.items_on_fallback + b.items_after_loss;
     stats.report.batch_ceiling = b.ceiling;
+    stats.report.recovered = b.recovered;
     stats.report.alerts = b.alerts.clone();
     stats
 }

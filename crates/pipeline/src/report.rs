@@ -42,6 +42,9 @@ pub struct DeviceReport {
     /// What went wrong and where the work went (an item moved to the CPU, a lost device).
     #[serde(default)]
     pub alerts: Vec<String>,
+    /// Transient errors the device recovered from after a backoff and a health check.
+    #[serde(default)]
+    pub recovered: u64,
     /// The device was lost and taken out of the job.
     #[serde(default)]
     pub retired: bool,
