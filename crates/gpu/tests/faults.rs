@@ -66,35 +66,45 @@ fn close(a: &FeatureBatch, b: &FeatureBatch) {
     }
 }
 
-#[test]
-fn injected_ooms_and_a_lost_device_lose_and_duplicate_nothing() {
-    let scenario = fail::FailScenario::setup();
+/// The GPU backend for Whisper behind a counter, a batch of `n` clips, the CPU fallback and
+/// the CPU's result; `None` (after saying why) without an adapter.
+fn setup(n: usize) -> Option<(Counting, AudioBatch, CpuBackend, FeatureBatch)> {
     let spec = FeatureSpec::whisper(80);
     let gpu = match GpuBackend::new(&spec, &GpuOptions::default()) {
         Ok(g) => g,
         Err(e) => {
             eprintln!("skipped: no wgpu adapter (install mesa-vulkan-drivers): {e}");
-            return;
+            return None;
         }
     };
-    let clips = clips(24);
+    let clips = clips(n);
     let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
-    let mut cpu = CpuBackend::new(&spec, Precision::F32).unwrap();
+    let mut cpu = CpuBackend::new(&spec, Precision::F64).unwrap();
     let mut expect = FeatureBatch::new(spec.n_bins());
     cpu.extract_batch(&batch, &mut expect).unwrap();
-
-    // 1. Out of memory on 40% of the calls, at random.
-    fail::cfg("gpu::oom", "40%return").unwrap();
-    let mut primary = Counting {
+    let primary = Counting {
         inner: gpu,
         computed: HashMap::new(),
     };
+    Some((primary, batch, cpu, expect))
+}
+
+#[test]
+fn injected_ooms_and_a_lost_device_lose_and_duplicate_nothing() {
+    let scenario = fail::FailScenario::setup();
+    let Some((mut primary, batch, mut cpu, expect)) = setup(24) else {
+        return;
+    };
+    let bins = expect.bins();
+
+    // 1. Out of memory on 40% of the calls, at random.
+    fail::cfg("gpu::oom", "40%return").unwrap();
     let mut batcher = AdaptiveBatcher::new(BatcherConfig {
         initial: 8,
         max: 16,
         grow_after: 2,
     });
-    let mut out = FeatureBatch::new(spec.n_bins());
+    let mut out = FeatureBatch::new(bins);
     batcher.run(&batch, &mut primary, &mut cpu, &mut out);
     close(&out, &expect);
     let on_gpu: usize = primary.computed.values().sum();
@@ -105,7 +115,7 @@ fn injected_ooms_and_a_lost_device_lose_and_duplicate_nothing() {
     );
     assert_eq!(
         on_gpu as u64 + batcher.stats().items_on_fallback,
-        clips.len() as u64
+        batch.len() as u64
     );
     eprintln!("injected OOMs: {:?}", batcher.stats());
 
@@ -113,7 +123,7 @@ fn injected_ooms_and_a_lost_device_lose_and_duplicate_nothing() {
     fail::cfg("gpu::oom", "off").unwrap();
     fail::cfg("gpu::device_lost", "2*off->return").unwrap();
     primary.computed.clear();
-    let mut out = FeatureBatch::new(spec.n_bins());
+    let mut out = FeatureBatch::new(bins);
     let mut batcher = AdaptiveBatcher::new(BatcherConfig {
         initial: 5,
         max: 5,
@@ -134,23 +144,10 @@ fn injected_ooms_and_a_lost_device_lose_and_duplicate_nothing() {
 #[test]
 fn a_transient_loss_is_retried_on_the_gpu_after_its_probe() {
     let scenario = fail::FailScenario::setup();
-    let spec = FeatureSpec::whisper(80);
-    let gpu = match GpuBackend::new(&spec, &GpuOptions::default()) {
-        Ok(g) => g,
-        Err(e) => {
-            eprintln!("skipped: no wgpu adapter (install mesa-vulkan-drivers): {e}");
-            return;
-        }
+    let Some((mut primary, batch, mut cpu, expect)) = setup(12) else {
+        return;
     };
-    let clips = clips(12);
-    let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
-    let mut cpu = CpuBackend::new(&spec, Precision::F64).unwrap();
-    let mut expect = FeatureBatch::new(spec.n_bins());
-    cpu.extract_batch(&batch, &mut expect).unwrap();
-    let mut primary = Counting {
-        inner: gpu,
-        computed: HashMap::new(),
-    };
+    let bins = expect.bins();
     let config = BatcherConfig {
         initial: 4,
         max: 4,
@@ -159,7 +156,7 @@ fn a_transient_loss_is_retried_on_the_gpu_after_its_probe() {
     // The second batch is lost once.
     fail::cfg("gpu::device_lost", "1*off->1*return->off").unwrap();
     let mut batcher = AdaptiveBatcher::new(config);
-    let mut out = FeatureBatch::new(spec.n_bins());
+    let mut out = FeatureBatch::new(bins);
     batcher.run(&batch, &mut primary, &mut cpu, &mut out);
     close(&out, &expect);
     assert_eq!(primary.computed.len(), 12, "{:?}", batcher.stats());
@@ -171,7 +168,7 @@ fn a_transient_loss_is_retried_on_the_gpu_after_its_probe() {
     fail::cfg("gpu::recover_fails", "return").unwrap();
     primary.computed.clear();
     let mut batcher = AdaptiveBatcher::new(config);
-    let mut out = FeatureBatch::new(spec.n_bins());
+    let mut out = FeatureBatch::new(bins);
     batcher.run(&batch, &mut primary, &mut cpu, &mut out);
     close(&out, &expect);
     assert_eq!(primary.computed.len(), 4);

@@ -393,16 +393,54 @@ fn fft_and_dft_kernels_match_the_cpu_on_other_sizes() {
     }
 }
 
+/// A tone and silence, the two cases where dither and log guards matter.
+fn tone_and_silence(n: usize) -> AudioBatch {
+    let tone: Vec<f32> = (0..n)
+        .map(|i| (0.3 * (i as f64 * 0.05).sin()) as f32)
+        .collect();
+    AudioBatch::from_items([&tone[..], &vec![0.0f32; n / 2]])
+}
+
+/// Runs `batch` through the f64 GPU (`force_dft`: the three-pass path) and the CPU's f64 core,
+/// asserts equal frame counts and every log value within the tolerance, and returns the CPU's
+/// result; `None` (after saying why) without an adapter with f64 in shaders.
+fn assert_f64_parity(
+    spec: &FeatureSpec,
+    batch: &AudioBatch,
+    force_dft: bool,
+    what: &str,
+) -> Option<FeatureBatch> {
+    let mut gpu = gpu_with(spec, force_dft, Precision::F64)?;
+    if gpu.precision() != Precision::F64 {
+        eprintln!("skipped: {} has no f64 in shaders", gpu.device());
+        return None;
+    }
+    let got = run(&mut gpu, batch, spec.n_bins());
+    let want = run(
+        &mut CpuBackend::new(spec, Precision::F64).unwrap(),
+        batch,
+        spec.n_bins(),
+    );
+    for i in 0..batch.len() {
+        let (gf, g) = got.item(i).unwrap();
+        let (cf, c) = want.item(i).unwrap();
+        assert_eq!(gf, cf, "{what} item {i}");
+        let (err, at) = worst(g, c, true, spec.n_bins());
+        assert!(
+            err <= 1.0,
+            "{what} item {i} ({}): {err:.3} x the tolerance at {at}",
+            gpu.spectrum_kernel()
+        );
+    }
+    Some(want)
+}
+
 /// Dithered specs: the GPU draws the CPU's dither (a counter-based hash of seed, frame and
 /// sample), so Kaldi with dither 1 and NeMo with its training dither match the CPU's f64 core
 /// within the tolerance, on silence (all dither) and on a tone, through both kernels.
 #[test]
 fn dithered_specs_match_the_cpu() {
-    let tone: Vec<f32> = (0..20_000)
-        .map(|i| (0.3 * (i as f64 * 0.05).sin()) as f32)
-        .collect();
-    let silence = vec![0.0f32; 9_000];
-    let batch = AudioBatch::from_items([&tone[..], &silence]);
+    let batch = tone_and_silence(20_000);
     let mut kaldi = FeatureSpec::kaldi(80);
     kaldi.dither = 1.0;
     kaldi.dither_seed = 0x1234_5678_9abc_def0;
@@ -411,19 +449,11 @@ fn dithered_specs_match_the_cpu() {
     nemo.dither_seed = 7;
     for spec in [kaldi, nemo] {
         for force_dft in [false, true] {
-            let Some(mut gpu) = gpu_with(&spec, force_dft, Precision::F64) else {
+            let what = format!("dither {}", spec.dither);
+            let Some(want) = assert_f64_parity(&spec, &batch, force_dft, &what) else {
                 return;
             };
-            if gpu.precision() != Precision::F64 {
-                eprintln!("skipped: {} has no f64 in shaders", gpu.device());
-                return;
-            }
-            let got = run(&mut gpu, &batch, spec.n_bins());
-            let want = run(
-                &mut CpuBackend::new(&spec, Precision::F64).unwrap(),
-                &batch,
-                spec.n_bins(),
-            );
+            // The dither is really there: without it the output differs.
             let mut plain = spec.clone();
             plain.dither = 0.0;
             let undithered = run(
@@ -432,67 +462,33 @@ fn dithered_specs_match_the_cpu() {
                 spec.n_bins(),
             );
             for i in 0..batch.len() {
-                let (gf, g) = got.item(i).unwrap();
-                let (cf, c) = want.item(i).unwrap();
-                assert_eq!(gf, cf);
-                let (err, at) = worst(g, c, true, spec.n_bins());
-                assert!(
-                    err <= 1.0,
-                    "dither {} item {i} ({}): {err:.3} x the tolerance at {at}",
-                    spec.dither,
-                    gpu.spectrum_kernel()
+                let (moved, _) = worst(
+                    undithered.item(i).unwrap().1,
+                    want.item(i).unwrap().1,
+                    true,
+                    spec.n_bins(),
                 );
-                // The dither is really there: without it the output differs.
-                let (_, u) = undithered.item(i).unwrap();
-                let (moved, _) = worst(u, c, true, spec.n_bins());
-                assert!(
-                    moved > 10.0,
-                    "dither {} item {i} changed nothing",
-                    spec.dither
-                );
+                assert!(moved > 10.0, "{what} item {i} changed nothing");
             }
         }
     }
 }
 
-/// Guards far outside f32's range (a clamp at 1e-40, an added 0) give the CPU's logs, -inf
-/// included, on silence and on a tone.
+/// Guards far outside f32's range (a clamp at 1e-40, at 0, an added 0) give the CPU's logs,
+/// -inf included, on silence and on a tone.
 #[test]
 fn extreme_log_guards_match_the_cpu() {
     use sonograph_dsp::spec::LogGuard;
-    let tone: Vec<f32> = (0..8_000)
-        .map(|i| (0.3 * (i as f64 * 0.07).sin()) as f32)
-        .collect();
-    let silence = vec![0.0f32; 4_000];
-    let batch = AudioBatch::from_items([&tone[..], &silence]);
+    let batch = tone_and_silence(8_000);
     for guard in [
         LogGuard::Clamp(1e-40),
-        LogGuard::Clamp(1e-300_f64 as f32),
+        LogGuard::Clamp(0.0),
         LogGuard::Add(0.0),
     ] {
         let mut spec = FeatureSpec::kaldi(40);
         spec.log_guard = guard;
-        let Some(mut gpu) = gpu_for(&spec) else {
+        if assert_f64_parity(&spec, &batch, false, &format!("{guard:?}")).is_none() {
             return;
-        };
-        if gpu.precision() != Precision::F64 {
-            eprintln!("skipped: {} has no f64 in shaders", gpu.device());
-            return;
-        }
-        let got = run(&mut gpu, &batch, spec.n_bins());
-        let want = run(
-            &mut CpuBackend::new(&spec, Precision::F64).unwrap(),
-            &batch,
-            spec.n_bins(),
-        );
-        for i in 0..batch.len() {
-            let (_, g) = got.item(i).unwrap();
-            let (_, c) = want.item(i).unwrap();
-            let (err, at) = worst(g, c, true, spec.n_bins());
-            assert!(
-                err <= 1.0,
-                "{guard:?} item {i}: {err:.3} x the tolerance at {at}"
-            );
         }
     }
 }

@@ -218,29 +218,38 @@ mod tests {
         }
     }
 
-    #[test]
-    fn ooms_split_and_a_lost_device_moves_work_without_losing_an_item() {
-        let spec = FeatureSpec::whisper(80);
-        let items: Vec<Vec<f32>> = (0..13)
+    /// `n` distinct clips, 1600 samples and `step` more for each.
+    fn clips(n: usize, step: usize) -> Vec<Vec<f32>> {
+        (0..n)
             .map(|i| {
-                (0..1600 + 160 * i)
+                (0..1600 + step * i)
                     .map(|t| ((t * (i + 1)) as f32 * 0.001).sin())
                     .collect()
             })
-            .collect();
-        let (unit_tx, unit_rx) = crossbeam_channel::bounded(64);
-        let (w_tx, w_rx) = crossbeam_channel::unbounded();
+            .collect()
+    }
+
+    /// A closed queue holding `items` as units "item00", "item01", ...
+    fn queued(items: &[Vec<f32>]) -> Receiver<Unit> {
+        let (tx, rx) = crossbeam_channel::bounded(items.len());
         for (i, s) in items.iter().enumerate() {
-            unit_tx
-                .send(Unit {
-                    id: format!("item{i:02}"),
-                    source: String::new(),
-                    offset_s: 0.0,
-                    samples: s.clone(),
-                })
-                .unwrap();
+            tx.send(Unit {
+                id: format!("item{i:02}"),
+                source: String::new(),
+                offset_s: 0.0,
+                samples: s.clone(),
+            })
+            .unwrap();
         }
-        drop(unit_tx);
+        rx
+    }
+
+    #[test]
+    fn ooms_split_and_a_lost_device_moves_work_without_losing_an_item() {
+        let spec = FeatureSpec::whisper(80);
+        let items = clips(13, 160);
+        let unit_rx = queued(&items);
+        let (w_tx, w_rx) = crossbeam_channel::unbounded();
         let device = Flaky {
             inner: CpuBackend::new(&spec, Precision::F64).unwrap(),
             fit: 3,
@@ -290,26 +299,9 @@ mod tests {
     #[test]
     fn a_lost_device_leaves_its_work_to_the_other_devices() {
         let spec = FeatureSpec::whisper(80);
-        let items: Vec<Vec<f32>> = (0..40)
-            .map(|i| {
-                (0..1600 + 16 * i)
-                    .map(|t| ((t * (i + 1)) as f32 * 0.001).sin())
-                    .collect()
-            })
-            .collect();
-        let (unit_tx, unit_rx) = crossbeam_channel::bounded(64);
+        let items = clips(40, 16);
+        let unit_rx = queued(&items);
         let (w_tx, w_rx) = crossbeam_channel::unbounded();
-        for (i, s) in items.iter().enumerate() {
-            unit_tx
-                .send(Unit {
-                    id: format!("item{i:02}"),
-                    source: String::new(),
-                    offset_s: 0.0,
-                    samples: s.clone(),
-                })
-                .unwrap();
-        }
-        drop(unit_tx);
         let live = Arc::new(AtomicUsize::new(2));
         let flaky = Flaky {
             inner: CpuBackend::new(&spec, Precision::F64).unwrap(),
