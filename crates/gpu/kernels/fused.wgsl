@@ -31,7 +31,6 @@ const WG: u32 = 64u;
 @group(0) @binding(9) var<storage, read_write> out_power: array<real>;
 
 var<workgroup> buf: array<vec2<real>, @TWO_N@>;
-var<workgroup> dc_mean: real;
 var<private> radices: array<u32, NSTAGES> = array<u32, NSTAGES>(@RADICES@);
 
 // exp(-2 pi i m / N) for an integer m.
@@ -60,17 +59,19 @@ fn load_frame(t: u32, lid: u32) {
     }
     workgroupBarrier();
     if (p.remove_dc != 0u) {
-        // One invocation sums in the CPU path's order, so the mean matches it to the bit.
+        // One invocation sums in the CPU path's order, so the mean matches it to the bit; it
+        // waits in the (still unused) second half.
         if (lid == 0u) {
             var sum: real = 0.0;
             for (var m = 0u; m < p.win_length; m++) {
                 sum += buf[off + m].x;
             }
-            dc_mean = sum / real(p.win_length);
+            buf[N].x = sum / real(p.win_length);
         }
         workgroupBarrier();
+        let mean = buf[N].x;
         for (var m = lid; m < p.win_length; m += WG) {
-            buf[off + m].x -= dc_mean;
+            buf[off + m].x -= mean;
         }
         workgroupBarrier();
     }

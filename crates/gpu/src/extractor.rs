@@ -226,8 +226,8 @@ impl GpuBackend {
         let radices = fft_radices(spec.n_fft)
             .filter(|_| !options.force_dft)
             .filter(|_| {
-                // Two ping-pong halves of n_fft complex values, and the DC mean.
-                (4 * spec.n_fft as u64 + 1) * scalar_bytes(precision)
+                // Two ping-pong halves of n_fft complex values.
+                4 * spec.n_fft as u64 * scalar_bytes(precision)
                     <= u64::from(gpu.limits.max_compute_workgroup_storage_size)
             });
         let kernels = match radices {
