@@ -76,8 +76,24 @@ pub struct BatchStats {
     /// Smallest batch size that ran out of memory (`None`: none did); with one batcher per
     /// device and spec, as each pipeline executor keeps, that device's ceiling.
     pub ceiling: Option<usize>,
-    /// Human-readable alerts (an item moved to the CPU, a lost device).
+    /// Human-readable alerts (an item moved to the CPU, a recovery, a lost device), the first
+    /// [`MAX_ALERTS`]; every one is also logged.
     pub alerts: Vec<String>,
+    /// Alerts past the first [`MAX_ALERTS`], counted only.
+    pub alerts_dropped: u64,
+}
+
+/// Alerts kept in the statistics (and the report); a job with periodic trouble logs the rest.
+pub const MAX_ALERTS: usize = 100;
+
+impl BatchStats {
+    fn alert(&mut self, text: String) {
+        if self.alerts.len() < MAX_ALERTS {
+            self.alerts.push(text);
+        } else {
+            self.alerts_dropped += 1;
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -206,12 +222,14 @@ impl AdaptiveBatcher {
                         tracing::warn!(device = %key.0, "{msg}; splitting to {}", size / 2);
                     } else {
                         let alert = format!(
-                            "item {next} does not fit on {} even alone ({msg}); computed on {}",
+                            "an item of {} samples does not fit on {} even alone ({msg}); \
+                             computed on {}",
+                            part.samples().len(),
                             key.0,
                             fallback.device()
                         );
                         tracing::warn!("{alert}");
-                        self.stats.alerts.push(alert);
+                        self.stats.alert(alert);
                         on_fallback(fallback, &part, &mut scratch, out);
                         self.stats.items_on_fallback += 1;
                         next += 1;
@@ -230,7 +248,7 @@ impl AdaptiveBatcher {
                         key.0
                     );
                     tracing::warn!("{alert}");
-                    self.stats.alerts.push(alert);
+                    self.stats.alert(alert);
                 }
                 Err(e) => {
                     // Lost, hung or unusable: nothing more goes to this device in this run.
@@ -241,7 +259,7 @@ impl AdaptiveBatcher {
                         fallback.device()
                     );
                     tracing::error!("{alert}");
-                    self.stats.alerts.push(alert);
+                    self.stats.alert(alert);
                     self.stats.devices_lost += 1;
                     self.lost.insert(key.0.clone());
                     on_fallback(fallback, &batch.slice(next..n), &mut scratch, out);

@@ -174,6 +174,7 @@ pub(crate) fn run_executor(
     stats.report.batch_ceiling = b.ceiling;
     stats.report.recovered = b.recovered;
     stats.report.alerts = b.alerts.clone();
+    stats.report.alerts_dropped = b.alerts_dropped;
     stats
 }
 

@@ -42,6 +42,9 @@ pub struct DeviceReport {
     /// What went wrong and where the work went (an item moved to the CPU, a lost device).
     #[serde(default)]
     pub alerts: Vec<String>,
+    /// Alerts past the first hundred, counted only (the log has them all).
+    #[serde(default)]
+    pub alerts_dropped: u64,
     /// Transient errors the device recovered from after a backoff and a health check.
     #[serde(default)]
     pub recovered: u64,
