@@ -7,9 +7,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use sonograph_dsp::spec::{Framing, OutputKind};
-use sonograph_dsp::{CpuExtractor, FeatureSpec, Precision};
+use sonograph_dsp::{CpuExtractor, Precision};
 use sonograph_io::{decode_mono, read_npy_f32, DecodeOptions};
+
+#[path = "shared/golden_keys.rs"]
+mod golden_keys;
+use golden_keys::spec_for;
 
 const LOG_ATOL: f64 = 2e-4;
 const LINEAR_RTOL: f64 = 1e-4;
@@ -22,37 +25,6 @@ const KNF_F32_DEPTH: f64 = 14.0;
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
-}
-
-/// The spec each reference key stands for.
-fn spec_for(key: &str) -> FeatureSpec {
-    match key {
-        "whisper-80" => FeatureSpec::preset("whisper").unwrap(),
-        "whisper-128" => FeatureSpec::preset("whisper-128").unwrap(),
-        "kaldi-80" | "kaldi-80-f64" => FeatureSpec::preset("kaldi").unwrap(),
-        "nemo-80" => FeatureSpec::preset("nemo").unwrap(),
-        "nemo-128" => FeatureSpec::preset("nemo-128").unwrap(),
-        "librosa-mel" => FeatureSpec::preset("librosa").unwrap(),
-        "librosa-mfcc" => FeatureSpec::preset("librosa-mfcc").unwrap(),
-        "power-512" => {
-            // np.abs(librosa.stft(y, n_fft=512, hop_length=160, win_length=400,
-            //        center=True, pad_mode="reflect"))**2
-            let mut s = FeatureSpec::preset("whisper").unwrap();
-            s.n_fft = 512;
-            s.drop_last_frame = false;
-            s.log = sonograph_dsp::spec::LogKind::None;
-            s.dynamic_range = None;
-            s.affine = None;
-            s.output = OutputKind::Power;
-            s
-        }
-        "psd-welch" => {
-            let s = FeatureSpec::welch(16_000, 256);
-            assert_eq!(s.framing, Framing::SnipEdges);
-            s
-        }
-        other => panic!("cases.json names an unknown key {other:?}"),
-    }
 }
 
 struct Worst {

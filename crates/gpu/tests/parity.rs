@@ -18,12 +18,16 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use sonograph_dsp::spec::{Framing, LogKind, OutputKind};
+use sonograph_dsp::spec::{Framing, LogKind};
 use sonograph_dsp::{
     AudioBatch, CpuBackend, ExtractError, Extractor, FeatureBatch, FeatureSpec, Precision,
 };
 use sonograph_gpu::{GpuBackend, GpuOptions};
 use sonograph_io::{decode_mono, DecodeOptions};
+
+#[path = "../../../tests/shared/golden_keys.rs"]
+mod golden_keys;
+use golden_keys::spec_for;
 
 const LOG_ATOL: f64 = 1e-4;
 const LINEAR_RTOL: f64 = 1e-4;
@@ -34,36 +38,6 @@ fn golden_dir() -> PathBuf {
     std::env::var_os("SONOGRAPH_GOLDEN_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden"))
-}
-
-/// The spec each reference key stands for (as tests/golden.rs maps them).
-fn spec_for(key: &str) -> FeatureSpec {
-    let preset = |n: &str| FeatureSpec::preset(n).unwrap();
-    match key {
-        "whisper-80" => preset("whisper"),
-        "whisper-128" => preset("whisper-128"),
-        "kaldi-80" | "kaldi-80-f64" => preset("kaldi"),
-        "nemo-80" => preset("nemo"),
-        "nemo-128" => preset("nemo-128"),
-        "librosa-mel" => preset("librosa"),
-        "librosa-mfcc" => preset("librosa-mfcc"),
-        "power-512" => {
-            let mut s = preset("whisper");
-            s.n_fft = 512;
-            s.drop_last_frame = false;
-            s.log = LogKind::None;
-            s.dynamic_range = None;
-            s.affine = None;
-            s.output = OutputKind::Power;
-            s
-        }
-        "psd-welch" => {
-            let s = FeatureSpec::welch(16_000, 256);
-            assert_eq!(s.framing, Framing::SnipEdges);
-            s
-        }
-        other => panic!("cases.json names an unknown key {other:?}"),
-    }
 }
 
 /// Keys an f32 GPU holds to the tolerance with the Stockham FFT (the default kernel): (key,

@@ -301,45 +301,8 @@ fn on_fallback(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::Flaky;
     use sonograph_dsp::{CpuBackend, FeatureSpec, Precision};
-
-    /// A CPU backend that runs out of memory on batches over `fits` items (or on any batch
-    /// holding the item of length `huge`), is lost after `lose_after` batches, and counts
-    /// how many times each item (by length, all distinct) was computed.
-    struct Flaky {
-        inner: CpuBackend,
-        fits: usize,
-        huge: usize,
-        lose_after: Option<usize>,
-        done: usize,
-        computed: HashMap<usize, usize>,
-    }
-
-    impl Extractor for Flaky {
-        fn spec(&self) -> &FeatureSpec {
-            self.inner.spec()
-        }
-        fn device(&self) -> String {
-            "gpu:flaky".into()
-        }
-        fn extract_batch(
-            &mut self,
-            b: &AudioBatch,
-            out: &mut FeatureBatch,
-        ) -> Result<(), ExtractError> {
-            if self.lose_after.is_some_and(|n| self.done >= n) {
-                return Err(ExtractError::DeviceLost("flaky".into()));
-            }
-            if b.len() > self.fits || b.items().any(|i| i.len() == self.huge) {
-                return Err(ExtractError::OutOfMemory(format!("{} items", b.len())));
-            }
-            self.done += 1;
-            for i in b.items() {
-                *self.computed.entry(i.len()).or_default() += 1;
-            }
-            self.inner.extract_batch(b, out)
-        }
-    }
 
     fn items(n: usize) -> Vec<Vec<f32>> {
         (0..n)
@@ -368,13 +331,10 @@ mod tests {
         let clips = items(23);
         let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
         let mut flaky = Flaky {
-            inner: CpuBackend::new(&spec, Precision::F32).unwrap(),
             fits: 3,
             // Item 17 never fits.
             huge: 1600 + 37 * 17,
-            lose_after: None,
-            done: 0,
-            computed: HashMap::new(),
+            ..Flaky::new(&spec, Precision::F32)
         };
         let mut cpu = CpuBackend::new(&spec, Precision::F32).unwrap();
         let mut batcher = AdaptiveBatcher::new(BatcherConfig {
@@ -414,12 +374,8 @@ mod tests {
         let clips = items(40);
         let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
         let mut flaky = Flaky {
-            inner: CpuBackend::new(&spec, Precision::F32).unwrap(),
             fits: 6,
-            huge: 0,
-            lose_after: None,
-            done: 0,
-            computed: HashMap::new(),
+            ..Flaky::new(&spec, Precision::F32)
         };
         let mut cpu = CpuBackend::new(&spec, Precision::F32).unwrap();
         let mut batcher = AdaptiveBatcher::new(BatcherConfig {
@@ -442,32 +398,13 @@ mod tests {
     /// A fallback that fails whole batches still leaves one result per item.
     #[test]
     fn a_failing_fallback_gives_each_item_an_error_and_keeps_the_rest() {
-        struct Broken(FeatureSpec);
-        impl Extractor for Broken {
-            fn spec(&self) -> &FeatureSpec {
-                &self.0
-            }
-            fn device(&self) -> String {
-                "broken".into()
-            }
-            fn extract_batch(
-                &mut self,
-                _: &AudioBatch,
-                _: &mut FeatureBatch,
-            ) -> Result<(), ExtractError> {
-                Err(ExtractError::Unavailable("broken fallback".into()))
-            }
-        }
         let spec = FeatureSpec::whisper(80);
         let clips = items(6);
         let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
         let mut flaky = Flaky {
-            inner: CpuBackend::new(&spec, Precision::F32).unwrap(),
             fits: 8,
             huge: 1600 + 37 * 4,
-            lose_after: None,
-            done: 0,
-            computed: HashMap::new(),
+            ..Flaky::new(&spec, Precision::F32)
         };
         let mut batcher = AdaptiveBatcher::new(BatcherConfig {
             initial: 2,
@@ -475,7 +412,12 @@ mod tests {
             grow_after: 100,
         });
         let mut out = FeatureBatch::new(spec.n_bins());
-        batcher.run(&batch, &mut flaky, &mut Broken(spec.clone()), &mut out);
+        // A fallback lost from the start fails every part it is given.
+        let mut broken = Flaky {
+            lose_after: Some(0),
+            ..Flaky::new(&spec, Precision::F32)
+        };
+        batcher.run(&batch, &mut flaky, &mut broken, &mut out);
         assert_eq!(out.len(), 6);
         for i in 0..6 {
             assert_eq!(out.item(i).is_err(), i == 4, "item {i}");
@@ -487,51 +429,14 @@ mod tests {
     /// its checks is taken out after the backoffs.
     #[test]
     fn a_transient_error_is_retried_after_a_health_check() {
-        struct Hiccup {
-            inner: CpuBackend,
-            calls: usize,
-            fail_on: usize,
-            healthy: bool,
-            checks: usize,
-            computed: HashMap<usize, usize>,
-        }
-        impl Extractor for Hiccup {
-            fn spec(&self) -> &FeatureSpec {
-                self.inner.spec()
-            }
-            fn device(&self) -> String {
-                "gpu:hiccup".into()
-            }
-            fn extract_batch(
-                &mut self,
-                b: &AudioBatch,
-                out: &mut FeatureBatch,
-            ) -> Result<(), ExtractError> {
-                self.calls += 1;
-                if self.calls == self.fail_on {
-                    return Err(ExtractError::DeviceLost("timed out".into()));
-                }
-                for i in b.items() {
-                    *self.computed.entry(i.len()).or_default() += 1;
-                }
-                self.inner.extract_batch(b, out)
-            }
-            fn recover(&mut self) -> bool {
-                self.checks += 1;
-                self.healthy
-            }
-        }
         let spec = FeatureSpec::whisper(80);
         let clips = items(12);
         let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
         for healthy in [true, false] {
-            let mut device = Hiccup {
-                inner: CpuBackend::new(&spec, Precision::F32).unwrap(),
-                calls: 0,
-                fail_on: 2,
+            let mut device = Flaky {
+                transient_on: Some(2),
                 healthy,
-                checks: 0,
-                computed: HashMap::new(),
+                ..Flaky::new(&spec, Precision::F32)
             };
             let mut cpu = CpuBackend::new(&spec, Precision::F32).unwrap();
             let mut batcher = AdaptiveBatcher::new(BatcherConfig {
@@ -547,43 +452,29 @@ mod tests {
                 assert_eq!((s.recovered, s.devices_lost, s.retries), (1, 0, 1), "{s:?}");
                 assert_eq!(device.computed.len(), 12);
                 assert!(device.computed.values().all(|&c| c == 1));
-                assert!(!batcher.is_lost("gpu:hiccup"));
+                assert!(!batcher.is_lost("gpu:flaky"));
             } else {
                 assert_eq!((s.recovered, s.devices_lost, s.items_after_loss), (0, 1, 8));
                 assert_eq!(device.checks, 1);
-                assert!(batcher.is_lost("gpu:hiccup"));
+                assert!(batcher.is_lost("gpu:flaky"));
             }
-        }
-    }
-
-    /// A device that says how many items fit.
-    struct Hinting(CpuBackend, Option<usize>);
-
-    impl Extractor for Hinting {
-        fn spec(&self) -> &FeatureSpec {
-            self.0.spec()
-        }
-        fn device(&self) -> String {
-            "gpu:hint".into()
-        }
-        fn extract_batch(
-            &mut self,
-            b: &AudioBatch,
-            out: &mut FeatureBatch,
-        ) -> Result<(), ExtractError> {
-            self.0.extract_batch(b, out)
-        }
-        fn batch_hint(&self, item_samples: usize) -> Option<usize> {
-            self.1.map(|bytes| bytes / item_samples)
         }
     }
 
     #[test]
     fn the_first_size_comes_from_the_device_within_the_maximum() {
         let spec = FeatureSpec::whisper(80);
-        let cpu = || CpuBackend::new(&spec, Precision::F32).unwrap();
-        let sized =
-            |hint, item, max| BatcherConfig::for_device(&Hinting(cpu(), hint), item, max).initial;
+        let sized = |hint, item, max| {
+            BatcherConfig::for_device(
+                &Flaky {
+                    hint,
+                    ..Flaky::new(&spec, Precision::F32)
+                },
+                item,
+                max,
+            )
+            .initial
+        };
         assert_eq!(sized(Some(10_000), 1000, 64), 10);
         assert_eq!(sized(Some(10_000), 1000, 4), 4, "never over the maximum");
         assert_eq!(sized(Some(10), 1000, 64), 1, "at least one item");
@@ -597,12 +488,9 @@ mod tests {
         let clips = items(19);
         let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
         let mut flaky = Flaky {
-            inner: CpuBackend::new(&spec, Precision::F32).unwrap(),
             fits: 4,
-            huge: 0,
             lose_after: Some(2),
-            done: 0,
-            computed: HashMap::new(),
+            ..Flaky::new(&spec, Precision::F32)
         };
         let mut cpu = CpuBackend::new(&spec, Precision::F32).unwrap();
         let mut batcher = AdaptiveBatcher::new(BatcherConfig {
@@ -629,32 +517,13 @@ mod tests {
     /// A device whose extractor panics mid-batch counts as lost; nothing it half-wrote stays.
     #[test]
     fn a_panicking_device_is_lost_and_its_items_are_computed_once() {
-        struct Panicky(CpuBackend, usize);
-        impl Extractor for Panicky {
-            fn spec(&self) -> &FeatureSpec {
-                self.0.spec()
-            }
-            fn device(&self) -> String {
-                "gpu:panicky".into()
-            }
-            fn extract_batch(
-                &mut self,
-                b: &AudioBatch,
-                out: &mut FeatureBatch,
-            ) -> Result<(), ExtractError> {
-                self.1 += 1;
-                if self.1 == 3 {
-                    // Half a batch written, then a panic (as wgpu does on some device errors).
-                    self.0.extract_batch(&b.slice(0..1), out)?;
-                    panic!("driver fault");
-                }
-                self.0.extract_batch(b, out)
-            }
-        }
         let spec = FeatureSpec::whisper(80);
         let clips = items(10);
         let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
-        let mut device = Panicky(CpuBackend::new(&spec, Precision::F32).unwrap(), 0);
+        let mut device = Flaky {
+            panic_on: Some(3),
+            ..Flaky::new(&spec, Precision::F32)
+        };
         let mut cpu = CpuBackend::new(&spec, Precision::F32).unwrap();
         let mut batcher = AdaptiveBatcher::new(BatcherConfig {
             initial: 2,

@@ -181,43 +181,8 @@ pub(crate) fn run_executor(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sonograph_dsp::{ExtractError, FeatureSpec};
-
-    /// A device that runs out of memory above `fit` items and is lost after `lose_after`
-    /// batches; otherwise it computes exactly what the CPU does.
-    struct Flaky {
-        inner: CpuBackend,
-        fit: usize,
-        lose_after: usize,
-        calls: usize,
-    }
-
-    impl Extractor for Flaky {
-        fn spec(&self) -> &FeatureSpec {
-            self.inner.spec()
-        }
-        fn device(&self) -> String {
-            "flaky".into()
-        }
-        fn extract_batch(
-            &mut self,
-            batch: &AudioBatch,
-            out: &mut FeatureBatch,
-        ) -> Result<(), ExtractError> {
-            self.calls += 1;
-            if self.calls > self.lose_after {
-                return Err(ExtractError::DeviceLost("injected".into()));
-            }
-            if batch.len() > self.fit {
-                return Err(ExtractError::OutOfMemory(format!(
-                    "{} items > {}",
-                    batch.len(),
-                    self.fit
-                )));
-            }
-            self.inner.extract_batch(batch, out)
-        }
-    }
+    use crate::testing::Flaky;
+    use sonograph_dsp::FeatureSpec;
 
     /// `n` distinct clips, 1600 samples and `step` more for each.
     fn clips(n: usize, step: usize) -> Vec<Vec<f32>> {
@@ -252,10 +217,9 @@ mod tests {
         let unit_rx = queued(&items);
         let (w_tx, w_rx) = crossbeam_channel::unbounded();
         let device = Flaky {
-            inner: CpuBackend::new(&spec, Precision::F64).unwrap(),
-            fit: 3,
-            lose_after: 5,
-            calls: 0,
+            fits: 3,
+            lose_after: Some(5),
+            ..Flaky::new(&spec, Precision::F64)
         };
         let live = Arc::new(AtomicUsize::new(1));
         let stats = run_executor(
@@ -305,10 +269,8 @@ mod tests {
         let (w_tx, w_rx) = crossbeam_channel::unbounded();
         let live = Arc::new(AtomicUsize::new(2));
         let flaky = Flaky {
-            inner: CpuBackend::new(&spec, Precision::F64).unwrap(),
-            fit: 64,
-            lose_after: 0,
-            calls: 0,
+            lose_after: Some(0),
+            ..Flaky::new(&spec, Precision::F64)
         };
         let spawn = |device: Box<dyn Extractor>| {
             let (units, w_tx, live) = (unit_rx.clone(), w_tx.clone(), live.clone());

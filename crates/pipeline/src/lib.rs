@@ -14,6 +14,8 @@ pub mod batcher;
 mod executor;
 mod job;
 mod report;
+#[cfg(test)]
+mod testing;
 mod writer;
 
 pub use batcher::{AdaptiveBatcher, BatchStats, BatcherConfig};
