@@ -6,13 +6,16 @@ use rayon::prelude::*;
 
 use crate::error::{ExtractError, SpecError};
 use crate::extractor::{CpuExtractor, Precision};
+use crate::span::Span;
 use crate::spec::FeatureSpec;
 
-/// Items of audio in one buffer: item `i` is `samples[offsets[i]..offsets[i + 1]]`.
+/// Items of audio in one buffer: item `i` is `samples[offsets[i]..offsets[i + 1]]`, a whole
+/// item or the window of a piece of one ([`Span`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AudioBatch {
     samples: Vec<f32>,
     offsets: Vec<usize>,
+    spans: Vec<Option<Span>>,
 }
 
 impl Default for AudioBatch {
@@ -20,6 +23,7 @@ impl Default for AudioBatch {
         AudioBatch {
             samples: Vec::new(),
             offsets: vec![0],
+            spans: Vec::new(),
         }
     }
 }
@@ -37,14 +41,27 @@ impl AudioBatch {
         b
     }
 
+    /// Adds a whole item.
     pub fn push(&mut self, item: &[f32]) {
-        self.samples.extend_from_slice(item);
+        self.push_piece(item, None);
+    }
+
+    /// Adds a piece of an item (`Some(span)`, with the span's window) or a whole item.
+    pub fn push_piece(&mut self, window: &[f32], span: Option<Span>) {
+        self.samples.extend_from_slice(window);
         self.offsets.push(self.samples.len());
+        self.spans.push(span);
     }
 
     pub fn clear(&mut self) {
         self.samples.clear();
         self.offsets.truncate(1);
+        self.spans.clear();
+    }
+
+    /// Item `i`'s span: `None` for a whole item.
+    pub fn span(&self, i: usize) -> Option<&Span> {
+        self.spans[i].as_ref()
     }
 
     /// Number of items.
@@ -76,7 +93,11 @@ impl AudioBatch {
 
     /// Items `range` as a batch of their own (for splitting a batch that did not fit).
     pub fn slice(&self, range: std::ops::Range<usize>) -> AudioBatch {
-        AudioBatch::from_items(range.map(|i| self.item(i)))
+        let mut b = AudioBatch::new();
+        for i in range {
+            b.push_piece(self.item(i), self.spans[i]);
+        }
+        b
     }
 }
 
@@ -236,7 +257,10 @@ impl CpuBackend {
                     || CpuExtractor::with_precision(spec, precision).expect("validated in new()"),
                     |ex, i| {
                         let mut rows = Vec::new();
-                        ex.extract(batch.item(i), &mut rows)?;
+                        match batch.span(i) {
+                            None => ex.extract(batch.item(i), &mut rows)?,
+                            Some(span) => ex.extract_span(batch.item(i), span, &mut rows)?,
+                        };
                         Ok(rows)
                     },
                 )
@@ -300,5 +324,35 @@ mod tests {
         assert_eq!(out.item(3), Err(&ExtractError::Empty));
         let half = batch.slice(2..4);
         assert_eq!(half.item(0), &b[..]);
+    }
+
+    #[test]
+    fn pieces_keep_their_spans_through_slices_and_the_cpu_backend() {
+        let spec = FeatureSpec::nemo(80);
+        let x: Vec<f32> = (0..40_000).map(|i| (i as f32 * 0.013).sin()).collect();
+        let w = crate::span::span_window(&spec, 50..90, x.len());
+        let span = Span {
+            sample_start: w.start,
+            signal_len: x.len(),
+            first_frame: 50,
+            frames: 40,
+            last: false,
+        };
+        let mut batch = AudioBatch::new();
+        batch.push(&x[..8000]);
+        batch.push_piece(&x[w.clone()], Some(span));
+        let tail = batch.slice(1..2);
+        assert_eq!(tail.span(0), Some(&span));
+        assert_eq!(batch.span(0), None);
+        let mut backend = CpuBackend::with_threads(&spec, Precision::F64, 2).unwrap();
+        let mut out = FeatureBatch::new(spec.n_bins());
+        backend.extract_batch(&batch, &mut out).unwrap();
+        let mut expect = Vec::new();
+        let frames = CpuExtractor::new(&spec)
+            .unwrap()
+            .extract_span(&x[w], &span, &mut expect)
+            .unwrap();
+        assert_eq!(frames, 40);
+        assert_eq!(out.item(1).unwrap(), (frames, &expect[..]));
     }
 }

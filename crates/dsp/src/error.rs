@@ -20,6 +20,9 @@ pub enum ExtractError {
     NonFinite { index: usize, value: f32 },
     #[error("the item has no samples")]
     Empty,
+    /// A piece of an item whose window does not hold what its frames read (a caller's bug).
+    #[error("bad piece: {0}")]
+    BadSpan(String),
     /// The batch did not fit in the device's memory; the message says what was asked, the
     /// budget, what is in use and what will be tried next.
     #[error("out of memory: {0}")]

@@ -19,6 +19,7 @@ use crate::dither::unit_noise;
 use crate::error::{ExtractError, SpecError};
 use crate::fastlog;
 use crate::mel::MelBank;
+use crate::span::{check_span, frame_start, padded_index, prepare_span, Span};
 use crate::spec::{
     FeatureSpec, Framing, LogGuard, LogKind, Normalize, OutputKind, PadMode, PreemphasisScope,
 };
@@ -341,6 +342,61 @@ impl CpuExtractor {
         self.finish(out)
     }
 
+    /// Computes a piece of an item from its window (see [`Span`]) and appends its rows (with
+    /// the item-level steps over the piece alone, as [`take_frames`](Self::take_frames) does)
+    /// to `out`; returns the frame count. Ends any item being streamed.
+    pub fn extract_span(
+        &mut self,
+        window: &[f32],
+        span: &Span,
+        out: &mut Vec<f32>,
+    ) -> Result<usize, ExtractError> {
+        if self.spec.output == OutputKind::Psd {
+            // Only a whole item passes the check: Welch averages all its frames.
+            check_span(&self.spec, window.len(), span)?;
+            return self.extract(window, out);
+        }
+        self.begin();
+        self.in_item = false;
+        let mut prepared = std::mem::take(&mut self.pending);
+        let base = prepare_span(&self.spec, window, span, &mut prepared)?;
+        let spec = &self.spec;
+        let mut segment = vec![0f32; spec.win_length];
+        for j in span.first_frame..span.first_frame + span.frames {
+            let start = frame_start(spec, j);
+            for (m, s) in segment.iter_mut().enumerate() {
+                *s = padded_index(spec, start + m as isize, span.signal_len)
+                    .map_or(0.0, |i| prepared[i - base]);
+            }
+            match &mut self.engine {
+                Engine::F32(core) => core.frame(
+                    spec,
+                    &segment,
+                    self.window_offset,
+                    j as u32,
+                    &mut self.raw,
+                    &mut self.psd_sum,
+                ),
+                Engine::F64(core) => core.frame(
+                    spec,
+                    &segment,
+                    self.window_offset,
+                    j as u32,
+                    &mut self.raw,
+                    &mut self.psd_sum,
+                ),
+            }
+        }
+        prepared.clear();
+        self.pending = prepared;
+        let mut raw = std::mem::take(&mut self.raw);
+        let drop_last = span.last && self.spec.drop_last_frame;
+        let frames = self.finish_rows(&mut raw, drop_last, out);
+        raw.clear();
+        self.raw = raw;
+        Ok(frames)
+    }
+
     /// Starts a new item, dropping any unfinished one.
     pub fn begin(&mut self) {
         self.pending.clear();
@@ -438,7 +494,7 @@ impl CpuExtractor {
         } else {
             match self.spec.pad_mode {
                 PadMode::Constant => return 0.0,
-                PadMode::Reflect => reflect_index(i, n),
+                PadMode::Reflect => crate::span::reflect_index(i, n),
             }
         };
         let pos = self.pad_left + idx - self.pending_start;
@@ -651,19 +707,6 @@ pub fn welch_row(
 }
 
 /// numpy's "reflect" index for any `i`, periodic beyond one reflection.
-fn reflect_index(i: isize, n: usize) -> usize {
-    if n == 1 {
-        return 0;
-    }
-    let period = 2 * (n as isize - 1);
-    let m = i.rem_euclid(period);
-    if m < n as isize {
-        m as usize
-    } else {
-        (period - m) as usize
-    }
-}
-
 /// NeMo's `normalize_batch(..., "per_feature")` over one item: per bin, subtract the mean
 /// over frames and divide by the sample standard deviation (n - 1; NaN → 0) plus 1e-5.
 fn normalize_per_feature(rows: &mut [f32], width: usize, frames: usize) {
@@ -681,25 +724,7 @@ fn normalize_per_feature(rows: &mut [f32], width: usize, frames: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reflect_matches_numpy() {
-        // np.pad([0,1,2,3], 5, mode="reflect") → [3 2 1 2 1 | 0 1 2 3 | 2 1 0 1 2]
-        let left: Vec<usize> = (-5..0).map(|i| reflect_index(i, 4)).collect();
-        assert_eq!(left, [1, 2, 3, 2, 1]);
-        let right: Vec<usize> = (4..9).map(|i| reflect_index(i, 4)).collect();
-        assert_eq!(right, [2, 1, 0, 1, 2]);
-        assert_eq!(reflect_index(-3, 1), 0);
-    }
-
-    fn chirp(n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                let t = i as f64 / 16_000.0;
-                (0.3 * (2.0 * std::f64::consts::PI * (100.0 + 2000.0 * t) * t).sin()) as f32
-            })
-            .collect()
-    }
+    use crate::span::span_window;
 
     #[test]
     fn streaming_in_any_chunking_equals_one_shot() {
@@ -804,6 +829,94 @@ mod tests {
         taken += ex.finish(&mut pieces).unwrap();
         assert_eq!(taken, frames);
         assert_eq!(pieces, whole);
+    }
+
+    fn chirp(n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let t = i as f64 / 16_000.0;
+                (0.3 * (2.0 * std::f64::consts::PI * (100.0 + 2000.0 * t) * t).sin()) as f32
+            })
+            .collect()
+    }
+
+    /// Pieces as the stream cuts them (`take_frames` while 27 frames are pending), each
+    /// computed alone from its window, equal the stream's pieces bit for bit: every preset,
+    /// with dither, in both precisions.
+    #[test]
+    fn spans_equal_the_streamed_pieces() {
+        let x = chirp(50_000);
+        let mut specs: Vec<(&str, FeatureSpec)> = FeatureSpec::presets()
+            .into_iter()
+            .map(|p| (p.name, p.spec))
+            .collect();
+        let mut dithered = FeatureSpec::nemo(80);
+        dithered.dither = 1e-3;
+        specs.push(("nemo dithered", dithered));
+        for (name, spec) in specs {
+            for precision in [Precision::F32, Precision::F64] {
+                let mut ex = CpuExtractor::with_precision(&spec, precision).unwrap();
+                ex.begin();
+                let (mut streamed, mut cuts) = (Vec::new(), Vec::new());
+                for c in x.chunks(3000) {
+                    ex.push(c).unwrap();
+                    while ex.pending_frames() >= 25 + 2 {
+                        ex.take_frames(25, &mut streamed);
+                        cuts.push(25);
+                    }
+                }
+                ex.finish(&mut streamed).unwrap();
+                let total = spec.n_raw_frames(x.len());
+                let mut spans = Vec::new();
+                let mut first = 0;
+                for (k, frames) in cuts.iter().copied().chain([0]).enumerate() {
+                    let last = k == cuts.len();
+                    let frames = if last { total - first } else { frames };
+                    let w = span_window(&spec, first..first + frames, x.len());
+                    let span = Span {
+                        sample_start: w.start,
+                        // An earlier piece knows the item only as far as its window.
+                        signal_len: if last { x.len() } else { w.end },
+                        first_frame: first,
+                        frames,
+                        last,
+                    };
+                    ex.extract_span(&x[w], &span, &mut spans).unwrap();
+                    first += frames;
+                }
+                assert!(cuts.len() >= 3, "{name}: only {} cuts", cuts.len());
+                assert_eq!(spans, streamed, "{name} {precision:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn spans_that_miss_samples_are_refused() {
+        let x = chirp(20_000);
+        let spec = FeatureSpec::whisper(80);
+        let mut ex = CpuExtractor::new(&spec).unwrap();
+        let w = span_window(&spec, 10..20, x.len());
+        let span = |sample_start, signal_len, last| Span {
+            sample_start,
+            signal_len,
+            first_frame: 10,
+            frames: 10,
+            last,
+        };
+        let mut out = Vec::new();
+        let short = &x[w.start + 1..w.end];
+        let err = ex.extract_span(short, &span(w.start + 1, x.len(), false), &mut out);
+        assert!(matches!(err, Err(ExtractError::BadSpan(_))), "{err:?}");
+        let err = ex.extract_span(&x[w.clone()], &span(w.start, x.len(), true), &mut out);
+        assert!(matches!(err, Err(ExtractError::BadSpan(_))), "{err:?}");
+        let mut bad = x[w.clone()].to_vec();
+        bad[5] = f32::NAN;
+        let err = ex.extract_span(&bad, &span(w.start, x.len(), false), &mut out);
+        match err {
+            Err(ExtractError::NonFinite { index, .. }) => assert_eq!(index, w.start + 5),
+            other => panic!("{other:?}"),
+        }
+        assert!(out.is_empty());
     }
 
     #[test]

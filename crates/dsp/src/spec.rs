@@ -444,8 +444,9 @@ impl FeatureSpec {
     }
 
     /// Frames the STFT computes before `drop_last_frame` and PSD averaging.
-    pub(crate) fn n_raw_frames(&self, n_samples: usize) -> usize {
+    pub fn n_raw_frames(&self, n_samples: usize) -> usize {
         match self.framing {
+            _ if n_samples == 0 => 0,
             // torch pads n_fft / 2 on each side: one sample short of n_fft when n_fft is odd.
             Framing::Center => {
                 1 + (n_samples + 2 * (self.n_fft / 2) - self.n_fft) / self.hop_length

@@ -50,11 +50,18 @@ struct Filter {
     _pad: u32,
 }
 
+// An item, or a piece of one: its uploaded samples are signal indices
+// sample_start..sample_start + n_samples of a signal of signal_len samples, and its frames are
+// the item's frames first_frame.. (a whole item: 0, its length, 0).
 struct Item {
     sample_offset: u32,
     n_samples: u32,
     frame_offset: u32,
     n_frames: u32,
+    sample_start: u32,
+    signal_len: u32,
+    first_frame: u32,
+    pad: u32,
 }
 
 // ln(x) to about one ulp of `real` with +, *, / and ldexp only: SPIR-V has no f64 log, and its

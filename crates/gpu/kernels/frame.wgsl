@@ -18,7 +18,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     let it = items[frame_item[t]];
-    let j = t - it.frame_offset;
+    let j = t - it.frame_offset + it.first_frame;
     let base = t * p.n_fft;
     for (var k = 0u; k < p.n_fft; k++) {
         frames[base + k] = 0.0;

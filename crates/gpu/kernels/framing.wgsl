@@ -26,17 +26,20 @@ fn window_start(j: u32) -> i32 {
     return start;
 }
 
-// Sample m of frame j's window (starting at signal index `start`) of item `it`: outside the
-// signal, numpy's reflection or zero; then the spec's dither.
+// Sample m of frame j's window (starting at signal index `start`) of item `it`, j counted
+// from the item's start: outside the signal, numpy's reflection or zero; then the spec's
+// dither. The host checked that a piece's window holds every sample its frames read.
 fn frame_sample(it: Item, start: i32, j: u32, m: u32) -> real {
-    let idx = start + i32(m);
-    let n = i32(it.n_samples);
+    var idx = start + i32(m);
+    let n = i32(it.signal_len);
     var v: real = 0.0;
-    if (idx >= 0 && idx < n) {
-        v = real(samples[it.sample_offset + u32(idx)]);
-    } else if (p.reflect != 0u) {
-        v = real(samples[it.sample_offset + u32(reflect_index(idx, n))]);
+    if (idx < 0 || idx >= n) {
+        if (p.reflect == 0u) {
+            return dithered(v, j, m);
+        }
+        idx = reflect_index(idx, n);
     }
+    v = real(samples[it.sample_offset + u32(idx) - it.sample_start]);
     return dithered(v, j, m);
 }
 

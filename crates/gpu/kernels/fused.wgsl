@@ -47,7 +47,7 @@ fn cmul(a: vec2<real>, b: vec2<real>) -> vec2<real> {
 // DC and pre-emphasis in Kaldi's order, the window at `window_offset`, zeros elsewhere.
 fn load_frame(t: u32, lid: u32) {
     let it = items[frame_item[t]];
-    let j = t - it.frame_offset;
+    let j = t - it.frame_offset + it.first_frame;
     let start = window_start(j);
     let off = p.window_offset;
     for (var i = lid; i < N; i += WG) {

@@ -13,6 +13,7 @@ use std::time::Duration;
 use bytemuck::{Pod, Zeroable};
 use sonograph_dsp::dct::Dct;
 use sonograph_dsp::mel::MelBank;
+use sonograph_dsp::span::{prepare_span, Span};
 use sonograph_dsp::spec::{FeatureSpec, Framing, OutputKind, PadMode, PreemphasisScope};
 use sonograph_dsp::window::window;
 use sonograph_dsp::{AudioBatch, ExtractError, Extractor, FeatureBatch, Precision};
@@ -20,10 +21,7 @@ use wgpu::util::DeviceExt;
 
 use crate::context::{self, GpuDevice};
 use crate::device::adapter_score;
-use crate::plan::{
-    batch_buffers, finish_item, gpu_row_width, log_params, prepare_item, raw_frames, scalar_bytes,
-    uses_mel,
-};
+use crate::plan::{batch_buffers, finish_item, gpu_row_width, log_params, scalar_bytes, uses_mel};
 use crate::pool::{human_bytes, BlockAllocator, BlockKind, MemoryPool, MemoryStats, PoolBlock};
 use crate::GpuOptions;
 
@@ -71,6 +69,12 @@ struct ItemRecord {
     n_samples: u32,
     frame_offset: u32,
     n_frames: u32,
+    /// Signal index of the item's first uploaded sample (a piece's window starts inside it).
+    sample_start: u32,
+    signal_len: u32,
+    /// The item's frame index of the first frame (dither is keyed by it).
+    first_frame: u32,
+    _pad: u32,
 }
 
 /// Mirrors `Filter` in kernels/common.wgsl.
@@ -712,7 +716,7 @@ impl Extractor for GpuBackend {
     /// Half the budget over the bytes one item needs, so that the pool's cache and the next
     /// batch's uploads have room, and no more than fit in the device's largest buffer.
     fn batch_hint(&self, item_samples: usize) -> Option<usize> {
-        let frames = raw_frames(&self.spec, item_samples);
+        let frames = self.spec.n_raw_frames(item_samples);
         let buffers = batch_buffers(
             &self.spec,
             self.precision,
@@ -753,20 +757,33 @@ impl Extractor for GpuBackend {
         let mut records: Vec<ItemRecord> = Vec::with_capacity(batch.len());
         let mut frame_item: Vec<u32> = Vec::new();
         let mut per_item: Vec<Result<usize, ExtractError>> = Vec::with_capacity(batch.len());
-        for item in batch.items() {
+        let mut lasts: Vec<bool> = Vec::with_capacity(batch.len());
+        for (i, item) in batch.items().enumerate() {
             let start = samples.len();
-            match prepare_item(spec, item, &mut samples) {
+            let span = batch
+                .span(i)
+                .copied()
+                .unwrap_or_else(|| Span::whole(spec, item.len()));
+            lasts.push(span.last);
+            match prepare_span(spec, item, &span, &mut samples) {
                 Err(e) => per_item.push(Err(e)),
-                Ok(()) => {
-                    let frames = raw_frames(spec, item.len());
-                    let (Ok(sample_offset), Ok(n_samples), Ok(frame_offset), Ok(n_frames)) = (
-                        u32::try_from(start),
-                        u32::try_from(item.len()),
-                        u32::try_from(frame_item.len()),
-                        u32::try_from(frames),
-                    ) else {
+                Ok(base) => {
+                    let frames = span.frames;
+                    let fields = [
+                        start,
+                        samples.len() - start,
+                        frame_item.len(),
+                        frames,
+                        base,
+                        span.signal_len,
+                        span.first_frame + frames,
+                    ]
+                    .map(u32::try_from);
+                    let [Ok(sample_offset), Ok(n_samples), Ok(frame_offset), Ok(n_frames), Ok(sample_start), Ok(signal_len), Ok(_)] =
+                        fields
+                    else {
                         return Err(ExtractError::OutOfMemory(format!(
-                            "a batch of {} items holds more than 2^32 samples; {}",
+                            "a batch of {} items holds more than 2^32 samples or frames; {}",
                             batch.len(),
                             next_step(batch.len())
                         )));
@@ -779,6 +796,10 @@ impl Extractor for GpuBackend {
                         n_samples,
                         frame_offset,
                         n_frames,
+                        sample_start,
+                        signal_len,
+                        first_frame: span.first_frame as u32,
+                        _pad: 0,
                     });
                 }
             }
@@ -790,7 +811,7 @@ impl Extractor for GpuBackend {
         };
         let width = gpu_row_width(&self.spec);
         let mut item_rows = Vec::new();
-        for r in per_item {
+        for (r, last) in per_item.into_iter().zip(lasts) {
             match r {
                 Err(e) => out.push_error(e),
                 Ok(i) => {
@@ -803,6 +824,7 @@ impl Extractor for GpuBackend {
                         self.dct.as_ref(),
                         &rows[a..b],
                         rec.n_frames as usize,
+                        last,
                         &mut item_rows,
                     );
                     out.push_rows(frames, &item_rows);

@@ -1,13 +1,11 @@
-//! What the GPU computes for a spec, worked out on the host: the per-item preparation that
-//! must match the CPU path bit for bit (input scale, signal pre-emphasis, frame counts), the
-//! memory a batch needs, and the item-level steps applied after readback (drop last frame,
+//! What the GPU computes for a spec, worked out on the host: the memory a batch needs, and the item-level steps applied after readback (drop last frame,
 //! dynamic range, DCT, affine, per-feature normalisation, Welch averaging), which are
 //! transcriptions of `sonograph_dsp::extractor` so that both backends mean the same thing.
 
 use sonograph_dsp::dct::Dct;
-use sonograph_dsp::extractor::{finish_rows, log_row, scale_and_preemphasize, welch_row};
-use sonograph_dsp::spec::{FeatureSpec, Framing, LogGuard, LogKind, OutputKind};
-use sonograph_dsp::{ExtractError, Precision};
+use sonograph_dsp::extractor::{finish_rows, log_row, welch_row};
+use sonograph_dsp::spec::{FeatureSpec, LogGuard, LogKind, OutputKind};
+use sonograph_dsp::Precision;
 
 /// True when the GPU projects onto mel bands (and applies the log there).
 pub fn uses_mel(spec: &FeatureSpec) -> bool {
@@ -15,19 +13,6 @@ pub fn uses_mel(spec: &FeatureSpec) -> bool {
         spec.output,
         OutputKind::Mel | OutputKind::Logmel | OutputKind::Mfcc
     )
-}
-
-/// Frames the STFT computes for `n` samples, before `drop_last_frame` and PSD averaging
-/// (`FeatureSpec::n_raw_frames`, which is private to sonograph-dsp).
-pub fn raw_frames(spec: &FeatureSpec, n: usize) -> usize {
-    if n == 0 {
-        return 0;
-    }
-    match spec.framing {
-        Framing::Center => 1 + (n + 2 * (spec.n_fft / 2) - spec.n_fft) / spec.hop_length,
-        Framing::SnipEdges if n < spec.win_length => 0,
-        Framing::SnipEdges => 1 + (n - spec.win_length) / spec.hop_length,
-    }
 }
 
 /// Width of the rows the GPU returns: mel bands, or the full one-sided spectrum.
@@ -82,33 +67,13 @@ pub fn batch_buffers(
     };
     [
         ("samples", 4 * samples.max(1) as u64),
-        ("items", 16 * items.max(1) as u64),
+        ("items", 32 * items.max(1) as u64),
         ("frame table", 4 * frames),
         ("frames", frame_bytes),
         ("spectrum", spectrum_bytes),
         ("mel rows", mel_rows),
         ("readback", row_bytes * frames * gpu_row_width(spec) as u64),
     ]
-}
-
-/// Checks an item and appends it, scaled and (signal-scope) pre-emphasised exactly as
-/// `CpuExtractor::push` does in f32, to `dst`.
-pub fn prepare_item(
-    spec: &FeatureSpec,
-    samples: &[f32],
-    dst: &mut Vec<f32>,
-) -> Result<(), ExtractError> {
-    if samples.is_empty() {
-        return Err(ExtractError::Empty);
-    }
-    if let Some(i) = samples.iter().position(|s| !s.is_finite()) {
-        return Err(ExtractError::NonFinite {
-            index: i,
-            value: samples[i],
-        });
-    }
-    scale_and_preemphasize(spec, samples, true, 0.0, dst);
-    Ok(())
 }
 
 /// The log and guard the mel kernels apply (`guarded_log` in kernels/common.wgsl): the log
@@ -127,13 +92,14 @@ pub fn log_params(spec: &FeatureSpec) -> (u32, u32, f32) {
     (kind, add, guard)
 }
 
-/// Turns one item's GPU rows (`frames × gpu_row_width`) into its final rows, appended to
-/// `out`; returns the frame count.
+/// Turns one item's (or piece's) GPU rows (`frames × gpu_row_width`) into its final rows,
+/// appended to `out`; returns the frame count. `last`: the rows end the item.
 pub fn finish_item(
     spec: &FeatureSpec,
     dct: Option<&Dct>,
     gpu_rows: &[f32],
     frames: usize,
+    last: bool,
     out: &mut Vec<f32>,
 ) -> usize {
     let width = gpu_row_width(spec);
@@ -158,7 +124,7 @@ pub fn finish_item(
             raw.extend_from_slice(gpu_rows);
         }
     }
-    finish_rows(spec, dct, &mut raw, spec.drop_last_frame, out)
+    finish_rows(spec, dct, &mut raw, last && spec.drop_last_frame, out)
 }
 
 /// Welch over the GPU's power rows: their sum, then the CPU's own [`welch_row`].
@@ -170,40 +136,4 @@ fn finish_psd(spec: &FeatureSpec, power: &[f32], frames: usize, out: &mut Vec<f3
         }
     }
     welch_row(spec, &sum, frames, out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn raw_frames_match_the_spec_after_drop_and_psd() {
-        for p in FeatureSpec::presets() {
-            for n in [1usize, 5, 399, 400, 401, 16_000, 22_050] {
-                let raw = raw_frames(&p.spec, n);
-                let expect = if p.spec.drop_last_frame {
-                    raw.saturating_sub(1)
-                } else {
-                    raw
-                };
-                assert_eq!(p.spec.n_frames(n), expect, "{} n={n}", p.name);
-            }
-        }
-        let w = FeatureSpec::welch(16_000, 256);
-        assert_eq!(w.n_frames(1000), usize::from(raw_frames(&w, 1000) > 0));
-    }
-
-    #[test]
-    fn preparation_matches_nemo_signal_preemphasis_and_refuses_bad_items() {
-        let spec = FeatureSpec::nemo(80);
-        let mut dst = Vec::new();
-        prepare_item(&spec, &[1.0, 0.5, -0.25], &mut dst).unwrap();
-        assert_eq!(dst, [1.0, 0.5 - 0.97, -0.25 - 0.97 * 0.5]);
-        assert_eq!(prepare_item(&spec, &[], &mut dst), Err(ExtractError::Empty));
-        assert!(matches!(
-            prepare_item(&spec, &[0.0, f32::NAN], &mut dst),
-            Err(ExtractError::NonFinite { index: 1, .. })
-        ));
-        assert_eq!(dst.len(), 3, "a refused item appends nothing");
-    }
 }

@@ -448,6 +448,57 @@ fn dithered_specs_match_the_cpu() {
     }
 }
 
+/// Pieces of a long item (each from its own window, next to a whole item in the same batch)
+/// give the CPU's pieces: the edges' padding, pre-emphasis across a window's first sample,
+/// dither keyed by the item's frame index, Whisper's dropped frame on the last piece only;
+/// through both kernels, on centred (reflect and zero padding) and snip-edges specs.
+#[test]
+fn pieces_of_long_items_match_the_cpu() {
+    use sonograph_dsp::span::{span_window, Span};
+    let x: Vec<f32> = (0..70_000)
+        .map(|i| {
+            let t = i as f64 / 16_000.0;
+            (0.3 * (2.0 * std::f64::consts::PI * (100.0 + 2000.0 * t) * t).sin()) as f32
+        })
+        .collect();
+    let mut kaldi = FeatureSpec::kaldi(80);
+    kaldi.dither = 1.0;
+    let mut nemo = FeatureSpec::nemo(80);
+    nemo.dither = 1e-5;
+    for spec in [
+        FeatureSpec::whisper(80),
+        kaldi,
+        nemo,
+        FeatureSpec::librosa_mel(),
+    ] {
+        let total = spec.n_raw_frames(x.len());
+        let mut batch = AudioBatch::new();
+        batch.push(&x[..9_000]);
+        let mut first = 0;
+        while first < total {
+            let frames = 37.min(total - first);
+            let last = first + frames == total;
+            let w = span_window(&spec, first..first + frames, x.len());
+            let span = Span {
+                sample_start: w.start,
+                signal_len: if last { x.len() } else { w.end },
+                first_frame: first,
+                frames,
+                last,
+            };
+            batch.push_piece(&x[w], Some(span));
+            first += frames;
+        }
+        assert!(batch.len() > 3);
+        for force_dft in [false, true] {
+            let what = format!("pieces of {} frames of {:?}", total, spec.output);
+            if assert_f64_parity(&spec, &batch, force_dft, &what).is_none() {
+                return;
+            }
+        }
+    }
+}
+
 /// Guards far outside f32's range (a clamp at 1e-40, at 0, an added 0) give the CPU's logs,
 /// -inf included, on silence and on a tone.
 #[test]
@@ -471,11 +522,11 @@ fn extreme_log_guards_match_the_cpu() {
 /// never more items than the device's largest buffer holds.
 #[test]
 fn the_batch_hint_follows_the_budget_and_the_largest_buffer() {
-    use sonograph_gpu::plan::{batch_buffers, raw_frames};
+    use sonograph_gpu::plan::batch_buffers;
     use sonograph_gpu::Budget;
     let spec = FeatureSpec::whisper(80);
     let item = 30 * 16_000;
-    let frames = raw_frames(&spec, item);
+    let frames = spec.n_raw_frames(item);
     for (budget, capped) in [(64u64 << 20, false), (1u64 << 40, true)] {
         let options = GpuOptions {
             budget: Some(Budget::Bytes(budget)),

@@ -1,0 +1,301 @@
+//! Pieces of long items. A [`Span`] names the frames of an item to compute and the window of
+//! the item's samples they read, so that any backend can compute a piece on its own — and the
+//! pieces of one item can run on several devices at once — and still give exactly the frames
+//! of the whole item: the same padding at the item's edges, the same pre-emphasis across a
+//! piece's first sample, the same dither (keyed by the item's frame index).
+
+use std::ops::Range;
+
+use crate::error::ExtractError;
+use crate::extractor::scale_and_preemphasize;
+use crate::spec::{FeatureSpec, Framing, OutputKind, PadMode};
+
+/// Frames `first_frame..first_frame + frames` of an item, from the window of its samples that
+/// starts at signal index `sample_start`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    /// Signal index of the window's first sample.
+    pub sample_start: usize,
+    /// The item's length: all of it for the last piece; for an earlier one (whose length is
+    /// not known yet), at least the end of its window, which its frames never read past.
+    pub signal_len: usize,
+    pub first_frame: usize,
+    pub frames: usize,
+    /// The item's last piece: the steps that end an item (Whisper's dropped frame) apply.
+    pub last: bool,
+}
+
+impl Span {
+    /// All of an item of `n` samples.
+    pub fn whole(spec: &FeatureSpec, n: usize) -> Span {
+        Span {
+            sample_start: 0,
+            signal_len: n,
+            first_frame: 0,
+            frames: if n == 0 { 0 } else { spec.n_raw_frames(n) },
+            last: true,
+        }
+    }
+}
+
+/// Where frames sit in the padded signal: the left padding, and the offset of the window
+/// inside the `n_fft` frame (centred when `win_length < n_fft`).
+fn geometry(spec: &FeatureSpec) -> (usize, usize) {
+    match spec.framing {
+        Framing::Center => (spec.n_fft / 2, (spec.n_fft - spec.win_length) / 2),
+        Framing::SnipEdges => (0, 0),
+    }
+}
+
+/// Signal index (negative inside the left padding) of the first sample frame `j` reads.
+pub fn frame_start(spec: &FeatureSpec, j: usize) -> isize {
+    let (pad_left, window_offset) = geometry(spec);
+    (j * spec.hop_length + window_offset) as isize - pad_left as isize
+}
+
+fn reflects(spec: &FeatureSpec) -> bool {
+    spec.framing == Framing::Center && spec.pad_mode == PadMode::Reflect
+}
+
+/// Frames whose samples all lie within the first `n` samples (or the left padding): those a
+/// stream can compute before it knows where the item ends.
+pub fn frames_ready(spec: &FeatureSpec, n: usize) -> usize {
+    let (pad_left, window_offset) = geometry(spec);
+    let need = window_offset + spec.win_length;
+    if pad_left + n < need {
+        0
+    } else {
+        (pad_left + n - need) / spec.hop_length + 1
+    }
+}
+
+/// The samples frames `frames` of an item of `signal_len` samples read, with the reflections
+/// at its edges, plus the sample before them (signal-scope pre-emphasis needs it).
+pub fn span_window(spec: &FeatureSpec, frames: Range<usize>, signal_len: usize) -> Range<usize> {
+    let n = signal_len as isize;
+    if frames.is_empty() || n == 0 {
+        return 0..0;
+    }
+    let first = frame_start(spec, frames.start);
+    let end = frame_start(spec, frames.end - 1) + spec.win_length as isize;
+    // Beyond one reflection (items shorter than the padding) numpy's reflection is periodic:
+    // such an item is read whole.
+    if reflects(spec) && (first < -(n - 1) || end - 1 > 2 * (n - 1)) {
+        return 0..signal_len;
+    }
+    let mut lo = first.max(0);
+    let mut hi = end.min(n);
+    if reflects(spec) {
+        if first < 0 {
+            hi = hi.max(1 - first).min(n); // reflect(first) = -first
+        }
+        if end > n {
+            lo = lo.min(2 * (n - 1) - (end - 1)).max(0); // reflect(end - 1)
+        }
+    }
+    (lo - 1).max(0) as usize..hi.max(0) as usize
+}
+
+/// Checks that `window_len` samples at `span.sample_start` hold everything the span's frames
+/// read, and that the frames exist.
+pub fn check_span(spec: &FeatureSpec, window_len: usize, span: &Span) -> Result<(), ExtractError> {
+    let bad = |reason: String| Err(ExtractError::BadSpan(reason));
+    if span.signal_len == 0 || window_len == 0 {
+        return Err(ExtractError::Empty);
+    }
+    if spec.output == OutputKind::Psd && *span != Span::whole(spec, window_len) {
+        return bad("Welch PSD averages the whole item; it cannot be cut into pieces".into());
+    }
+    let window = span.sample_start..span.sample_start + window_len;
+    if window.end > span.signal_len {
+        return bad(format!(
+            "the window ends at sample {}, past the item's {} samples",
+            window.end, span.signal_len
+        ));
+    }
+    let end_frame = span.first_frame + span.frames;
+    if span.last && end_frame != spec.n_raw_frames(span.signal_len) {
+        return bad(format!(
+            "the last piece ends at frame {end_frame}; the item has {}",
+            spec.n_raw_frames(span.signal_len)
+        ));
+    }
+    if !span.last && end_frame > frames_ready(spec, span.signal_len) {
+        return bad(format!(
+            "frame {} reads past the {} samples known",
+            end_frame - 1,
+            span.signal_len
+        ));
+    }
+    let need = span_window(spec, span.first_frame..end_frame, span.signal_len);
+    if !need.is_empty() && (need.start < window.start || need.end > window.end) {
+        return bad(format!(
+            "frames {}..{end_frame} read samples {}..{}; the window holds {}..{}",
+            span.first_frame, need.start, need.end, window.start, window.end
+        ));
+    }
+    Ok(())
+}
+
+/// Appends a span's window to `dst` as the spectral core sees it (scaled, and pre-emphasised
+/// across its first sample; see [`scale_and_preemphasize`]) after checking it. Returns the
+/// signal index of `dst`'s first new sample. One definition for the CPU and the GPU path.
+pub fn prepare_span(
+    spec: &FeatureSpec,
+    window: &[f32],
+    span: &Span,
+    dst: &mut Vec<f32>,
+) -> Result<usize, ExtractError> {
+    check_span(spec, window.len(), span)?;
+    if let Some(i) = window.iter().position(|s| !s.is_finite()) {
+        return Err(ExtractError::NonFinite {
+            index: span.sample_start + i,
+            value: window[i],
+        });
+    }
+    if span.sample_start == 0 {
+        scale_and_preemphasize(spec, window, true, 0.0, dst);
+        Ok(0)
+    } else {
+        // The window's first sample is context: the previous input of its second.
+        let prev = window[0] * spec.input_scale;
+        scale_and_preemphasize(spec, &window[1..], false, prev, dst);
+        Ok(span.sample_start + 1)
+    }
+}
+
+/// The signal index frame sample `idx` is read from under the spec's padding (`None`: zero).
+pub fn padded_index(spec: &FeatureSpec, idx: isize, signal_len: usize) -> Option<usize> {
+    if (0..signal_len as isize).contains(&idx) {
+        Some(idx as usize)
+    } else if reflects(spec) {
+        Some(reflect_index(idx, signal_len))
+    } else {
+        None
+    }
+}
+
+/// numpy's "reflect" index for any `i`, periodic beyond one reflection.
+pub(crate) fn reflect_index(i: isize, n: usize) -> usize {
+    if n == 1 {
+        return 0;
+    }
+    let period = 2 * (n as isize - 1);
+    let m = i.rem_euclid(period);
+    if m < n as isize {
+        m as usize
+    } else {
+        (period - m) as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reflect_matches_numpy() {
+        // np.pad([0,1,2,3], 5, mode="reflect") → [3 2 1 2 1 | 0 1 2 3 | 2 1 0 1 2]
+        let left: Vec<usize> = (-5..0).map(|i| reflect_index(i, 4)).collect();
+        assert_eq!(left, [1, 2, 3, 2, 1]);
+        let right: Vec<usize> = (4..9).map(|i| reflect_index(i, 4)).collect();
+        assert_eq!(right, [2, 1, 0, 1, 2]);
+        assert_eq!(reflect_index(-3, 1), 0);
+    }
+
+    #[test]
+    fn frames_ready_never_read_past_the_samples_known() {
+        for spec in [
+            FeatureSpec::whisper(80),
+            FeatureSpec::kaldi(80),
+            FeatureSpec::nemo(80),
+        ] {
+            for n in [0, 1, 200, 399, 400, 401, 16_000, 16_161] {
+                let ready = frames_ready(&spec, n);
+                if ready > 0 {
+                    let end = frame_start(&spec, ready - 1) + spec.win_length as isize;
+                    assert!(end <= n as isize, "{n}: frame {} ends at {end}", ready - 1);
+                    let next = frame_start(&spec, ready) + spec.win_length as isize;
+                    assert!(next > n as isize, "{n}: frame {ready} would fit too");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn windows_cover_every_read_including_reflections() {
+        let spec = FeatureSpec::whisper(80);
+        let n = 48_000;
+        let total = spec.n_raw_frames(n);
+        for frames in [0..3, 0..total, 100..200, total - 2..total, total - 1..total] {
+            let w = span_window(&spec, frames.clone(), n);
+            for j in frames.clone() {
+                for m in 0..spec.win_length as isize {
+                    let i = padded_index(&spec, frame_start(&spec, j) + m, n).unwrap();
+                    assert!(
+                        w.contains(&i),
+                        "{frames:?}: frame {j} reads {i}, outside {w:?}"
+                    );
+                }
+            }
+        }
+        // A frame inside the item gets one sample of context before it.
+        let inner = span_window(&spec, 100..101, n);
+        assert_eq!(inner.start as isize, frame_start(&spec, 100) - 1);
+    }
+
+    #[test]
+    fn raw_frames_match_the_spec_after_drop_and_psd() {
+        for p in FeatureSpec::presets() {
+            for n in [1usize, 5, 399, 400, 401, 16_000, 22_050] {
+                let raw = Span::whole(&p.spec, n).frames;
+                let expect = if p.spec.drop_last_frame {
+                    raw.saturating_sub(1)
+                } else {
+                    raw
+                };
+                assert_eq!(p.spec.n_frames(n), expect, "{} n={n}", p.name);
+            }
+        }
+        let w = FeatureSpec::welch(16_000, 256);
+        assert_eq!(w.n_frames(1000), usize::from(w.n_raw_frames(1000) > 0));
+        assert_eq!(Span::whole(&w, 0).frames, 0);
+    }
+
+    #[test]
+    fn preparation_matches_nemo_signal_preemphasis_and_refuses_bad_items() {
+        let spec = FeatureSpec::nemo(80);
+        let whole = |n| Span::whole(&spec, n);
+        let mut dst = Vec::new();
+        assert_eq!(
+            prepare_span(&spec, &[1.0, 0.5, -0.25], &whole(3), &mut dst),
+            Ok(0)
+        );
+        assert_eq!(dst, [1.0, 0.5 - 0.97, -0.25 - 0.97 * 0.5]);
+        assert_eq!(
+            prepare_span(&spec, &[], &whole(0), &mut dst),
+            Err(ExtractError::Empty)
+        );
+        assert!(matches!(
+            prepare_span(&spec, &[0.0, f32::NAN], &whole(2), &mut dst),
+            Err(ExtractError::NonFinite { index: 1, .. })
+        ));
+        assert_eq!(dst.len(), 3, "a refused item appends nothing");
+        // A piece's first sample is context: it pre-emphasises the second and is dropped.
+        let x: Vec<f32> = (0..20_000).map(|i| (i as f32 * 0.01).sin()).collect();
+        let w = span_window(&spec, 30..31, x.len());
+        let piece = Span {
+            sample_start: w.start,
+            signal_len: x.len(),
+            first_frame: 30,
+            frames: 1,
+            last: false,
+        };
+        dst.clear();
+        let base = prepare_span(&spec, &x[w.clone()], &piece, &mut dst).unwrap();
+        assert_eq!(base, w.start + 1);
+        let mut all = Vec::new();
+        prepare_span(&spec, &x, &whole(x.len()), &mut all).unwrap();
+        assert_eq!(dst, all[base..w.end]);
+    }
+}
