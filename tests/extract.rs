@@ -436,6 +436,8 @@ fn gpu_device_gives_the_cpu_dataset_within_tolerance() {
     let tmp = Tmp::new("gpu");
     let corpus = tmp.path("corpus");
     make_corpus(&corpus, 3);
+    // A long item: its 30 s pieces run on the GPU too.
+    write_wav(&corpus.join("long.wav"), 16_000, 75.0, 5);
     let c = corpus.to_str().unwrap();
     let (cpu_out, gpu_out, all_out) = (tmp.path("cpu"), tmp.path("gpu"), tmp.path("all"));
     // `all`: the GPU and the CPU executors share one queue.
@@ -474,6 +476,11 @@ fn gpu_device_gives_the_cpu_dataset_within_tolerance() {
     assert_eq!(r.devices.len(), 2, "{:?}", r.devices);
     let r = report(&gpu_out, "report.json");
     assert!(r.devices[0].device.starts_with("gpu"), "{:?}", r.devices);
+    let long_rows = a.keys().filter(|(id, _)| id.contains("long")).count();
+    assert_eq!(long_rows, 3);
+    // Every row, the long item's pieces included, came from the GPU.
+    assert_eq!(r.devices[0].items, a.len() as u64, "{:?}", r.devices);
+    assert_eq!(r.devices[0].moved_to_cpu, 0, "{:?}", r.devices);
 }
 
 #[test]

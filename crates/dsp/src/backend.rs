@@ -196,6 +196,11 @@ pub trait Extractor: Send {
     fn spec(&self) -> &FeatureSpec;
     /// Where it runs, for reports: "cpu", "gpu:0 NVIDIA H100 (Vulkan)".
     fn device(&self) -> String;
+    /// The host's CPU: a job of CPU executors only streams long items through an extractor in
+    /// its decode workers, which needs no queue of pieces (nor their copies).
+    fn is_cpu(&self) -> bool {
+        false
+    }
     fn extract_batch(
         &mut self,
         batch: &AudioBatch,
@@ -280,6 +285,10 @@ impl Extractor for CpuBackend {
 
     fn device(&self) -> String {
         "cpu".into()
+    }
+
+    fn is_cpu(&self) -> bool {
+        true
     }
 
     fn extract_batch(

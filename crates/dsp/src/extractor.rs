@@ -364,9 +364,16 @@ impl CpuExtractor {
         let mut segment = vec![0f32; spec.win_length];
         for j in span.first_frame..span.first_frame + span.frames {
             let start = frame_start(spec, j);
-            for (m, s) in segment.iter_mut().enumerate() {
-                *s = padded_index(spec, start + m as isize, span.signal_len)
-                    .map_or(0.0, |i| prepared[i - base]);
+            let end = start + spec.win_length as isize;
+            if start >= base as isize && end <= span.signal_len as isize {
+                // Inside the signal (all but the edge frames): a plain copy.
+                let from = start as usize - base;
+                segment.copy_from_slice(&prepared[from..from + spec.win_length]);
+            } else {
+                for (m, s) in segment.iter_mut().enumerate() {
+                    *s = padded_index(spec, start + m as isize, span.signal_len)
+                        .map_or(0.0, |i| prepared[i - base]);
+                }
             }
             match &mut self.engine {
                 Engine::F32(core) => core.frame(

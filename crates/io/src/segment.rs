@@ -1,16 +1,18 @@
 //! One item, streamed: decode → resample → extract, cut into pieces of `chunk_seconds` as
 //! the frames become available. Memory stays flat in the file's length: what is held is the
-//! extractor's tail of samples and at most one piece of frames.
+//! samples the next piece reads and at most one piece of frames.
 //!
-//! Consecutive pieces concatenate to the frames of the whole item computed at once (one
-//! extractor sees the whole stream, so every frame has its true context). Steps that the
-//! spec defines over a whole row — Whisper's dynamic-range clamp, NeMo's per-feature
-//! normalisation — apply to each piece as its own row.
+//! A piece is a [`Span`]: frames of the item with the window of samples they read, so it can be
+//! computed on its own, by any backend. Consecutive pieces concatenate to the frames of the
+//! whole item computed at once (every frame has its true context). Steps that the spec defines
+//! over a whole row — Whisper's dynamic-range clamp, NeMo's per-feature normalisation — apply
+//! to each piece as its own row.
 
 use std::path::Path;
 
-use sonograph_dsp::spec::OutputKind;
-use sonograph_dsp::CpuExtractor;
+use sonograph_dsp::span::{frames_ready, span_window, Span};
+use sonograph_dsp::spec::{FeatureSpec, OutputKind};
+use sonograph_dsp::{CpuExtractor, ExtractError};
 
 use crate::decode::{AudioReader, DecodeOptions};
 use crate::error::{DecodeError, StreamError};
@@ -31,8 +33,7 @@ pub struct Piece {
 }
 
 /// Frames per piece for `chunk_seconds` (at least one).
-pub fn frames_per_piece(extractor: &CpuExtractor, chunk_seconds: f64) -> usize {
-    let spec = extractor.spec();
+pub fn frames_per_piece(spec: &FeatureSpec, chunk_seconds: f64) -> usize {
     let samples = chunk_seconds * f64::from(spec.sample_rate);
     ((samples / spec.hop_length as f64).round() as usize).max(1)
 }
@@ -55,6 +56,128 @@ pub fn extract_streaming<E: std::error::Error + 'static>(
     )
 }
 
+/// Where a piece sits in its item: its index, its frames and window, and its time span.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PiecePlan {
+    pub index: u32,
+    pub span: Span,
+    /// Start within the item, in seconds.
+    pub offset_s: f64,
+    pub duration_s: f64,
+}
+
+/// A piece with the window of samples its frames read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PieceWindow {
+    pub plan: PiecePlan,
+    pub samples: Vec<f32>,
+}
+
+/// Cuts an item's samples, as they arrive, into pieces of a fixed number of frames, each with
+/// its window; holds only the samples from the next piece's window on. A piece is cut once two
+/// more frames are ready, so that the last piece is never empty (Whisper drops a frame).
+pub struct PieceCutter {
+    spec: FeatureSpec,
+    per_piece: usize,
+    /// Samples from signal index `held_from` on.
+    held: Vec<f32>,
+    held_from: usize,
+    seen: usize,
+    next_frame: usize,
+    index: u32,
+}
+
+impl PieceCutter {
+    pub fn new(spec: &FeatureSpec, chunk_seconds: f64) -> Self {
+        PieceCutter {
+            spec: spec.clone(),
+            per_piece: frames_per_piece(spec, chunk_seconds),
+            held: Vec::new(),
+            held_from: 0,
+            seen: 0,
+            next_frame: 0,
+            index: 0,
+        }
+    }
+
+    /// Samples seen so far.
+    pub fn samples_seen(&self) -> usize {
+        self.seen
+    }
+
+    /// Pieces cut so far.
+    pub fn pieces(&self) -> u32 {
+        self.index
+    }
+
+    /// Adds the item's next samples; hands every piece they complete to `sink`.
+    pub fn push<E>(
+        &mut self,
+        samples: &[f32],
+        mut sink: impl FnMut(PieceWindow) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.held.extend_from_slice(samples);
+        self.seen += samples.len();
+        while frames_ready(&self.spec, self.seen) >= self.next_frame + self.per_piece + 2 {
+            let piece = self.cut(self.per_piece, false);
+            // What no later piece reads goes.
+            let next = span_window(&self.spec, self.next_frame..self.next_frame + 1, self.seen);
+            let drop = next
+                .start
+                .saturating_sub(self.held_from)
+                .min(self.held.len());
+            self.held.drain(..drop);
+            self.held_from += drop;
+            sink(piece)?;
+        }
+        Ok(())
+    }
+
+    /// The last piece (the rest of the item); `None` for an item without samples.
+    pub fn finish(mut self) -> Option<PieceWindow> {
+        if self.seen == 0 {
+            return None;
+        }
+        let frames = self.spec.n_raw_frames(self.seen) - self.next_frame;
+        Some(self.cut(frames, true))
+    }
+
+    fn cut(&mut self, frames: usize, last: bool) -> PieceWindow {
+        let first = self.next_frame;
+        let w = span_window(&self.spec, first..first + frames, self.seen);
+        let start = w.start.max(self.held_from);
+        let span = Span {
+            sample_start: start,
+            // An earlier piece's frames never read past its window: the item's end is unknown.
+            signal_len: if last { self.seen } else { w.end },
+            first_frame: first,
+            frames,
+            last,
+        };
+        let rate = f64::from(self.spec.sample_rate);
+        let seconds_per_frame = self.spec.hop_length as f64 / rate;
+        let offset_s = first as f64 * seconds_per_frame;
+        let duration_s = if last {
+            (self.seen as f64 / rate - offset_s).max(0.0)
+        } else {
+            frames as f64 * seconds_per_frame
+        };
+        let samples = self.held[start - self.held_from..w.end - self.held_from].to_vec();
+        self.next_frame += frames;
+        let index = self.index;
+        self.index += 1;
+        PieceWindow {
+            plan: PiecePlan {
+                index,
+                span,
+                offset_s,
+                duration_s,
+            },
+            samples,
+        }
+    }
+}
+
 /// [`extract_streaming`] from a reader already open.
 pub fn extract_from_reader<E: std::error::Error + 'static>(
     reader: AudioReader,
@@ -65,79 +188,152 @@ pub fn extract_from_reader<E: std::error::Error + 'static>(
     let path = reader.path().to_path_buf();
     let path = path.as_path();
     let spec = extractor.spec().clone();
-    let per_piece = match chunk_seconds {
-        Some(c) if spec.output != OutputKind::Psd => Some(frames_per_piece(extractor, c)),
-        _ => None,
-    };
-    let seconds_per_frame = spec.hop_length as f64 / f64::from(spec.sample_rate);
-    let mut index = 0u32;
-    let mut frames_out = 0usize;
-    let mut failed: Option<StreamError<E>> = None;
-    extractor.begin();
-    let summary =
-        crate::stream_reader::<sonograph_dsp::ExtractError>(reader, spec.sample_rate, |chunk| {
-            extractor.push(chunk)?;
-            let Some(n) = per_piece else { return Ok(()) };
-            // Keep two frames back so that the final piece is never empty, even when Whisper
-            // drops the last frame.
-            while failed.is_none() && extractor.pending_frames() >= n + 2 {
-                let mut rows = Vec::new();
-                let frames = extractor.take_frames(n, &mut rows);
-                let piece = Piece {
-                    index,
-                    last: false,
-                    offset_s: frames_out as f64 * seconds_per_frame,
-                    duration_s: frames as f64 * seconds_per_frame,
-                    frames,
-                    rows,
-                };
-                index += 1;
-                frames_out += frames;
-                if let Err(source) = sink(piece) {
-                    failed = Some(StreamError::Sink {
-                        path: path.to_path_buf(),
-                        source,
-                    });
-                }
-            }
-            if failed.is_some() {
-                // Stop decoding: nobody takes the pieces any more.
-                return Err(sonograph_dsp::ExtractError::Unavailable(
-                    "the sink stopped".into(),
-                ));
-            }
-            Ok(())
-        });
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    let summary = summary.map_err(|e| match e {
-        StreamError::Decode(d) => StreamError::Decode(d),
-        StreamError::Sink { path, source } => StreamError::Decode(DecodeError::Corrupt {
-            path,
-            reason: source.to_string(),
-        }),
-    })?;
-    let mut rows = Vec::new();
-    let frames = extractor.finish(&mut rows).map_err(|e| {
+    let corrupt = |reason: String| {
         StreamError::Decode(DecodeError::Corrupt {
             path: path.to_path_buf(),
-            reason: e.to_string(),
+            reason,
         })
-    })?;
-    let total_s = summary.output_samples as f64 / f64::from(spec.sample_rate);
-    let offset_s = frames_out as f64 * seconds_per_frame;
-    sink(Piece {
-        index,
-        last: true,
-        offset_s,
-        duration_s: (total_s - offset_s).max(0.0),
-        frames,
-        rows,
-    })
-    .map_err(|source| StreamError::Sink {
-        path: path.to_path_buf(),
-        source,
+    };
+    let chunk_seconds = chunk_seconds.filter(|_| spec.output != OutputKind::Psd);
+    let Some(chunk_seconds) = chunk_seconds else {
+        // One piece: the extractor streams the whole item.
+        extractor.begin();
+        let summary = crate::stream_reader(reader, spec.sample_rate, |c| extractor.push(c))
+            .map_err(|e| match e {
+                StreamError::Sink { source, .. } => corrupt(source.to_string()),
+                StreamError::Decode(d) => StreamError::Decode(d),
+            })?;
+        let mut rows = Vec::new();
+        let frames = extractor
+            .finish(&mut rows)
+            .map_err(|e| corrupt(e.to_string()))?;
+        let duration_s = summary.output_samples as f64 / f64::from(spec.sample_rate);
+        sink(Piece {
+            index: 0,
+            last: true,
+            offset_s: 0.0,
+            duration_s,
+            frames,
+            rows,
+        })
+        .map_err(|source| StreamError::Sink {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        return Ok(summary);
+    };
+    let mut cutter = PieceCutter::new(&spec, chunk_seconds);
+    let mut failed: Option<E> = None;
+    let mut compute = |w: PieceWindow| -> Result<(), ExtractError> {
+        let mut rows = Vec::new();
+        let frames = extractor.extract_span(&w.samples, &w.plan.span, &mut rows)?;
+        let p = w.plan;
+        sink(Piece {
+            index: p.index,
+            last: p.span.last,
+            offset_s: p.offset_s,
+            duration_s: p.duration_s,
+            frames,
+            rows,
+        })
+        .map_err(|e| {
+            failed = Some(e);
+            // Stops decoding: nobody takes the pieces any more.
+            ExtractError::Unavailable("the sink stopped".into())
+        })
+    };
+    let streamed = crate::stream_reader(reader, spec.sample_rate, |c| cutter.push(c, &mut compute));
+    let summary = match streamed {
+        Ok(s) => s,
+        Err(StreamError::Sink { source, .. }) => {
+            return Err(match failed.take() {
+                Some(source) => StreamError::Sink {
+                    path: path.to_path_buf(),
+                    source,
+                },
+                None => corrupt(source.to_string()),
+            })
+        }
+        Err(StreamError::Decode(d)) => return Err(StreamError::Decode(d)),
+    };
+    let Some(last) = cutter.finish() else {
+        return Err(corrupt(ExtractError::Empty.to_string()));
+    };
+    compute(last).map_err(|e| match failed.take() {
+        Some(source) => StreamError::Sink {
+            path: path.to_path_buf(),
+            source,
+        },
+        None => corrupt(e.to_string()),
     })?;
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cutter's pieces, each computed alone, are the pieces one extractor streaming the
+    /// whole item gives (cut while two frames more than a piece are pending), whatever the
+    /// sizes the samples arrive in; and it holds about one window of samples, not the item.
+    #[test]
+    fn cut_pieces_equal_the_streamed_ones_in_any_chunking() {
+        let x: Vec<f32> = (0..16_000 * 7 + 123)
+            .map(|i| (0.3 * (i as f64 * 0.011).sin() * (i as f64 * 3e-5).cos()) as f32)
+            .collect();
+        for spec in [FeatureSpec::whisper(80), FeatureSpec::nemo(80)] {
+            let per_piece = frames_per_piece(&spec, 2.0);
+            let mut ex = CpuExtractor::new(&spec).unwrap();
+            ex.begin();
+            let mut streamed: Vec<Vec<f32>> = Vec::new();
+            for c in x.chunks(4000) {
+                ex.push(c).unwrap();
+                while ex.pending_frames() >= per_piece + 2 {
+                    let mut rows = Vec::new();
+                    ex.take_frames(per_piece, &mut rows);
+                    streamed.push(rows);
+                }
+            }
+            let mut rows = Vec::new();
+            ex.finish(&mut rows).unwrap();
+            streamed.push(rows);
+            for chunk in [1_000, 7_919, x.len()] {
+                let mut cutter = PieceCutter::new(&spec, 2.0);
+                let mut pieces = Vec::new();
+                let mut most_held = 0;
+                for c in x.chunks(chunk) {
+                    cutter
+                        .push(c, |p| {
+                            pieces.push(p);
+                            Ok::<(), ()>(())
+                        })
+                        .unwrap();
+                    most_held = most_held.max(cutter.held.len());
+                }
+                pieces.push(cutter.finish().unwrap());
+                let bound = per_piece * spec.hop_length + spec.n_fft + 2 + chunk;
+                assert!(most_held <= bound, "held {most_held} > {bound}");
+                assert_eq!(pieces.len(), streamed.len(), "chunk {chunk}");
+                let mut offset = 0.0;
+                for (k, (p, want)) in pieces.iter().zip(&streamed).enumerate() {
+                    assert_eq!(p.plan.index as usize, k);
+                    assert_eq!(p.plan.span.last, k + 1 == pieces.len());
+                    assert!((p.plan.offset_s - offset).abs() < 1e-9);
+                    offset += p.plan.duration_s;
+                    let mut rows = Vec::new();
+                    ex.extract_span(&p.samples, &p.plan.span, &mut rows)
+                        .unwrap();
+                    assert_eq!(&rows, want, "chunk {chunk} piece {k}");
+                }
+                assert!((offset - x.len() as f64 / 16_000.0).abs() < 1e-9);
+            }
+        }
+    }
+
+    #[test]
+    fn an_item_without_samples_has_no_last_piece() {
+        let cutter = PieceCutter::new(&FeatureSpec::whisper(80), 30.0);
+        assert_eq!(cutter.samples_seen(), 0);
+        assert!(cutter.finish().is_none());
+    }
 }

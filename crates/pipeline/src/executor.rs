@@ -14,6 +14,7 @@ use sonograph_dsp::{AudioBatch, CpuBackend, Extractor, FeatureBatch, Precision};
 
 use crate::batcher::{AdaptiveBatcher, BatcherConfig};
 use sonograph_io::parquet::FeatureRow;
+use sonograph_io::segment::PiecePlan;
 
 use crate::report::{DeviceReport, Failure};
 use crate::writer::{RowMsg, WriterMsg};
@@ -23,7 +24,22 @@ pub(crate) struct Unit {
     pub id: String,
     pub source: String,
     pub offset_s: f64,
+    /// The whole item, or a piece's window.
     pub samples: Vec<f32>,
+    /// A piece of a long item; `None`: the whole item.
+    pub piece: Option<PiecePlan>,
+    /// Held while the unit is queued or computed (pieces of long items).
+    pub _permit: Option<Permit>,
+}
+
+/// One of the slots that bound the pieces of a long item in flight: frees its slot when the
+/// unit that holds it is dropped, however the unit ends.
+pub(crate) struct Permit(pub Receiver<()>);
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let _ = self.0.try_recv();
+    }
 }
 
 pub(crate) struct ExecutorStats {
@@ -98,7 +114,7 @@ pub(crate) fn run_executor(
         };
         batch.clear();
         meta.clear();
-        batch.push(&first.samples);
+        batch.push_piece(&first.samples, first.piece.map(|p| p.span));
         meta.push(first);
         // Fill the batch with what is already decoded, up to the size the batcher wants now;
         // wait briefly for more.
@@ -106,7 +122,7 @@ pub(crate) fn run_executor(
         while batch.len() < want {
             match units.recv_timeout(Duration::from_millis(2)) {
                 Ok(u) => {
-                    batch.push(&u.samples);
+                    batch.push_piece(&u.samples, u.piece.map(|p| p.span));
                     meta.push(u);
                 }
                 Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => break,
@@ -123,28 +139,35 @@ pub(crate) fn run_executor(
         batcher.run(&batch, device.as_mut(), &mut cpu, &mut out);
         stats.compute_s += compute.elapsed().as_secs_f64();
         for (i, unit) in meta.drain(..).enumerate() {
-            let msg = match out.item(i) {
-                Ok((frames, rows)) => {
-                    let duration_s = unit.samples.len() as f64 / f64::from(spec.sample_rate);
-                    WriterMsg::Row(Box::new(RowMsg {
-                        row: FeatureRow {
-                            id: unit.id,
-                            source: unit.source,
-                            offset_s: unit.offset_s,
-                            duration_s,
-                            sample_rate: spec.sample_rate,
-                            num_frames: frames as u32,
-                            num_bins: spec.n_bins() as u32,
-                            features: rows.to_vec(),
-                        },
-                        piece: 0,
-                        last: true,
-                    }))
+            let (piece, last, offset_s, duration_s) = match unit.piece {
+                Some(p) => (p.index, p.span.last, p.offset_s, p.duration_s),
+                None => {
+                    let seconds = unit.samples.len() as f64 / f64::from(spec.sample_rate);
+                    (0, true, 0.0, seconds)
                 }
+            };
+            let msg = match out.item(i) {
+                Ok((frames, rows)) => WriterMsg::Row(Box::new(RowMsg {
+                    row: FeatureRow {
+                        id: unit.id,
+                        source: unit.source,
+                        offset_s: unit.offset_s + offset_s,
+                        duration_s,
+                        sample_rate: spec.sample_rate,
+                        num_frames: frames as u32,
+                        num_bins: spec.n_bins() as u32,
+                        features: rows.to_vec(),
+                    },
+                    piece,
+                    last,
+                })),
                 Err(e) => WriterMsg::Failed(Failure {
                     id: unit.id,
                     source: unit.source,
-                    reason: e.to_string(),
+                    reason: match unit.piece {
+                        Some(_) => format!("piece {piece} (at {offset_s:.2} s): {e}"),
+                        None => e.to_string(),
+                    },
                 }),
             };
             if writer.send(msg).is_err() {
@@ -204,6 +227,8 @@ mod tests {
                 source: String::new(),
                 offset_s: 0.0,
                 samples: s.clone(),
+                piece: None,
+                _permit: None,
             })
             .unwrap();
         }

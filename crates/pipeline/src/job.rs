@@ -1,22 +1,22 @@
 //! The job: sources → shard → stages → report.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use sonograph_dsp::{CpuExtractor, Extractor, FeatureSpec, Precision};
+use sonograph_dsp::{CpuExtractor, ExtractError, Extractor, FeatureSpec, OutputKind, Precision};
 use sonograph_io::decode::{AudioReader, ChannelMix, DecodeOptions};
 use sonograph_io::ledger::{Ledger, LedgerError};
 use sonograph_io::manifest::{read_source, shard_range, Entry, SourceError, SourceItem};
 use sonograph_io::parquet::{Dtype, FeatureRow};
-use sonograph_io::segment::extract_from_reader;
-use sonograph_io::{decode_reader, StreamError, WriteError};
+use sonograph_io::segment::{extract_from_reader, PieceCutter, PieceWindow};
+use sonograph_io::{decode_reader, stream_reader, StreamError, WriteError};
 use thiserror::Error;
 
-use crate::executor::{run_executor, ExecutorStats, Unit};
+use crate::executor::{run_executor, ExecutorStats, Permit, Unit};
 use crate::report::{peak_rss_mb, Failure, Report, StageTimes};
 use crate::writer::{RowMsg, Writer, WriterMsg, WriterStats};
 
@@ -320,6 +320,7 @@ pub fn run(config: &JobConfig, devices: Vec<Box<dyn Extractor>>) -> Result<JobOu
             .map_err(|e| JobError::Internal(e.to_string()))?
     };
     let live_executors = Arc::new(AtomicUsize::new(devices.len()));
+    let pieces_to_executors = !devices.iter().all(|d| d.is_cpu());
     let executor_handles: Vec<_> = devices
         .into_iter()
         .map(|device| {
@@ -350,9 +351,17 @@ pub fn run(config: &JobConfig, devices: Vec<Box<dyn Extractor>>) -> Result<JobOu
         .map(|i| {
             let (work, units, writer_tx) = (work_rx.clone(), unit_tx.clone(), writer_tx.clone());
             let config = config.clone();
+            let live = live_executors.clone();
             std::thread::Builder::new()
                 .name(format!("decode-{i}"))
-                .spawn(move || decode_worker(&config, work, units, writer_tx))
+                .spawn(move || {
+                    let long_items = if pieces_to_executors {
+                        LongItems::ToExecutors(&live)
+                    } else {
+                        LongItems::Stream
+                    };
+                    decode_worker(&config, work, units, writer_tx, long_items)
+                })
         })
         .collect::<Result<_, _>>()
         .map_err(|e| JobError::Internal(e.to_string()))?;
@@ -489,6 +498,12 @@ fn writer_loop(
             }
         }
     }
+    if writer.pieces_held() > 0 {
+        tracing::warn!(
+            items = writer.pieces_held(),
+            "long items left undone: some of their pieces never arrived (a resume redoes them)"
+        );
+    }
     let result = writer.flush().map(|()| std::mem::take(&mut writer.stats));
     (writer, result)
 }
@@ -500,6 +515,7 @@ fn decode_worker(
     work: Receiver<Entry>,
     units: Sender<Unit>,
     writer: Sender<WriterMsg>,
+    long_items: LongItems,
 ) -> f64 {
     let spec = Arc::new(config.spec.clone());
     let mut extractor: Option<CpuExtractor> = None;
@@ -521,7 +537,15 @@ fn decode_worker(
                 // A bug tripped by one file must not take the shard down with it (it would trip
                 // again on every resume): the item fails with the panic's message.
                 let run = std::panic::AssertUnwindSafe(|| {
-                    decode_item(config, &item, ex, &units, &writer, &mut blocked)
+                    decode_item(
+                        config,
+                        &item,
+                        ex,
+                        &units,
+                        &writer,
+                        &long_items,
+                        &mut blocked,
+                    )
                 });
                 std::panic::catch_unwind(run).unwrap_or_else(|payload| {
                     Err(Failure {
@@ -551,6 +575,7 @@ fn decode_item(
     extractor: &mut CpuExtractor,
     units: &Sender<Unit>,
     writer: &Sender<WriterMsg>,
+    long_items: &LongItems,
     blocked: &mut f64,
 ) -> Result<Flow, Failure> {
     let source = item.path.display().to_string();
@@ -578,6 +603,8 @@ fn decode_item(
             source,
             offset_s: item.offset_s,
             samples,
+            piece: None,
+            _permit: None,
         });
         *blocked += wait.elapsed().as_secs_f64();
         // A closed queue means the job is stopping; the item stays undone for a resume.
@@ -587,6 +614,13 @@ fn decode_item(
             Flow::Stop
         });
     }
+    if let (LongItems::ToExecutors(live), false) =
+        (long_items, config.spec.output == OutputKind::Psd)
+    {
+        return send_pieces(config, item, reader, units, live, blocked);
+    }
+    // Streamed here, through this worker's extractor (Welch PSD, which averages the whole
+    // item into one row, always is).
     let spec = &config.spec;
     let mut pieces = 0u32;
     let result = extract_from_reader(reader, extractor, Some(config.chunk_seconds), |piece| {
@@ -621,6 +655,79 @@ fn decode_item(
     }
 }
 
+/// Cuts a long item, as it decodes, into pieces that go to the executors like short items,
+/// each with the window of samples it reads: the file is never held whole, and its pieces run
+/// on any device, several at once. At most `--batch-items` pieces of it are queued or being
+/// computed at a time: a decoder outruns the executors, and the queue would otherwise fill
+/// with pieces of one file.
+fn send_pieces(
+    config: &JobConfig,
+    item: &SourceItem,
+    reader: AudioReader,
+    units: &Sender<Unit>,
+    live_executors: &AtomicUsize,
+    blocked: &mut f64,
+) -> Result<Flow, Failure> {
+    let source = item.path.display().to_string();
+    let fail = |reason: String| Failure {
+        id: item.id.clone(),
+        source: source.clone(),
+        reason,
+    };
+    let mut cutter = PieceCutter::new(&config.spec, config.chunk_seconds);
+    let (permits, taken) = bounded::<()>(config.batch_items);
+    let mut send = |w: PieceWindow| {
+        let wait = Instant::now();
+        // A permit is a slot in `permits`; the unit gives it back when it is dropped. With no
+        // executor left, the units still queued are never dropped: stop waiting then.
+        while let Err(e) = permits.send_timeout((), Duration::from_millis(50)) {
+            if e.is_disconnected() || live_executors.load(Ordering::Acquire) == 0 {
+                return Err(WriterGone);
+            }
+        }
+        let sent = units.send(Unit {
+            id: item.id.clone(),
+            source: source.clone(),
+            offset_s: item.offset_s,
+            samples: w.samples,
+            piece: Some(w.plan),
+            _permit: Some(Permit(taken.clone())),
+        });
+        *blocked += wait.elapsed().as_secs_f64();
+        sent.map_err(|_| WriterGone)
+    };
+    let streamed = stream_reader(reader, config.spec.sample_rate, |chunk| {
+        cutter.push(chunk, &mut send)
+    });
+    match streamed {
+        Ok(_) => {}
+        // A closed queue means the job is stopping; the item stays undone for a resume.
+        Err(StreamError::Sink { .. }) => return Ok(Flow::Stop),
+        Err(e) if cutter.pieces() > 0 => {
+            return Err(fail(format!(
+                "{e} (after {} pieces; earlier pieces of this item may be in the output)",
+                cutter.pieces()
+            )))
+        }
+        Err(e) => return Err(fail(e.to_string())),
+    }
+    let Some(last) = cutter.finish() else {
+        return Err(fail(format!("{source}: {}", ExtractError::Empty)));
+    };
+    Ok(match send(last) {
+        Ok(()) => Flow::Continue,
+        Err(WriterGone) => Flow::Stop,
+    })
+}
+
+/// Where a decode worker computes long items.
+enum LongItems<'a> {
+    /// Here, streaming them through its own CPU extractor: all executors are CPUs.
+    Stream,
+    /// On the executors, in pieces; with the count of executors still taking work.
+    ToExecutors(&'a AtomicUsize),
+}
+
 /// Whether a decode worker goes on after an item.
 enum Flow {
     Continue,
@@ -639,4 +746,91 @@ pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::Flaky;
+    use sonograph_io::parquet::read_part;
+    use sonograph_io::segment::extract_streaming;
+
+    /// A 16-bit mono WAV of a gliding tone.
+    fn write_wav(path: &Path, rate: u32, seconds: f64) {
+        let n = (seconds * f64::from(rate)) as u32;
+        let mut bytes = Vec::with_capacity(44 + 2 * n as usize);
+        bytes.extend_from_slice(b"RIFF");
+        bytes.extend_from_slice(&(36 + 2 * n).to_le_bytes());
+        bytes.extend_from_slice(b"WAVEfmt ");
+        bytes.extend_from_slice(&16u32.to_le_bytes());
+        bytes.extend_from_slice(&1u16.to_le_bytes()); // PCM
+        bytes.extend_from_slice(&1u16.to_le_bytes()); // mono
+        bytes.extend_from_slice(&rate.to_le_bytes());
+        bytes.extend_from_slice(&(2 * rate).to_le_bytes());
+        bytes.extend_from_slice(&2u16.to_le_bytes());
+        bytes.extend_from_slice(&16u16.to_le_bytes());
+        bytes.extend_from_slice(b"data");
+        bytes.extend_from_slice(&(2 * n).to_le_bytes());
+        for i in 0..n {
+            let t = f64::from(i) / f64::from(rate);
+            let v = 0.3 * (std::f64::consts::TAU * (150.0 + 20.0 * t) * t).sin();
+            bytes.extend_from_slice(&((v * 32767.0) as i16).to_le_bytes());
+        }
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    /// On a device that is not the host CPU, long items go to the executor in pieces. With
+    /// OOMs and the device lost half-way through the item, every piece is written once, the
+    /// item is done, and the rows are the CPU's streamed pieces bit for bit.
+    #[test]
+    fn pieces_of_long_items_run_on_devices_and_equal_the_streamed_rows() {
+        let dir = std::env::temp_dir().join(format!("sono-job-pieces-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let corpus = dir.join("corpus");
+        std::fs::create_dir_all(&corpus).unwrap();
+        let wav = corpus.join("long.wav");
+        write_wav(&wav, 16_000, 200.0);
+        let spec = FeatureSpec::nemo(80);
+        let mut config = JobConfig::new(corpus, dir.join("out"), spec.clone());
+        config.batch_items = 3;
+        config.workers = 1;
+        let device = Flaky {
+            fits: 2,
+            lose_after: Some(2),
+            ..Flaky::new(&spec, Precision::F64)
+        };
+        let outcome = run(&config, vec![Box::new(device)]).unwrap();
+        let report = outcome.report();
+        assert_eq!((report.items_ok, report.items_failed), (1, 0));
+        assert!(report.devices[0].out_of_memory > 0 && report.devices[0].retired);
+        let mut rows = Vec::new();
+        for entry in std::fs::read_dir(dir.join("out")).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "parquet") {
+                rows.extend(read_part(&path).unwrap().0);
+            }
+        }
+        rows.sort_by(|a, b| a.offset_s.total_cmp(&b.offset_s));
+        let mut expect = Vec::new();
+        let mut ex = CpuExtractor::new(&spec).unwrap();
+        extract_streaming(&wav, &DecodeOptions::default(), &mut ex, Some(30.0), |p| {
+            expect.push(p);
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .unwrap();
+        assert_eq!(rows.len(), 7);
+        assert_eq!(rows.len(), expect.len());
+        for (r, p) in rows.iter().zip(&expect) {
+            assert!(
+                (r.offset_s - p.offset_s).abs() < 1e-9,
+                "{} vs {}",
+                r.offset_s,
+                p.offset_s
+            );
+            assert!((r.duration_s - p.duration_s).abs() < 1e-9);
+            assert_eq!(r.num_frames as usize, p.frames);
+            assert!(r.features == p.rows, "piece at {} s differs", r.offset_s);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

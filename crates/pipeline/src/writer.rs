@@ -1,6 +1,6 @@
 //! The one writer: rows into Parquet parts, parts into the ledger.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -33,6 +33,12 @@ pub(crate) struct Writer {
     pub next_part: u32,
     /// Rows committed by earlier runs: never written twice.
     pub committed: HashSet<(String, u32)>,
+    /// Pieces of long items run on several executors at once and arrive in any order. An
+    /// item's last piece marks it done in the ledger, so it is written only after all the
+    /// others: per item, the pieces written so far and a last piece that came early.
+    pieces: HashMap<String, (u32, Option<Box<RowMsg>>)>,
+    /// Items that failed in this run: a piece of theirs that comes later is not their end.
+    failed: HashSet<String>,
     /// The part being written, its file name, and its rows as the ledger will record them.
     open: Option<(PartWriter, String)>,
     records: Vec<PieceRecord>,
@@ -73,6 +79,8 @@ impl Writer {
             part_bytes,
             next_part,
             committed,
+            pieces: HashMap::new(),
+            failed: HashSet::new(),
             open: None,
             records: Vec::new(),
             bytes: 0,
@@ -86,42 +94,76 @@ impl Writer {
                 let t = Instant::now();
                 self.ledger.record_failure(&f.id, &f.source, &f.reason)?;
                 self.stats.write_s += t.elapsed().as_secs_f64();
-                self.stats.items_failed += 1;
+                if self.failed.insert(f.id.clone()) {
+                    self.stats.items_failed += 1;
+                }
+                self.pieces.remove(&f.id);
             }
             WriterMsg::Row(m) => {
-                let RowMsg { row, piece, last } = *m;
-                if last {
-                    self.stats.items_ok += 1;
+                if m.last && self.failed.contains(&m.row.id) {
+                    return Ok(()); // the item failed: it stays undone, for a resume to retry
                 }
-                if self.committed.contains(&(row.id.clone(), piece)) {
-                    // Written by an earlier run that died before finishing this item.
+                let written = self.pieces.get(&m.row.id).map_or(0, |p| p.0);
+                if m.last && written < m.piece {
+                    let id = m.row.id.clone();
+                    self.pieces.entry(id).or_default().1 = Some(m);
                     return Ok(());
                 }
-                self.stats.audio_seconds += row.duration_s;
-                let t = Instant::now();
-                self.bytes += row.features.len() * 4 + row.id.len() + row.source.len() + 64;
-                self.records.push(PieceRecord {
-                    item_id: row.id.clone(),
-                    piece,
-                    last,
-                    audio_seconds: row.duration_s,
-                });
-                if self.open.is_none() {
-                    let file =
-                        format!("part-{:05}-{:05}.parquet", self.shard_index, self.next_part);
-                    let path = self.parts_dir.join(&file);
-                    let part =
-                        PartWriter::create(&path, self.dtype, &self.spec_id, &self.spec_json)?;
-                    self.open = Some((part, file));
+                let id = m.row.id.clone();
+                let last = m.last;
+                self.write_row(*m)?;
+                if last {
+                    self.pieces.remove(&id);
+                    return Ok(());
                 }
-                if let Some((part, _)) = &mut self.open {
-                    part.push(row)?;
-                }
-                self.stats.write_s += t.elapsed().as_secs_f64();
-                if self.bytes >= self.part_bytes {
-                    self.flush()?;
+                let entry = self.pieces.entry(id.clone()).or_default();
+                entry.0 += 1;
+                if entry.1.as_ref().is_some_and(|held| held.piece == entry.0) {
+                    let held = entry.1.take().expect("checked above");
+                    self.pieces.remove(&id);
+                    self.write_row(*held)?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Pieces that never got written: the last pieces of items whose other pieces did not all
+    /// arrive (only a job that stops early leaves any; their items are retried on resume).
+    pub fn pieces_held(&self) -> usize {
+        self.pieces.values().filter(|p| p.1.is_some()).count()
+    }
+
+    fn write_row(&mut self, m: RowMsg) -> Result<(), JobError> {
+        let RowMsg { row, piece, last } = m;
+        if last {
+            self.stats.items_ok += 1;
+        }
+        if self.committed.contains(&(row.id.clone(), piece)) {
+            // Written by an earlier run that died before finishing this item.
+            return Ok(());
+        }
+        self.stats.audio_seconds += row.duration_s;
+        let t = Instant::now();
+        self.bytes += row.features.len() * 4 + row.id.len() + row.source.len() + 64;
+        self.records.push(PieceRecord {
+            item_id: row.id.clone(),
+            piece,
+            last,
+            audio_seconds: row.duration_s,
+        });
+        if self.open.is_none() {
+            let file = format!("part-{:05}-{:05}.parquet", self.shard_index, self.next_part);
+            let path = self.parts_dir.join(&file);
+            let part = PartWriter::create(&path, self.dtype, &self.spec_id, &self.spec_json)?;
+            self.open = Some((part, file));
+        }
+        if let Some((part, _)) = &mut self.open {
+            part.push(row)?;
+        }
+        self.stats.write_s += t.elapsed().as_secs_f64();
+        if self.bytes >= self.part_bytes {
+            self.flush()?;
         }
         Ok(())
     }
@@ -156,4 +198,84 @@ fn fail_point(name: &str) -> Result<(), JobError> {
         std::process::abort();
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str, piece: u32, last: bool) -> WriterMsg {
+        WriterMsg::Row(Box::new(RowMsg {
+            row: FeatureRow {
+                id: id.into(),
+                source: format!("/x/{id}.wav"),
+                offset_s: f64::from(piece) * 30.0,
+                duration_s: 30.0,
+                sample_rate: 16_000,
+                num_frames: 1,
+                num_bins: 2,
+                features: vec![f32::from(piece as u16); 2],
+            },
+            piece,
+            last,
+        }))
+    }
+
+    fn writer(dir: &std::path::Path) -> Writer {
+        let ledger = Ledger::open(&dir.join("ledger.sqlite"), dir, "spec", "0/1").unwrap();
+        Writer::new(
+            dir.into(),
+            0,
+            ledger,
+            Dtype::F32,
+            "spec".into(),
+            "{}".into(),
+            1,
+        )
+        .unwrap()
+    }
+
+    /// Pieces of one item come from several executors in any order; the item is done (its
+    /// last piece in the ledger) only once every piece is written, and never after a failure.
+    #[test]
+    fn a_last_piece_waits_for_the_others_and_a_failed_item_never_ends() {
+        let dir = std::env::temp_dir().join(format!("sono-writer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut w = writer(&dir);
+        w.handle(row("a", 2, true)).unwrap();
+        w.handle(row("b", 1, true)).unwrap();
+        w.handle(row("a", 1, false)).unwrap();
+        assert!(w.ledger.done_items().unwrap().is_empty());
+        assert_eq!(w.pieces_held(), 2);
+        w.handle(row("a", 0, false)).unwrap(); // a's last piece follows it out
+        w.handle(WriterMsg::Failed(Failure {
+            id: "b".into(),
+            source: "/x/b.wav".into(),
+            reason: "piece 0: sample 3 is NaN".into(),
+        }))
+        .unwrap();
+        w.handle(row("c", 0, true)).unwrap(); // a whole item
+        w.handle(row("d", 0, false)).unwrap();
+        w.handle(WriterMsg::Failed(Failure {
+            id: "d".into(),
+            source: "/x/d.wav".into(),
+            reason: "piece 1: sample 9 is NaN".into(),
+        }))
+        .unwrap();
+        w.handle(row("d", 2, true)).unwrap(); // after its item failed: not its end
+        w.flush().unwrap();
+        let done = w.ledger.done_items().unwrap();
+        let mut done: Vec<_> = done.into_iter().collect();
+        done.sort();
+        assert_eq!(done, ["a", "c"]);
+        assert_eq!(w.pieces_held(), 0);
+        assert_eq!((w.stats.items_ok, w.stats.items_failed), (2, 2));
+        let committed = w.ledger.committed_pieces().unwrap();
+        for p in 0..3 {
+            assert!(committed.contains(&("a".to_string(), p)), "a piece {p}");
+        }
+        assert!(!committed.contains(&("d".to_string(), 2)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
