@@ -267,6 +267,24 @@ enum Engine {
     F64(Core<f64>),
 }
 
+impl Engine {
+    /// [`Core::frame`] in the chosen precision.
+    fn frame(
+        &mut self,
+        spec: &FeatureSpec,
+        segment: &[f32],
+        offset: usize,
+        frame_index: u32,
+        out: &mut Vec<f32>,
+        psd_sum: &mut [f64],
+    ) {
+        match self {
+            Engine::F32(core) => core.frame(spec, segment, offset, frame_index, out, psd_sum),
+            Engine::F64(core) => core.frame(spec, segment, offset, frame_index, out, psd_sum),
+        }
+    }
+}
+
 /// The CPU feature extractor for one spec. Not `Sync`: give each thread its own (they are
 /// cheap; see [`extract_batch`]).
 pub struct CpuExtractor {
@@ -375,24 +393,14 @@ impl CpuExtractor {
                         .map_or(0.0, |i| prepared[i - base]);
                 }
             }
-            match &mut self.engine {
-                Engine::F32(core) => core.frame(
-                    spec,
-                    &segment,
-                    self.window_offset,
-                    j as u32,
-                    &mut self.raw,
-                    &mut self.psd_sum,
-                ),
-                Engine::F64(core) => core.frame(
-                    spec,
-                    &segment,
-                    self.window_offset,
-                    j as u32,
-                    &mut self.raw,
-                    &mut self.psd_sum,
-                ),
-            }
+            self.engine.frame(
+                spec,
+                &segment,
+                self.window_offset,
+                j as u32,
+                &mut self.raw,
+                &mut self.psd_sum,
+            );
         }
         prepared.clear();
         self.pending = prepared;
@@ -540,24 +548,14 @@ impl CpuExtractor {
                 break;
             }
             let segment = &self.pending[start - self.pending_start..end - self.pending_start];
-            match &mut self.engine {
-                Engine::F32(core) => core.frame(
-                    spec,
-                    segment,
-                    self.window_offset,
-                    self.next_frame as u32,
-                    &mut self.raw,
-                    &mut self.psd_sum,
-                ),
-                Engine::F64(core) => core.frame(
-                    spec,
-                    segment,
-                    self.window_offset,
-                    self.next_frame as u32,
-                    &mut self.raw,
-                    &mut self.psd_sum,
-                ),
-            }
+            self.engine.frame(
+                spec,
+                segment,
+                self.window_offset,
+                self.next_frame as u32,
+                &mut self.raw,
+                &mut self.psd_sum,
+            );
             if spec.output == OutputKind::Psd {
                 self.psd_frames += 1;
             }

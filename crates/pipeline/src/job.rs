@@ -579,11 +579,7 @@ fn decode_item(
     blocked: &mut f64,
 ) -> Result<Flow, Failure> {
     let source = item.path.display().to_string();
-    let fail = |reason: String| Failure {
-        id: item.id.clone(),
-        source: source.clone(),
-        reason,
-    };
+    let fail = |reason: String| item_failure(item, reason);
     let opts = DecodeOptions {
         mix: config.mix,
         max_seconds: None,
@@ -669,11 +665,7 @@ fn send_pieces(
     blocked: &mut f64,
 ) -> Result<Flow, Failure> {
     let source = item.path.display().to_string();
-    let fail = |reason: String| Failure {
-        id: item.id.clone(),
-        source: source.clone(),
-        reason,
-    };
+    let fail = |reason: String| item_failure(item, reason);
     let mut cutter = PieceCutter::new(&config.spec, config.chunk_seconds);
     let (permits, taken) = bounded::<()>(config.batch_items);
     let mut send = |w: PieceWindow| {
@@ -718,6 +710,14 @@ fn send_pieces(
         Ok(()) => Flow::Continue,
         Err(WriterGone) => Flow::Stop,
     })
+}
+
+fn item_failure(item: &SourceItem, reason: String) -> Failure {
+    Failure {
+        id: item.id.clone(),
+        source: item.path.display().to_string(),
+        reason,
+    }
 }
 
 /// Where a decode worker computes long items.
