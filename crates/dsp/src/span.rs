@@ -60,6 +60,10 @@ fn reflects(spec: &FeatureSpec) -> bool {
 /// Frames whose samples all lie within the first `n` samples (or the left padding): those a
 /// stream can compute before it knows where the item ends.
 pub fn frames_ready(spec: &FeatureSpec, n: usize) -> usize {
+    // The left edge's reflection reads samples up to -frame_start(0).
+    if reflects(spec) && n as isize <= -frame_start(spec, 0) {
+        return 0;
+    }
     let (pad_left, window_offset) = geometry(spec);
     let need = window_offset + spec.win_length;
     if pad_left + n < need {
@@ -100,7 +104,8 @@ pub fn span_window(spec: &FeatureSpec, frames: Range<usize>, signal_len: usize) 
 /// read, and that the frames exist.
 pub fn check_span(spec: &FeatureSpec, window_len: usize, span: &Span) -> Result<(), ExtractError> {
     let bad = |reason: String| Err(ExtractError::BadSpan(reason));
-    if span.signal_len == 0 || window_len == 0 {
+    // A last piece of no frames (an item shorter than a frame) reads nothing.
+    if span.signal_len == 0 || (window_len == 0 && span.frames > 0) {
         return Err(ExtractError::Empty);
     }
     if spec.output == OutputKind::Psd && *span != Span::whole(spec, window_len) {
@@ -210,11 +215,19 @@ mod tests {
             FeatureSpec::kaldi(80),
             FeatureSpec::nemo(80),
         ] {
-            for n in [0, 1, 200, 399, 400, 401, 16_000, 16_161] {
+            for n in [0, 1, 199, 200, 201, 399, 400, 401, 16_000, 16_161] {
                 let ready = frames_ready(&spec, n);
                 if ready > 0 {
                     let end = frame_start(&spec, ready - 1) + spec.win_length as isize;
                     assert!(end <= n as isize, "{n}: frame {} ends at {end}", ready - 1);
+                    // Reflections included: a long item has these samples where this one does.
+                    let long = 10 * n + 1000;
+                    for j in 0..ready {
+                        for m in 0..spec.win_length as isize {
+                            let i = padded_index(&spec, frame_start(&spec, j) + m, long);
+                            assert!(i.is_none_or(|i| i < n), "{n}: frame {j} reads {i:?}");
+                        }
+                    }
                     let next = frame_start(&spec, ready) + spec.win_length as isize;
                     assert!(next > n as isize, "{n}: frame {ready} would fit too");
                 }

@@ -50,15 +50,16 @@ struct Filter {
     _pad: u32,
 }
 
-// An item, or a piece of one: its uploaded samples are signal indices
-// sample_start..sample_start + n_samples of a signal of signal_len samples, and its frames are
-// the item's frames first_frame.. (a whole item: 0, its length, 0).
+// An item, or a piece of one (a window of its samples). Sample indices are relative to the
+// first uploaded sample: the first frame starts at first_start (negative in the left padding),
+// and the signal has signal_len samples from there on. Frames are the item's frames
+// first_frame.. (a whole item: first_start = window_offset - pad_left, its length, 0).
 struct Item {
     sample_offset: u32,
     n_samples: u32,
     frame_offset: u32,
     n_frames: u32,
-    sample_start: u32,
+    first_start: i32,
     signal_len: u32,
     first_frame: u32,
     pad: u32,

@@ -18,12 +18,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     let it = items[frame_item[t]];
-    let j = t - it.frame_offset + it.first_frame;
+    let local = t - it.frame_offset;
+    let j = local + it.first_frame;
     let base = t * p.n_fft;
     for (var k = 0u; k < p.n_fft; k++) {
         frames[base + k] = 0.0;
     }
-    let start = window_start(j);
+    let start = window_start(it, local);
     let dst = base + p.window_offset;
     for (var m = 0u; m < p.win_length; m++) {
         frames[dst + m] = frame_sample(it, start, j, m);

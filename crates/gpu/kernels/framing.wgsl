@@ -17,18 +17,16 @@ fn reflect_index(i: i32, n: i32) -> i32 {
     return period - m;
 }
 
-// Signal index of the first window sample of frame j (negative inside the left padding).
-fn window_start(j: u32) -> i32 {
-    var start = i32(j * p.hop);
-    if (p.center != 0u) {
-        start = start + i32(p.window_offset) - i32(p.pad_left);
-    }
-    return start;
+// Index (relative to the item's first uploaded sample) of the first window sample of the
+// item's local frame `local`; negative inside the left padding.
+fn window_start(it: Item, local: u32) -> i32 {
+    return it.first_start + i32(local * p.hop);
 }
 
-// Sample m of frame j's window (starting at signal index `start`) of item `it`, j counted
-// from the item's start: outside the signal, numpy's reflection or zero; then the spec's
-// dither. The host checked that a piece's window holds every sample its frames read.
+// Sample m of the window starting at `start` (from `window_start`) of item `it`, whose frame
+// index in the item is j: outside the signal, numpy's reflection or zero; then the spec's
+// dither. Relative indices reflect as the item's own: the left edge only ever falls in a
+// window that starts the item, and the host checked that a window holds what its frames read.
 fn frame_sample(it: Item, start: i32, j: u32, m: u32) -> real {
     var idx = start + i32(m);
     let n = i32(it.signal_len);
@@ -39,7 +37,7 @@ fn frame_sample(it: Item, start: i32, j: u32, m: u32) -> real {
         }
         idx = reflect_index(idx, n);
     }
-    v = real(samples[it.sample_offset + u32(idx) - it.sample_start]);
+    v = real(samples[it.sample_offset + u32(idx)]);
     return dithered(v, j, m);
 }
 

@@ -47,8 +47,9 @@ fn cmul(a: vec2<real>, b: vec2<real>) -> vec2<real> {
 // DC and pre-emphasis in Kaldi's order, the window at `window_offset`, zeros elsewhere.
 fn load_frame(t: u32, lid: u32) {
     let it = items[frame_item[t]];
-    let j = t - it.frame_offset + it.first_frame;
-    let start = window_start(j);
+    let local = t - it.frame_offset;
+    let j = local + it.first_frame;
+    let start = window_start(it, local);
     let off = p.window_offset;
     for (var i = lid; i < N; i += WG) {
         var v: real = 0.0;

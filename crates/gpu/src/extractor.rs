@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytemuck::{Pod, Zeroable};
 use sonograph_dsp::dct::Dct;
 use sonograph_dsp::mel::MelBank;
-use sonograph_dsp::span::{prepare_span, Span};
+use sonograph_dsp::span::{frame_start, prepare_span, Span};
 use sonograph_dsp::spec::{FeatureSpec, Framing, OutputKind, PadMode, PreemphasisScope};
 use sonograph_dsp::window::window;
 use sonograph_dsp::{AudioBatch, ExtractError, Extractor, FeatureBatch, Precision};
@@ -69,8 +69,11 @@ struct ItemRecord {
     n_samples: u32,
     frame_offset: u32,
     n_frames: u32,
-    /// Signal index of the item's first uploaded sample (a piece's window starts inside it).
-    sample_start: u32,
+    /// Where the first frame starts, relative to the first uploaded sample (negative inside
+    /// the left padding). Indices relative to the window stay small however long the item.
+    first_start: i32,
+    /// The signal's samples from the first uploaded one on (a piece's window ends at the
+    /// signal's end, or reads nothing past its own end).
     signal_len: u32,
     /// The item's frame index of the first frame (dither is keyed by it).
     first_frame: u32,
@@ -769,18 +772,21 @@ impl Extractor for GpuBackend {
                 Err(e) => per_item.push(Err(e)),
                 Ok(base) => {
                     let frames = span.frames;
+                    let first_start =
+                        i32::try_from(frame_start(spec, span.first_frame) - base as isize);
                     let fields = [
                         start,
                         samples.len() - start,
                         frame_item.len(),
                         frames,
-                        base,
-                        span.signal_len,
+                        span.signal_len - base,
                         span.first_frame + frames,
                     ]
                     .map(u32::try_from);
-                    let [Ok(sample_offset), Ok(n_samples), Ok(frame_offset), Ok(n_frames), Ok(sample_start), Ok(signal_len), Ok(_)] =
-                        fields
+                    let (
+                        [Ok(sample_offset), Ok(n_samples), Ok(frame_offset), Ok(n_frames), Ok(signal_len), Ok(_)],
+                        Ok(first_start),
+                    ) = (fields, first_start)
                     else {
                         return Err(ExtractError::OutOfMemory(format!(
                             "a batch of {} items holds more than 2^32 samples or frames; {}",
@@ -796,7 +802,7 @@ impl Extractor for GpuBackend {
                         n_samples,
                         frame_offset,
                         n_frames,
-                        sample_start,
+                        first_start,
                         signal_len,
                         first_frame: span.first_frame as u32,
                         _pad: 0,

@@ -450,8 +450,9 @@ fn dithered_specs_match_the_cpu() {
 
 /// Pieces of a long item (each from its own window, next to a whole item in the same batch)
 /// give the CPU's pieces: the edges' padding, pre-emphasis across a window's first sample,
-/// dither keyed by the item's frame index, Whisper's dropped frame on the last piece only;
-/// through both kernels, on centred (reflect and zero padding) and snip-edges specs.
+/// dither keyed by the item's frame index, Whisper's dropped frame on the last piece only, a
+/// piece far into a very long item; through both kernels, on centred (reflect and zero
+/// padding) and snip-edges specs.
 #[test]
 fn pieces_of_long_items_match_the_cpu() {
     use sonograph_dsp::span::{span_window, Span};
@@ -490,6 +491,18 @@ fn pieces_of_long_items_match_the_cpu() {
             first += frames;
         }
         assert!(batch.len() > 3);
+        // A piece 5e9 samples into an item (about 87 hours at 16 kHz): past what u32 and i32
+        // signal indices hold, the GPU indexes relative to the window.
+        let far = 5_000_000_000 / spec.hop_length;
+        let w = span_window(&spec, far..far + 20, usize::MAX / 4);
+        let span = Span {
+            sample_start: w.start,
+            signal_len: w.end,
+            first_frame: far,
+            frames: 20,
+            last: false,
+        };
+        batch.push_piece(&x[..w.len()], Some(span));
         for force_dft in [false, true] {
             let what = format!("pieces of {} frames of {:?}", total, spec.output);
             if assert_f64_parity(&spec, &batch, force_dft, &what).is_none() {

@@ -336,4 +336,23 @@ mod tests {
         assert_eq!(cutter.samples_seen(), 0);
         assert!(cutter.finish().is_none());
     }
+
+    /// A "long" item that decodes shorter than one Kaldi frame has one piece of no frames, as
+    /// the same audio has as a short item.
+    #[test]
+    fn an_item_shorter_than_a_frame_has_an_empty_last_piece() {
+        let spec = FeatureSpec::kaldi(80);
+        let mut cutter = PieceCutter::new(&spec, 30.0);
+        cutter.push(&[0.1f32; 100], |_| Err(())).unwrap();
+        let last = cutter.finish().unwrap();
+        assert_eq!((last.plan.span.frames, last.plan.span.last), (0, true));
+        let mut rows = Vec::new();
+        let mut ex = CpuExtractor::new(&spec).unwrap();
+        assert_eq!(
+            ex.extract_span(&last.samples, &last.plan.span, &mut rows),
+            Ok(0)
+        );
+        assert_eq!(ex.extract(&[0.1f32; 100], &mut rows), Ok(0));
+        assert!(rows.is_empty());
+    }
 }

@@ -1,8 +1,8 @@
 //! The job: sources → shard → stages → report.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -321,11 +321,16 @@ pub fn run(config: &JobConfig, devices: Vec<Box<dyn Extractor>>) -> Result<JobOu
     };
     let live_executors = Arc::new(AtomicUsize::new(devices.len()));
     let pieces_to_executors = !devices.iter().all(|d| d.is_cpu());
+    // Held by every executor thread until it ends: the decode workers see through it whether
+    // any executor is left to take pieces (the live count drops to 0 while the last executor
+    // standing goes on on the CPU).
+    let executors_running = Arc::new(());
     let executor_handles: Vec<_> = devices
         .into_iter()
         .map(|device| {
             let (units, writer_tx) = (unit_rx.clone(), writer_tx.clone());
             let live = live_executors.clone();
+            let running = executors_running.clone();
             let (precision, batch_items) = (config.precision, config.batch_items);
             // Executors see items up to --max-seconds long: the batcher sizes for those.
             let item_samples =
@@ -333,6 +338,7 @@ pub fn run(config: &JobConfig, devices: Vec<Box<dyn Extractor>>) -> Result<JobOu
             std::thread::Builder::new()
                 .name("executor".into())
                 .spawn(move || {
+                    let _running = running;
                     run_executor(
                         device,
                         precision,
@@ -347,16 +353,17 @@ pub fn run(config: &JobConfig, devices: Vec<Box<dyn Extractor>>) -> Result<JobOu
         .collect::<Result<_, _>>()
         .map_err(|e| JobError::Internal(e.to_string()))?;
     drop(unit_rx);
+    let executors_running = Arc::downgrade(&executors_running);
     let worker_handles: Vec<_> = (0..config.workers)
         .map(|i| {
             let (work, units, writer_tx) = (work_rx.clone(), unit_tx.clone(), writer_tx.clone());
             let config = config.clone();
-            let live = live_executors.clone();
+            let running = executors_running.clone();
             std::thread::Builder::new()
                 .name(format!("decode-{i}"))
                 .spawn(move || {
                     let long_items = if pieces_to_executors {
-                        LongItems::ToExecutors(&live)
+                        LongItems::ToExecutors(&running)
                     } else {
                         LongItems::Stream
                     };
@@ -433,6 +440,14 @@ pub fn run(config: &JobConfig, devices: Vec<Box<dyn Extractor>>) -> Result<JobOu
         failures,
     };
     write_json_atomically(&layout.report, &report)?;
+    let undone =
+        report.items_total - (report.items_ok + report.items_failed).min(report.items_total);
+    if undone > 0 {
+        // No item is lost: without the marker, the same command runs them again.
+        return Err(JobError::Internal(format!(
+            "{undone} items were left undone (see the log); run the same command again to finish them"
+        )));
+    }
     std::fs::write(&layout.done_marker, format!("{}\n", report.spec_id))
         .map_err(io_err(&layout.done_marker))?;
     Ok(JobOutcome::Finished(report))
@@ -508,7 +523,8 @@ fn writer_loop(
     (writer, result)
 }
 
-/// Decodes items; short ones go to the prefetch queue, long ones are streamed here.
+/// Decodes items; short ones go to the prefetch queue, long ones too in pieces (or, when all
+/// executors are CPUs, they are streamed here).
 /// Returns the seconds spent busy (not counting time blocked on a full queue).
 fn decode_worker(
     config: &JobConfig,
@@ -661,7 +677,7 @@ fn send_pieces(
     item: &SourceItem,
     reader: AudioReader,
     units: &Sender<Unit>,
-    live_executors: &AtomicUsize,
+    executors_running: &Weak<()>,
     blocked: &mut f64,
 ) -> Result<Flow, Failure> {
     let source = item.path.display().to_string();
@@ -673,7 +689,7 @@ fn send_pieces(
         // A permit is a slot in `permits`; the unit gives it back when it is dropped. With no
         // executor left, the units still queued are never dropped: stop waiting then.
         while let Err(e) = permits.send_timeout((), Duration::from_millis(50)) {
-            if e.is_disconnected() || live_executors.load(Ordering::Acquire) == 0 {
+            if e.is_disconnected() || executors_running.strong_count() == 0 {
                 return Err(WriterGone);
             }
         }
@@ -724,8 +740,8 @@ fn item_failure(item: &SourceItem, reason: String) -> Failure {
 enum LongItems<'a> {
     /// Here, streaming them through its own CPU extractor: all executors are CPUs.
     Stream,
-    /// On the executors, in pieces; with the count of executors still taking work.
-    ToExecutors(&'a AtomicUsize),
+    /// On the executors, in pieces; with a handle that is dead once every executor has ended.
+    ToExecutors(&'a Weak<()>),
 }
 
 /// Whether a decode worker goes on after an item.

@@ -1,10 +1,10 @@
 //! sonograph-pipeline: a dataset job.
 //!
 //! ```text
-//! sorted items ─shard─▶ work queue ─▶ decode workers ──short items──▶ prefetch queue ─▶ executor per device ─┐
-//!                                         └──long items: streamed and cut on the CPU──────────────────────┤
-//!                                                                                                         ▼
-//!                                            ledger (SQLite) ◀── writer (Parquet parts, .tmp → rename) ◀──┘
+//! sorted items ─shard─▶ work queue ─▶ decode workers ──short items, pieces of long ones──▶ prefetch queue ─▶ executor per device ─┐
+//!                                         └──long items, when every executor is a CPU: streamed and cut here──────────────────────┤
+//!                                                                                                                                 ▼
+//!                                                                    ledger (SQLite) ◀── writer (Parquet parts, .tmp → rename) ◀──┘
 //! ```
 //!
 //! Every queue is bounded, so a slow stage slows the others instead of growing memory. One

@@ -12,7 +12,7 @@ pub struct Failure {
 /// Seconds each stage spent busy, summed over its threads.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct StageTimes {
-    /// Decoding and resampling (and, for long items, their streamed extraction).
+    /// Decoding and resampling (and the streamed extraction of long items in CPU-only jobs).
     pub decode_s: f64,
     /// Executors waiting for the prefetch queue (decoding was the bottleneck while this grew).
     pub queue_wait_s: f64,

@@ -100,8 +100,9 @@ impl Writer {
                 self.pieces.remove(&f.id);
             }
             WriterMsg::Row(m) => {
-                if m.last && self.failed.contains(&m.row.id) {
-                    return Ok(()); // the item failed: it stays undone, for a resume to retry
+                let failed = self.failed.contains(&m.row.id);
+                if m.last && failed {
+                    return Ok(()); // the item failed: its end is not written, it is not done
                 }
                 let written = self.pieces.get(&m.row.id).map_or(0, |p| p.0);
                 if m.last && written < m.piece {
@@ -112,7 +113,7 @@ impl Writer {
                 let id = m.row.id.clone();
                 let last = m.last;
                 self.write_row(*m)?;
-                if last {
+                if last || failed {
                     self.pieces.remove(&id);
                     return Ok(());
                 }
