@@ -13,9 +13,7 @@ struct Params {
     hop: u32,
     // Where the window sits inside the n_fft frame (torch centres it; Kaldi puts it first).
     window_offset: u32,
-    pad_left: u32,
     reflect: u32,
-    center: u32,
     remove_dc: u32,
     // Per-frame (Kaldi) pre-emphasis; 0 when the spec pre-emphasises the signal on the host.
     preemph: f32,
@@ -37,9 +35,7 @@ struct Params {
     dither: f32,
     dither_seed_lo: u32,
     dither_seed_hi: u32,
-    // The struct is a whole number of 16-byte rows.
-    _pad0: u32,
-    _pad1: u32,
+    // 20 words: a whole number of 16-byte rows, as a uniform must be.
 }
 
 // One sparse mel filter: `len` weights from `weight_offset`, over bins from `start`.

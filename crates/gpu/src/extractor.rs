@@ -40,9 +40,7 @@ struct Params {
     win_length: u32,
     hop: u32,
     window_offset: u32,
-    pad_left: u32,
     reflect: u32,
-    center: u32,
     remove_dc: u32,
     preemph: f32,
     total_frames: u32,
@@ -58,8 +56,10 @@ struct Params {
     dither: f32,
     dither_seed_lo: u32,
     dither_seed_hi: u32,
-    _pad: [u32; 2],
 }
+
+// A uniform is a whole number of 16-byte rows; the kernels' struct has no padding of its own.
+const _: () = assert!(std::mem::size_of::<Params>().is_multiple_of(16));
 
 /// Mirrors `Item` in kernels/common.wgsl.
 #[repr(C)]
@@ -368,9 +368,7 @@ impl GpuBackend {
             } else {
                 0
             },
-            pad_left: if center { (s.n_fft / 2) as u32 } else { 0 },
             reflect: u32::from(s.pad_mode == PadMode::Reflect),
-            center: u32::from(center),
             remove_dc: u32::from(s.remove_dc),
             preemph: if s.preemphasis_scope == PreemphasisScope::Frame {
                 s.preemphasis
@@ -391,7 +389,6 @@ impl GpuBackend {
             dither: s.dither,
             dither_seed_lo: s.dither_seed as u32,
             dither_seed_hi: (s.dither_seed >> 32) as u32,
-            _pad: [0; 2],
         }
     }
 
