@@ -16,7 +16,11 @@ echo "$(date -u +%F) $(uname -m), $(nproc) cores; $minutes min of 16 kHz audio, 
 for device in "${devices[@]}"; do
   for run in 1 2 3; do
     rm -rf "$work/out"
-    "$bin" extract "$work/corpus" --out "$work/out" --preset whisper --device "$device" 2>/dev/null
+    if ! "$bin" extract "$work/corpus" --out "$work/out" --preset whisper --device "$device" \
+      2>"$work/log"; then
+      cat "$work/log" >&2
+      exit 1
+    fi
     python3 - "$work/out/__sonograph/report.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -108,6 +108,9 @@ pub fn check_span(spec: &FeatureSpec, window_len: usize, span: &Span) -> Result<
     if span.signal_len == 0 || (window_len == 0 && span.frames > 0) {
         return Err(ExtractError::Empty);
     }
+    if window_len == 0 && span.sample_start > 0 {
+        return bad("an empty window inside the item".into());
+    }
     if spec.output == OutputKind::Psd && *span != Span::whole(spec, window_len) {
         return bad("Welch PSD averages the whole item; it cannot be cut into pieces".into());
     }

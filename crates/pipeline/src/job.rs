@@ -353,7 +353,12 @@ pub fn run(config: &JobConfig, devices: Vec<Box<dyn Extractor>>) -> Result<JobOu
         .collect::<Result<_, _>>()
         .map_err(|e| JobError::Internal(e.to_string()))?;
     drop(unit_rx);
-    let executors_running = Arc::downgrade(&executors_running);
+    // Only the executor threads may keep it alive.
+    let executors_running = {
+        let weak = Arc::downgrade(&executors_running);
+        drop(executors_running);
+        weak
+    };
     let worker_handles: Vec<_> = (0..config.workers)
         .map(|i| {
             let (work, units, writer_tx) = (work_rx.clone(), unit_tx.clone(), writer_tx.clone());
@@ -687,9 +692,10 @@ fn send_pieces(
     let mut send = |w: PieceWindow| {
         let wait = Instant::now();
         // A permit is a slot in `permits`; the unit gives it back when it is dropped. With no
-        // executor left, the units still queued are never dropped: stop waiting then.
-        while let Err(e) = permits.send_timeout((), Duration::from_millis(50)) {
-            if e.is_disconnected() || executors_running.strong_count() == 0 {
+        // executor left, the units still queued are never dropped: stop waiting then (the
+        // item stays undone, and the job says so).
+        while permits.send_timeout((), Duration::from_millis(50)).is_err() {
+            if executors_running.strong_count() == 0 {
                 return Err(WriterGone);
             }
         }
@@ -793,6 +799,35 @@ mod tests {
             bytes.extend_from_slice(&((v * 32767.0) as i16).to_le_bytes());
         }
         std::fs::write(path, bytes).unwrap();
+    }
+
+    /// With every executor gone, a decode worker waiting for a permit for the next piece of
+    /// a long item stops (the pieces already queued are never taken, so no permit comes back)
+    /// instead of hanging the job.
+    #[test]
+    fn a_decoder_stops_waiting_for_permits_once_no_executor_is_left() {
+        let dir = std::env::temp_dir().join(format!("sono-job-permits-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let wav = dir.join("long.wav");
+        write_wav(&wav, 16_000, 100.0);
+        let mut config = JobConfig::new(dir.clone(), dir.join("out"), FeatureSpec::whisper(80));
+        config.batch_items = 1;
+        let item = SourceItem {
+            id: "long.wav".into(),
+            path: wav.clone(),
+            offset_s: 0.0,
+            duration_s: None,
+        };
+        let reader = AudioReader::open(&wav, &DecodeOptions::default()).unwrap();
+        let (units, queued) = bounded::<Unit>(8);
+        let executors = Arc::new(());
+        let running = Arc::downgrade(&executors);
+        drop(executors);
+        let flow = send_pieces(&config, &item, reader, &units, &running, &mut 0.0).unwrap();
+        assert!(matches!(flow, Flow::Stop));
+        assert_eq!(queued.len(), 1, "one piece went out on the one permit");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// On a device that is not the host CPU, long items go to the executor in pieces. With

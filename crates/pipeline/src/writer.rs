@@ -100,9 +100,9 @@ impl Writer {
                 self.pieces.remove(&f.id);
             }
             WriterMsg::Row(m) => {
-                let failed = self.failed.contains(&m.row.id);
-                if m.last && failed {
-                    return Ok(()); // the item failed: its end is not written, it is not done
+                if self.failed.contains(&m.row.id) {
+                    // The item failed: no more of it is written, and it is not done.
+                    return Ok(());
                 }
                 let written = self.pieces.get(&m.row.id).map_or(0, |p| p.0);
                 if m.last && written < m.piece {
@@ -113,7 +113,7 @@ impl Writer {
                 let id = m.row.id.clone();
                 let last = m.last;
                 self.write_row(*m)?;
-                if last || failed {
+                if last {
                     self.pieces.remove(&id);
                     return Ok(());
                 }
@@ -237,7 +237,8 @@ mod tests {
     }
 
     /// Pieces of one item come from several executors in any order; the item is done (its
-    /// last piece in the ledger) only once every piece is written, and never after a failure.
+    /// last piece in the ledger) only once every piece is written; after a failure nothing
+    /// more of it is written.
     #[test]
     fn a_last_piece_waits_for_the_others_and_a_failed_item_never_ends() {
         let dir = std::env::temp_dir().join(format!("sono-writer-{}", std::process::id()));
@@ -256,6 +257,7 @@ mod tests {
             reason: "piece 0: sample 3 is NaN".into(),
         }))
         .unwrap();
+        w.handle(row("b", 0, false)).unwrap(); // after its item failed: not written
         w.handle(row("c", 0, true)).unwrap(); // a whole item
         w.handle(row("d", 0, false)).unwrap();
         w.handle(WriterMsg::Failed(Failure {
@@ -277,6 +279,11 @@ mod tests {
             assert!(committed.contains(&("a".to_string(), p)), "a piece {p}");
         }
         assert!(!committed.contains(&("d".to_string(), 2)));
+        assert!(!committed.contains(&("b".to_string(), 0)));
+        assert!(
+            committed.contains(&("d".to_string(), 0)),
+            "written before d failed"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
