@@ -830,6 +830,42 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// The writer fails (its part cannot be created) while two long items' pieces are queued
+    /// for a device: the executor stops, and so must the decode workers waiting for permits.
+    /// The job ends with the writer's error instead of hanging.
+    #[test]
+    fn a_failing_writer_ends_a_job_of_long_items_with_its_error() {
+        let dir = std::env::temp_dir().join(format!("sono-job-writer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let corpus = dir.join("corpus");
+        std::fs::create_dir_all(&corpus).unwrap();
+        write_wav(&corpus.join("long_a.wav"), 16_000, 300.0);
+        write_wav(&corpus.join("long_b.wav"), 16_000, 300.0);
+        let out = dir.join("out");
+        // A directory where the first part's temporary file goes.
+        std::fs::create_dir_all(out.join(".part-00000-00000.parquet.tmp")).unwrap();
+        let spec = FeatureSpec::whisper(80);
+        let mut config = JobConfig::new(corpus, out, spec.clone());
+        config.batch_items = 2;
+        config.workers = 2;
+        // Batches of one piece: when the executor stops, it gives back the permit of the piece
+        // in hand, but the other file's pieces wait in the queue holding theirs.
+        let device = Flaky {
+            hint: Some(60 * 16_000),
+            ..Flaky::new(&spec, Precision::F64)
+        };
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            let _ = done_tx.send(run(&config, vec![Box::new(device)]).map(|_| ()));
+        });
+        let result = done_rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the job hung");
+        let err = result.expect_err("the writer cannot write");
+        assert!(err.to_string().contains("part-00000-00000"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// On a device that is not the host CPU, long items go to the executor in pieces. With
     /// OOMs and the device lost half-way through the item, every piece is written once, the
     /// item is done, and the rows are the CPU's streamed pieces bit for bit.
