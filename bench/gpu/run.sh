@@ -19,3 +19,5 @@ for p in f32 f64; do
 done
 .gpubench/sonograph bench --device cpu $batch | tee "$out/bench-cpu.json"
 python3 bench/gpu/torchaudio_mel.py --clips 64 --seconds 30 | tee "$out/torchaudio.json"
+# Long files: pieces of a 60-minute file on the GPU against the CPU's streaming.
+bash bench/long_files.sh .gpubench/sonograph 60 cpu gpu | tee "$out/long-files.txt"
