@@ -314,6 +314,21 @@ mod tests {
             .collect()
     }
 
+    /// Runs `clips` through `batcher` on `device` with a CPU fallback and checks that the
+    /// result is the CPU's, item for item.
+    fn run_checked(
+        batcher: &mut AdaptiveBatcher,
+        spec: &FeatureSpec,
+        clips: &[Vec<f32>],
+        device: &mut Flaky,
+    ) {
+        let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
+        let mut cpu = CpuBackend::new(spec, Precision::F32).unwrap();
+        let mut out = FeatureBatch::new(spec.n_bins());
+        batcher.run(&batch, device, &mut cpu, &mut out);
+        check(spec, clips, &out);
+    }
+
     fn check(spec: &FeatureSpec, clips: &[Vec<f32>], out: &FeatureBatch) {
         let mut cpu = CpuBackend::new(spec, Precision::F32).unwrap();
         let mut expect = FeatureBatch::new(spec.n_bins());
@@ -329,22 +344,18 @@ mod tests {
     fn ooms_split_down_to_one_item_and_lose_nothing() {
         let spec = FeatureSpec::whisper(80);
         let clips = items(23);
-        let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
         let mut flaky = Flaky {
             fits: 3,
             // Item 17 never fits.
             huge: 1600 + 37 * 17,
             ..Flaky::new(&spec, Precision::F32)
         };
-        let mut cpu = CpuBackend::new(&spec, Precision::F32).unwrap();
         let mut batcher = AdaptiveBatcher::new(BatcherConfig {
             initial: 16,
             max: 64,
             grow_after: 2,
         });
-        let mut out = FeatureBatch::new(spec.n_bins());
-        batcher.run(&batch, &mut flaky, &mut cpu, &mut out);
-        check(&spec, &clips, &out);
+        run_checked(&mut batcher, &spec, &clips, &mut flaky);
         // Every item computed exactly once on the device, except the one that went to the CPU.
         assert_eq!(flaky.computed.len(), clips.len() - 1);
         assert!(
@@ -372,20 +383,16 @@ mod tests {
     fn growth_stops_below_the_remembered_ceiling() {
         let spec = FeatureSpec::kaldi(23);
         let clips = items(40);
-        let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
         let mut flaky = Flaky {
             fits: 6,
             ..Flaky::new(&spec, Precision::F32)
         };
-        let mut cpu = CpuBackend::new(&spec, Precision::F32).unwrap();
         let mut batcher = AdaptiveBatcher::new(BatcherConfig {
             initial: 2,
             max: 64,
             grow_after: 1,
         });
-        let mut out = FeatureBatch::new(spec.n_bins());
-        batcher.run(&batch, &mut flaky, &mut cpu, &mut out);
-        check(&spec, &clips, &out);
+        run_checked(&mut batcher, &spec, &clips, &mut flaky);
         // 2 → 4 → 8 (OOM, ceiling 8) → 4 → 7 (OOM, ceiling 7) → 3 → 6, and 6 stays: it
         // never grows back to a size that failed.
         assert_eq!(batcher.ceiling_for("gpu:flaky", &spec.spec_id()), Some(7));
@@ -431,22 +438,18 @@ mod tests {
     fn a_transient_error_is_retried_after_a_health_check() {
         let spec = FeatureSpec::whisper(80);
         let clips = items(12);
-        let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
         for healthy in [true, false] {
             let mut device = Flaky {
                 transient_on: Some(2),
                 healthy,
                 ..Flaky::new(&spec, Precision::F32)
             };
-            let mut cpu = CpuBackend::new(&spec, Precision::F32).unwrap();
             let mut batcher = AdaptiveBatcher::new(BatcherConfig {
                 initial: 4,
                 max: 4,
                 grow_after: 100,
             });
-            let mut out = FeatureBatch::new(spec.n_bins());
-            batcher.run(&batch, &mut device, &mut cpu, &mut out);
-            check(&spec, &clips, &out);
+            run_checked(&mut batcher, &spec, &clips, &mut device);
             let s = batcher.stats();
             if healthy {
                 assert_eq!((s.recovered, s.devices_lost, s.retries), (1, 0, 1), "{s:?}");
@@ -486,30 +489,24 @@ mod tests {
     fn a_lost_device_moves_the_rest_to_the_fallback() {
         let spec = FeatureSpec::nemo(80);
         let clips = items(19);
-        let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
         let mut flaky = Flaky {
             fits: 4,
             lose_after: Some(2),
             ..Flaky::new(&spec, Precision::F32)
         };
-        let mut cpu = CpuBackend::new(&spec, Precision::F32).unwrap();
         let mut batcher = AdaptiveBatcher::new(BatcherConfig {
             initial: 4,
             max: 4,
             grow_after: 100,
         });
-        let mut out = FeatureBatch::new(spec.n_bins());
-        batcher.run(&batch, &mut flaky, &mut cpu, &mut out);
-        check(&spec, &clips, &out);
+        run_checked(&mut batcher, &spec, &clips, &mut flaky);
         assert_eq!(flaky.computed.len(), 8);
         let s = batcher.stats();
         assert_eq!((s.devices_lost, s.items_after_loss), (1, 11));
         // The device stays out: the next run goes to the fallback without touching it.
         assert!(batcher.is_lost("gpu:flaky"));
         let calls = flaky.done;
-        let mut out = FeatureBatch::new(spec.n_bins());
-        batcher.run(&batch, &mut flaky, &mut cpu, &mut out);
-        check(&spec, &clips, &out);
+        run_checked(&mut batcher, &spec, &clips, &mut flaky);
         assert_eq!(flaky.done, calls);
         assert_eq!(batcher.stats().items_after_loss, 11 + 19);
     }
@@ -519,20 +516,16 @@ mod tests {
     fn a_panicking_device_is_lost_and_its_items_are_computed_once() {
         let spec = FeatureSpec::whisper(80);
         let clips = items(10);
-        let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
         let mut device = Flaky {
             panic_on: Some(3),
             ..Flaky::new(&spec, Precision::F32)
         };
-        let mut cpu = CpuBackend::new(&spec, Precision::F32).unwrap();
         let mut batcher = AdaptiveBatcher::new(BatcherConfig {
             initial: 2,
             max: 2,
             grow_after: 100,
         });
-        let mut out = FeatureBatch::new(spec.n_bins());
-        batcher.run(&batch, &mut device, &mut cpu, &mut out);
-        check(&spec, &clips, &out);
+        run_checked(&mut batcher, &spec, &clips, &mut device);
         let s = batcher.stats();
         assert_eq!((s.devices_lost, s.items_after_loss), (1, 6));
         assert!(

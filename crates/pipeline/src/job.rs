@@ -801,17 +801,30 @@ mod tests {
         std::fs::write(path, bytes).unwrap();
     }
 
+    /// A fresh folder `sono-job-NAME-PID` in the temp dir with `corpus/` holding 16 kHz WAVs
+    /// of the given (file name, seconds).
+    fn scratch_corpus(name: &str, wavs: &[(&str, f64)]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("sono-job-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("corpus")).unwrap();
+        for (file, seconds) in wavs {
+            write_wav(&dir.join("corpus").join(file), 16_000, *seconds);
+        }
+        dir
+    }
+
     /// With every executor gone, a decode worker waiting for a permit for the next piece of
     /// a long item stops (the pieces already queued are never taken, so no permit comes back)
     /// instead of hanging the job.
     #[test]
     fn a_decoder_stops_waiting_for_permits_once_no_executor_is_left() {
-        let dir = std::env::temp_dir().join(format!("sono-job-permits-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let wav = dir.join("long.wav");
-        write_wav(&wav, 16_000, 100.0);
-        let mut config = JobConfig::new(dir.clone(), dir.join("out"), FeatureSpec::whisper(80));
+        let dir = scratch_corpus("permits", &[("long.wav", 100.0)]);
+        let wav = dir.join("corpus/long.wav");
+        let mut config = JobConfig::new(
+            dir.join("corpus"),
+            dir.join("out"),
+            FeatureSpec::whisper(80),
+        );
         config.batch_items = 1;
         let item = SourceItem {
             id: "long.wav".into(),
@@ -835,12 +848,8 @@ mod tests {
     /// The job ends with the writer's error instead of hanging.
     #[test]
     fn a_failing_writer_ends_a_job_of_long_items_with_its_error() {
-        let dir = std::env::temp_dir().join(format!("sono-job-writer-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = scratch_corpus("writer", &[("long_a.wav", 300.0), ("long_b.wav", 300.0)]);
         let corpus = dir.join("corpus");
-        std::fs::create_dir_all(&corpus).unwrap();
-        write_wav(&corpus.join("long_a.wav"), 16_000, 300.0);
-        write_wav(&corpus.join("long_b.wav"), 16_000, 300.0);
         let out = dir.join("out");
         // A directory where the first part's temporary file goes.
         std::fs::create_dir_all(out.join(".part-00000-00000.parquet.tmp")).unwrap();
@@ -871,12 +880,9 @@ mod tests {
     /// item is done, and the rows are the CPU's streamed pieces bit for bit.
     #[test]
     fn pieces_of_long_items_run_on_devices_and_equal_the_streamed_rows() {
-        let dir = std::env::temp_dir().join(format!("sono-job-pieces-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = scratch_corpus("pieces", &[("long.wav", 200.0)]);
         let corpus = dir.join("corpus");
-        std::fs::create_dir_all(&corpus).unwrap();
         let wav = corpus.join("long.wav");
-        write_wav(&wav, 16_000, 200.0);
         let spec = FeatureSpec::nemo(80);
         let mut config = JobConfig::new(corpus, dir.join("out"), spec.clone());
         config.batch_items = 3;
