@@ -271,59 +271,71 @@ def ref_kaldi_f64(y):
     return np.log(np.maximum(mel, FLT_EPSILON))
 
 
-def ref_nemo(y, n_mels):
-    """numpy transcription of NeMo FilterbankFeatures.forward (eval mode) with the
-    FastConformer / Parakeet AudioToMelSpectrogramPreprocessor configuration:
-      sample_rate 16000, window_size 0.025 (400), window_stride 0.01 (160),
-      window hann, n_fft 512, features n_mels, normalize per_feature, log true,
-      dither 0 (fixed here; NeMo only dithers in training mode anyway),
-      pad_to 0, preemph 0.97, log_zero_guard add 2**-24, mag_power 2,
-      lowfreq 0, highfreq 8000, mel_norm slaney, exact_pad False,
-      frame_splicing 1.
+NEMO_VERSIONS = {
+    False: "NeMo >= 2.5 (features.py at v2.5.0rc0, unchanged on main at 8cfedd7, 2025-09-20)",
+    True: "NeMo <= 2.4 (features.py at v2.4.0)",
+}
 
-    Checked against NeMo's features.py as recalled/looked up:
-      * preemphasis: x = cat(x[:, :1], x[:, 1:] - 0.97 * x[:, :-1])
-      * stft: torch.stft(n_fft=512, hop=160, win_length=400, center=True,
-        window=torch.hann_window(400, periodic=False), return_complex=True,
-        pad_mode="constant").  DOUBT: older NeMo releases (< ~1.20) did not pass
-        pad_mode and therefore used torch's default 'reflect'; current NeMo
-        passes pad_mode="constant".  We follow current NeMo (zero padding).
-        torch zero-pads the 400-sample window to 512, centred (56 each side).
-      * magnitude sqrt(re^2 + im^2) (guard 0 in eval), then pow(2).
-      * fb = librosa.filters.mel(sr, n_fft=512, n_mels, fmin=0, fmax=8000,
-        norm='slaney') (NeMo casts it to float32; we use float64).
-      * log(x + 2**-24).
-      * normalize_batch per_feature: masked mean over valid frames, std with
-        (T-1) denominator, NaN std -> 0, std += 1e-5.  DOUBT: current NeMo
-        raises ValueError when a sequence has exactly one frame (len < 160
-        samples) instead of producing NaN->0; we emit the NaN->0 result (all
-        zeros) for T == 1 as the sonograph convention.
-      * padded frames masked to pad_value 0: no effect for a single sequence.
-      * NeMo computes everything in float32; we compute in float64.
+
+def ref_nemo(y, n_mels, legacy):
+    """numpy transcription of NeMo's FilterbankFeatures.forward (eval mode, one item, CPU)
+    with the FastConformer / Parakeet AudioToMelSpectrogramPreprocessor configuration:
+    sample_rate 16000, window_size 0.025 (400), window_stride 0.01 (160), window hann,
+    n_fft 512, features n_mels, normalize per_feature, log true, dither 0 (NeMo dithers only
+    in training mode), pad_to 0, preemph 0.97, log_zero_guard add 2**-24, mag_power 2,
+    lowfreq 0, highfreq None (-> 8000), mel_norm slaney, exact_pad False, frame_splicing 1.
+
+    Read from nemo/collections/asr/parts/preprocessing/features.py at both versions.  Both:
+      * window: torch.hann_window(400, periodic=False), zero-padded by torch.stft to 512,
+        centred (56 zeros each side);
+      * preemphasis: x = cat(x[:, :1], x[:, 1:] - 0.97 * x[:, :-1]);
+      * magnitude sqrt(re^2 + im^2) (guard 0 in eval), then pow(2);
+      * fb = librosa.filters.mel(sr, n_fft=512, n_mels, fmin=0, fmax=8000, norm='slaney');
+      * log(x + 2**-24);
+      * normalize_batch per_feature over the first seq_len frames: mean, and std with an
+        (n - 1) denominator, + 1e-5;
+      * frames at or past seq_len masked to pad_value 0 (they are not features).
+    v2.4.0 (legacy=True):
+      * torch.stft(center=True) without pad_mode: torch's default, reflect padding by
+        n_fft // 2 = 256, which torch refuses for inputs of 256 samples or fewer;
+      * get_seq_len: (len + 2 * 256 - 512) // 160 + 1 = len // 160 + 1: every STFT frame.
+    v2.5.0rc0 (legacy=False; commit 0fd4de5, "Improve ASR models' invariance to
+    padding/batch size", July 2025):
+      * torch.stft(..., pad_mode="constant"): zero padding;
+      * get_seq_len lost its + 1: len // 160 valid frames; the last STFT frame is masked;
+      * normalize_batch: x_std.masked_fill(x_std.isnan(), 0.0), so a single valid frame
+        normalises to 0 / 1e-5 = 0 (normalize_batch raises ValueError for a length of 1
+        only when torch.cuda.is_available(); this is the CPU behaviour);
+      * inputs shorter than one hop have 0 valid frames.
+    NeMo computes in float32; this transcription computes in float64.
     """
     sr, n_fft, win, hop = 16000, 512, 400, 160
+    if legacy and len(y) <= n_fft // 2:
+        raise ValueError("torch's reflect padding needs more than n_fft/2 = 256 samples")
     x = np.concatenate([y[:1], y[1:] - 0.97 * y[:-1]])
-    xp = np.pad(x, n_fft // 2, mode="constant")
+    xp = np.pad(x, n_fft // 2, mode="reflect" if legacy else "constant")
     n = np.arange(win)
     w = 0.5 - 0.5 * np.cos(2 * np.pi * n / (win - 1))  # symmetric Hann
     window = np.zeros(n_fft)
     left = (n_fft - win) // 2
     window[left:left + win] = w
-    n_frames = 1 + len(y) // hop
-    idx = np.arange(n_fft)[None, :] + hop * np.arange(n_frames)[:, None]
+    stft_frames = 1 + len(y) // hop
+    valid = stft_frames if legacy else len(y) // hop
+    idx = np.arange(n_fft)[None, :] + hop * np.arange(stft_frames)[:, None]
     frames = xp[idx] * window[None, :]
     spec = np.fft.rfft(frames, n=n_fft, axis=1)
     mag = np.sqrt(spec.real ** 2 + spec.imag ** 2)
     power = mag ** 2  # [T, 257]
     filters = librosa.filters.mel(sr=sr, n_fft=n_fft, n_mels=n_mels, fmin=0.0, fmax=8000.0,
                                   norm="slaney", dtype=np.float64)
-    mel = filters @ power.T  # [n_mels, T]
-    logmel = np.log(mel + 2.0 ** -24)
-    T = logmel.shape[1]
+    logmel = np.log(filters @ power.T + 2.0 ** -24)[:, :valid]  # [n_mels, valid]
+    if valid == 0:
+        return np.zeros((0, n_mels))
     mean = logmel.mean(axis=1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
-        std = np.sqrt(np.sum((logmel - mean) ** 2, axis=1, keepdims=True) / (T - 1))
-    std = np.where(np.isnan(std), 0.0, std)
+        std = np.sqrt(np.sum((logmel - mean) ** 2, axis=1, keepdims=True) / (valid - 1))
+    if not legacy:
+        std = np.where(np.isnan(std), 0.0, std)
     std = std + 1e-5
     return ((logmel - mean) / std).T
 
@@ -357,8 +369,10 @@ KEYS_16K = {
     "whisper-128": (lambda y: ref_whisper(y, 128), "log_abs"),
     "kaldi-80": (ref_kaldi, "log_abs"),
     "kaldi-80-f64": (ref_kaldi_f64, "log_abs"),
-    "nemo-80": (lambda y: ref_nemo(y, 80), "log_abs"),
-    "nemo-128": (lambda y: ref_nemo(y, 128), "log_abs"),
+    "nemo-80": (lambda y: ref_nemo(y, 80, legacy=False), "log_abs"),
+    "nemo-128": (lambda y: ref_nemo(y, 128, legacy=False), "log_abs"),
+    "nemo-legacy-80": (lambda y: ref_nemo(y, 80, legacy=True), "log_abs"),
+    "nemo-legacy-128": (lambda y: ref_nemo(y, 128, legacy=True), "log_abs"),
     "power-512": (ref_power, "linear_rel"),
     "psd-welch": (ref_psd, "linear_rel"),
 }
@@ -366,6 +380,14 @@ KEYS_22K = {
     "librosa-mel": (ref_librosa_mel, "log_abs"),
     "librosa-mfcc": (ref_librosa_mfcc, "log_abs"),
 }
+
+
+def refusal(key, n):
+    """Inputs the matched code itself refuses, and so sonograph refuses too (tested as such)."""
+    if key.startswith("nemo-legacy") and n <= 256:
+        return ("NeMo <= 2.4 pads with torch's reflect padding, which needs more than "
+                "n_fft/2 = 256 samples")
+    return None
 
 
 def applicable(key, name, n):
@@ -384,6 +406,99 @@ def applicable(key, name, n):
 # --------------------------------------------------------------------------
 
 
+def reference_case(cases, skipped, refused, name, sr, y64, key, fn, compare):
+    """Runs one reference on one signal and records its case, skip or refusal."""
+    why = refusal(key, len(y64))
+    if why is not None:
+        refused.append({"name": f"{name}.{key}", "audio": f"audio/{name}.wav", "key": key,
+                        "samples": int(len(y64)), "reason": why})
+        return
+    ok, why = applicable(key, name.rsplit("_", 1)[0], len(y64))
+    if not ok:
+        skipped.append((f"{name}.{key}", why))
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = fn(y64)
+    except Exception as e:  # noqa: BLE001
+        skipped.append((f"{name}.{key}", f"reference raised {type(e).__name__}: {e}"))
+        print(f"SKIP {name}.{key}: {type(e).__name__}: {e}")
+        return
+    if not np.all(np.isfinite(out)):
+        skipped.append((f"{name}.{key}", "non-finite reference"))
+        print(f"SKIP {name}.{key}: non-finite values")
+        return
+    rel = f"ref/{name}.{key}.npy"
+    shape = save_ref(os.path.join(GOLDEN, rel), out)
+    case = {
+        "name": f"{name}.{key}",
+        "audio": f"audio/{name}.wav",
+        "key": key,
+        "reference": rel,
+        "sample_rate": sr,
+        "samples": int(len(y64)),
+        "frames": int(shape[0]),
+        "bins": int(shape[1]),
+        "compare": compare,
+    }
+    if key.startswith("nemo"):
+        case["reference_code"] = NEMO_VERSIONS[key.startswith("nemo-legacy")]
+    if key.startswith("nemo") and shape[0] == 1:
+        case["note"] = ("one valid frame: NeMo >= 2.5 on a CPU gives zeros (NaN std -> 0, "
+                        "+1e-5); with CUDA available normalize_batch raises ValueError")
+    if key.startswith("nemo") and shape[0] == 0:
+        case["note"] = "shorter than one hop: NeMo >= 2.5 has no valid frame"
+    cases.append(case)
+
+
+def update_keys(keys):
+    """Recomputes the references of `keys` from the committed audio (tests/golden/audio),
+    leaving every other case, the audio and tests/data as they are."""
+    path = os.path.join(GOLDEN, "cases.json")
+    manifest = json.load(open(path))
+    all_keys = {**{k: (v, 16000) for k, v in KEYS_16K.items()},
+                **{k: (v, 22050) for k, v in KEYS_22K.items()}}
+    unknown = [k for k in keys if k not in all_keys]
+    if unknown:
+        sys.exit(f"unknown keys {unknown}; known: {list(all_keys)}")
+    audio_order = []
+    for c in manifest["cases"]:
+        if c["audio"] not in audio_order:
+            audio_order.append(c["audio"])
+    for a in sorted(os.listdir(os.path.join(GOLDEN, "audio"))):
+        if f"audio/{a}" not in audio_order:
+            audio_order.append(f"audio/{a}")
+    key_order = list(all_keys)
+    for c in manifest["cases"]:
+        if c["key"] in keys:
+            os.remove(os.path.join(GOLDEN, c["reference"]))
+    cases = [c for c in manifest["cases"] if c["key"] not in keys]
+    skipped = [(s["name"], s["reason"]) for s in manifest["skipped"]
+               if s["name"].rsplit(".", 1)[1] not in keys]
+    refused = [r for r in manifest.get("refused", []) if r["key"] not in keys]
+    for audio in audio_order:
+        name = os.path.basename(audio)[:-len(".wav")]
+        y32, sr = sf.read(os.path.join(GOLDEN, audio), dtype="float32", always_2d=False)
+        for key in keys:
+            (fn, compare), rate = all_keys[key]
+            if rate == sr:
+                reference_case(cases, skipped, refused, name, sr, y32.astype(np.float64), key,
+                               fn, compare)
+    cases.sort(key=lambda c: (audio_order.index(c["audio"]), key_order.index(c["key"])))
+    manifest["cases"] = cases
+    manifest["skipped"] = [{"name": n, "reason": r} for n, r in skipped]
+    manifest["refused"] = refused
+    manifest["versions"]["updated_keys"] = {k: current_versions() for k in keys}
+    with open(path, "w") as f:
+        json.dump(manifest, f, indent=2)
+        f.write("\n")
+    for k in keys:
+        n = sum(c["key"] == k for c in cases)
+        r = sum(x["key"] == k for x in refused)
+        print(f"{k}: {n} cases, {r} refusals")
+
+
 def build_golden(tmpdir):
     audio_dir = os.path.join(GOLDEN, "audio")
     ref_dir = os.path.join(GOLDEN, "ref")
@@ -392,7 +507,7 @@ def build_golden(tmpdir):
             shutil.rmtree(d)
         os.makedirs(d)
 
-    cases, skipped = [], []
+    cases, skipped, refused = [], [], []
     signals16 = None
     for sr, keys in ((16000, KEYS_16K), (22050, KEYS_22K)):
         sigs = make_signals(sr, tmpdir)
@@ -404,40 +519,8 @@ def build_golden(tmpdir):
             y32 = write_float_wav(apath, y, sr)
             y64 = y32.astype(np.float64)
             for key, (fn, compare) in keys.items():
-                ok, why = applicable(key, sname, len(y64))
-                if not ok:
-                    skipped.append((f"{name}.{key}", why))
-                    continue
-                try:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        out = fn(y64)
-                except Exception as e:  # noqa: BLE001
-                    skipped.append((f"{name}.{key}", f"reference raised {type(e).__name__}: {e}"))
-                    print(f"SKIP {name}.{key}: {type(e).__name__}: {e}")
-                    continue
-                if not np.all(np.isfinite(out)):
-                    skipped.append((f"{name}.{key}", "non-finite reference"))
-                    print(f"SKIP {name}.{key}: non-finite values")
-                    continue
-                rel = f"ref/{name}.{key}.npy"
-                shape = save_ref(os.path.join(GOLDEN, rel), out)
-                case = {
-                    "name": f"{name}.{key}",
-                    "audio": f"audio/{name}.wav",
-                    "key": key,
-                    "reference": rel,
-                    "sample_rate": sr,
-                    "samples": int(len(y64)),
-                    "frames": int(shape[0]),
-                    "bins": int(shape[1]),
-                    "compare": compare,
-                }
-                if key.startswith("nemo") and shape[0] == 1:
-                    case["note"] = ("single frame: NeMo itself raises ValueError here; reference uses "
-                                    "NaN std -> 0 (+1e-5), i.e. all zeros")
-                cases.append(case)
-    return cases, skipped, signals16
+                reference_case(cases, skipped, refused, name, sr, y64, key, fn, compare)
+    return cases, skipped, refused, signals16
 
 
 # --------------------------------------------------------------------------
@@ -656,19 +739,32 @@ def dir_size(d):
     return total
 
 
+def current_versions():
+    return {
+        "librosa": librosa.__version__,
+        "kaldi_native_fbank": importlib.metadata.version("kaldi_native_fbank"),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "soundfile": sf.__version__,
+        "libsndfile": sf.__libsndfile_version__,
+    }
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--only":
+        update_keys(sys.argv[2].split(","))
+        return
+    if len(sys.argv) != 1:
+        sys.exit("usage: golden.py            regenerate every fixture\n"
+                 "       golden.py --only K1,K2  recompute these reference keys from the "
+                 "committed audio")
     for tool in ("espeak-ng", "sox", "lame", "oggenc", "ffprobe", "ffmpeg"):
         if shutil.which(tool) is None:
             sys.exit(f"missing required tool: {tool}")
     with tempfile.TemporaryDirectory() as tmpdir:
-        cases, skipped, sig16 = build_golden(tmpdir)
+        cases, skipped, refused, sig16 = build_golden(tmpdir)
         versions = {
-            "librosa": librosa.__version__,
-            "kaldi_native_fbank": importlib.metadata.version("kaldi_native_fbank"),
-            "numpy": np.__version__,
-            "scipy": scipy.__version__,
-            "soundfile": sf.__version__,
-            "libsndfile": sf.__libsndfile_version__,
+            **current_versions(),
             "espeak-ng": tool_version(["espeak-ng", "--version"]),
             "sox": tool_version(["sox", "--version"]),
         }
@@ -677,6 +773,7 @@ def main():
             "versions": versions,
             "kaldi_options": knf_options_dict(),
             "skipped": [{"name": n, "reason": r} for n, r in skipped],
+            "refused": refused,
             "cases": cases,
         }
         with open(os.path.join(GOLDEN, "cases.json"), "w") as f:
@@ -689,8 +786,8 @@ def main():
         counts[c["key"]] = counts.get(c["key"], 0) + 1
     print("cases per key:")
     for k in list(KEYS_16K) + list(KEYS_22K):
-        print(f"  {k:14s} {counts.get(k, 0)}")
-    print(f"total cases: {len(cases)}; skipped: {len(skipped)}")
+        print(f"  {k:16s} {counts.get(k, 0)}")
+    print(f"total cases: {len(cases)}; skipped: {len(skipped)}; refused: {len(refused)}")
     for n, r in skipped:
         print(f"  skipped {n}: {r}")
     print(f"decode fixtures: {len(files)}")

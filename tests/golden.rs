@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use sonograph_dsp::{CpuExtractor, Precision};
+use sonograph_dsp::{CpuExtractor, ExtractError, Precision};
 use sonograph_io::{decode_mono, read_npy_f32, DecodeOptions};
 
 #[path = "shared/golden_keys.rs"]
@@ -142,7 +142,7 @@ fn report(title: &str, worst: &BTreeMap<String, Worst>) {
 fn every_preset_matches_its_reference_f64() {
     let (worst, failures) = run_suite(Precision::F64, &[]);
     report("golden parity, f64 core", &worst);
-    assert_eq!(worst.len(), 10, "every key has cases");
+    assert_eq!(worst.len(), 12, "every key has cases");
     let knf = &worst["kaldi-80"];
     // Most of the skipped bands are the chirp's: a sweep leaves most of each frame's bands
     // 60–150 dB under its peak.
@@ -160,19 +160,59 @@ fn every_preset_matches_its_reference_f64() {
     );
 }
 
-/// The f32 core (what a GPU computes) holds the log tolerance for Whisper and NeMo. It does
-/// not for librosa's dB (2e-4 dB is 5e-5 relative) or Kaldi on bands 80 dB under their frame,
-/// which is why the CPU default is f64.
+/// Inputs the matched code itself refuses (NeMo ≤ 2.4 cannot reflect-pad 256 samples or
+/// fewer) are refused here too, with the reason, instead of computed some other way.
 #[test]
-fn whisper_and_nemo_match_their_reference_f32() {
-    let keys = ["whisper-80", "whisper-128", "nemo-80", "nemo-128"];
-    let (worst, failures) = run_suite(Precision::F32, &keys);
+fn inputs_the_reference_refuses_are_refused() {
+    let text = std::fs::read_to_string(golden_dir().join("cases.json")).unwrap();
+    let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let refused = manifest["refused"].as_array().unwrap();
+    assert_eq!(
+        refused.len(),
+        6,
+        "short1/160/201 under both legacy NeMo keys"
+    );
+    for case in refused {
+        let spec = spec_for(case["key"].as_str().unwrap());
+        let audio = golden_dir().join(case["audio"].as_str().unwrap());
+        let samples = decode_mono(&audio, &DecodeOptions::default(), spec.sample_rate).unwrap();
+        assert_eq!(samples.len() as u64, case["samples"].as_u64().unwrap());
+        let err = CpuExtractor::new(&spec)
+            .unwrap()
+            .extract(&samples, &mut Vec::new())
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ExtractError::TooShort {
+                samples: samples.len(),
+                min: 257
+            },
+            "{}",
+            case["name"]
+        );
+    }
+}
+
+/// The f32 core (what `--precision f32` and an f32-only GPU compute) holds the log tolerance
+/// for Whisper and the 80-mel NeMo presets. It does not for librosa's dB (2e-4 dB is 5e-5
+/// relative), for Kaldi on bands 80 dB under their frame, nor for the 128-mel NeMo presets:
+/// their narrow low bands barely move over a steady signal (band 1 of the DC case has a
+/// standard deviation of 0.0024 over time), so NeMo's normalisation multiplies f32 rounding
+/// by about 400 (2.8e-4 on DC, 2.0e-4 on the chirp; NeMo's own float32 lands 1.5e-4 from the
+/// float64 reference there, scripts/check_nemo_torch.py). That is why the CPU default is f64.
+/// Those keys' worst errors are printed, not asserted.
+#[test]
+fn whisper_and_nemo_80_match_their_reference_f32() {
+    let held = ["whisper-80", "whisper-128", "nemo-80", "nemo-legacy-80"];
+    let (worst, failures) = run_suite(Precision::F32, &held);
     report("golden parity, f32 core", &worst);
-    assert_eq!(worst.len(), keys.len());
+    assert_eq!(worst.len(), held.len());
     assert!(
         failures.is_empty(),
         "{} failures:\n{}",
         failures.len(),
         failures.join("\n")
     );
+    let (worst, _) = run_suite(Precision::F32, &["nemo-128", "nemo-legacy-128"]);
+    report("not held in f32 (see above)", &worst);
 }

@@ -13,6 +13,8 @@ pub fn spec_for(key: &str) -> FeatureSpec {
         "kaldi-80" | "kaldi-80-f64" => FeatureSpec::preset("kaldi").unwrap(),
         "nemo-80" => FeatureSpec::preset("nemo").unwrap(),
         "nemo-128" => FeatureSpec::preset("nemo-128").unwrap(),
+        "nemo-legacy-80" => FeatureSpec::preset("nemo-legacy").unwrap(),
+        "nemo-legacy-128" => FeatureSpec::preset("nemo-legacy-128").unwrap(),
         "librosa-mel" => FeatureSpec::preset("librosa").unwrap(),
         "librosa-mfcc" => FeatureSpec::preset("librosa-mfcc").unwrap(),
         "power-512" => {

@@ -20,6 +20,9 @@ pub enum ExtractError {
     NonFinite { index: usize, value: f32 },
     #[error("the item has no samples")]
     Empty,
+    /// Shorter than the spec's `min_samples`: the code the spec matches refuses it too.
+    #[error("the item has {samples} samples; this spec needs at least {min} (the code it matches refuses shorter input)")]
+    TooShort { samples: usize, min: usize },
     /// A piece of an item whose window does not hold what its frames read (a caller's bug).
     #[error("bad piece: {0}")]
     BadSpan(String),
@@ -30,7 +33,14 @@ pub enum ExtractError {
     /// The device stopped answering or was lost; its work must move elsewhere.
     #[error("device lost: {0}")]
     DeviceLost(String),
-    /// The backend cannot run here (not built in, no adapter).
+    /// The backend cannot run here (not built in, no adapter, an adapter that cannot open).
     #[error("backend unavailable: {0}")]
     Unavailable(String),
+    /// The spec cannot be run (a caller's error; `FeatureSpec::validate` says why).
+    #[error("invalid spec: {0}")]
+    InvalidSpec(String),
+    /// A kernel that does not compile, or a pipeline that cannot be made from it: a bug in
+    /// sonograph, never a missing device.
+    #[error("GPU kernel error (a bug in sonograph, please report it): {0}")]
+    Kernel(String),
 }

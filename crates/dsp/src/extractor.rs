@@ -467,6 +467,12 @@ impl CpuExtractor {
             return Err(ExtractError::Empty);
         }
         self.in_item = false;
+        if self.signal_len < self.spec.min_samples {
+            return Err(ExtractError::TooShort {
+                samples: self.signal_len,
+                min: self.spec.min_samples,
+            });
+        }
         if !self.started {
             self.start_with_left_pad();
         }
@@ -988,8 +994,19 @@ mod tests {
             .extract(&[0.5, -0.25, 0.125], &mut out)
             .unwrap();
         assert_eq!(frames, 0); // 1 + 3/160 = 1 frame, minus whisper's dropped last frame
-        let mut spec = FeatureSpec::nemo(80);
-        spec.pad_mode = PadMode::Reflect;
+                               // NeMo ≤ 2.4 refuses it, as torch does; a custom spec without that floor reflects.
+        let mut spec = FeatureSpec::nemo_legacy(80);
+        assert_eq!(
+            CpuExtractor::new(&spec)
+                .unwrap()
+                .extract(&[0.5, -0.25, 0.125], &mut out),
+            Err(ExtractError::TooShort {
+                samples: 3,
+                min: 257
+            })
+        );
+        spec.min_samples = 0;
+        assert_eq!(spec.pad_mode, PadMode::Reflect);
         let frames = CpuExtractor::new(&spec)
             .unwrap()
             .extract(&[0.5, -0.25, 0.125], &mut out)

@@ -108,6 +108,12 @@ pub fn check_span(spec: &FeatureSpec, window_len: usize, span: &Span) -> Result<
     if span.signal_len == 0 || (window_len == 0 && span.frames > 0) {
         return Err(ExtractError::Empty);
     }
+    if span.signal_len < spec.min_samples {
+        return Err(ExtractError::TooShort {
+            samples: span.signal_len,
+            min: spec.min_samples,
+        });
+    }
     if window_len == 0 && span.sample_start > 0 {
         return bad("an empty window inside the item".into());
     }

@@ -183,11 +183,21 @@ pub struct FeatureSpec {
     pub drop_last_frame: bool,
     /// Leave out the Nyquist bin of power/magnitude outputs (Kaldi never uses it).
     pub drop_nyquist: bool,
+    /// Shortest item accepted, in samples at `sample_rate`; a shorter one fails with
+    /// [`ExtractError::TooShort`](crate::ExtractError::TooShort), as the matched code fails
+    /// (NeMo ≤ 2.4: torch's reflect padding needs more than `n_fft / 2` samples). 0 = any.
+    /// Left out of the JSON when 0, so that specs without it keep their `spec_id`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub min_samples: usize,
     /// Number of cepstral coefficients kept for `output = "mfcc"`.
     pub n_mfcc: usize,
     /// Cepstral lifter coefficient (0 = off): `c[i] *= 1 + L/2 sin(pi (i + 1) / L)`, as librosa.
     pub lifter: f32,
     pub output: OutputKind,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A named spec with the code it reproduces.
@@ -229,6 +239,7 @@ impl FeatureSpec {
             normalize: Normalize::None,
             drop_last_frame: false,
             drop_nyquist: false,
+            min_samples: 0,
             n_mfcc: 20,
             lifter: 0.0,
             output: OutputKind::Mel,
@@ -273,8 +284,11 @@ impl FeatureSpec {
         }
     }
 
-    /// NeMo's `AudioToMelSpectrogramPreprocessor` as configured for FastConformer/Parakeet,
-    /// with dither 0 (NeMo trains with 1e-5; set `dither` to match training exactly).
+    /// NeMo ≥ 2.5's `AudioToMelSpectrogramPreprocessor` as configured for
+    /// FastConformer/Parakeet, with dither 0 (NeMo dithers only in training). Since NeMo commit
+    /// 0fd4de5 (first in v2.5.0) the STFT pads with zeros and an item of `len` samples has
+    /// `len / hop` valid frames: the STFT's last frame is masked, not a feature, and the
+    /// per-feature statistics are taken over the valid frames alone (`drop_last_frame`).
     pub fn nemo(n_mels: usize) -> Self {
         FeatureSpec {
             n_fft: 512,
@@ -286,8 +300,21 @@ impl FeatureSpec {
             log: LogKind::Ln,
             log_guard: LogGuard::Add(5.960_464_5e-8), // 2^-24
             normalize: Normalize::PerFeature,
+            drop_last_frame: true,
             output: OutputKind::Logmel,
             ..Self::base()
+        }
+    }
+
+    /// NeMo ≤ 2.4's preprocessor, which models trained before v2.5 saw: torch.stft's default
+    /// reflect padding, `len / hop + 1` frames, all of them normalised. torch refuses to
+    /// reflect-pad an input of `n_fft / 2` samples or fewer, so such items fail here too.
+    pub fn nemo_legacy(n_mels: usize) -> Self {
+        FeatureSpec {
+            pad_mode: PadMode::Reflect,
+            drop_last_frame: false,
+            min_samples: 512 / 2 + 1,
+            ..Self::nemo(n_mels)
         }
     }
 
@@ -337,13 +364,23 @@ impl FeatureSpec {
             },
             Preset {
                 name: "nemo",
-                matches: "NeMo AudioToMelSpectrogramPreprocessor (FastConformer/Parakeet), 80 mels, dither 0",
+                matches: "NeMo >= 2.5 AudioToMelSpectrogramPreprocessor (FastConformer/Parakeet), 80 mels, dither 0",
                 spec: Self::nemo(80),
             },
             Preset {
                 name: "nemo-128",
-                matches: "NeMo AudioToMelSpectrogramPreprocessor, 128 mels (Parakeet TDT v2/v3, Canary)",
+                matches: "NeMo >= 2.5 AudioToMelSpectrogramPreprocessor, 128 mels (Parakeet TDT v2/v3, Canary)",
                 spec: Self::nemo(128),
+            },
+            Preset {
+                name: "nemo-legacy",
+                matches: "NeMo <= 2.4 AudioToMelSpectrogramPreprocessor (reflect padding, len/hop + 1 frames), 80 mels",
+                spec: Self::nemo_legacy(80),
+            },
+            Preset {
+                name: "nemo-legacy-128",
+                matches: "NeMo <= 2.4 AudioToMelSpectrogramPreprocessor, 128 mels",
+                spec: Self::nemo_legacy(128),
             },
             Preset {
                 name: "librosa",
