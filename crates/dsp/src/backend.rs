@@ -218,6 +218,34 @@ pub trait Extractor: Send {
     fn recover(&mut self) -> bool {
         false
     }
+    /// The device memory pool's statistics; `None` for a device without one (the CPU).
+    fn memory_stats(&self) -> Option<MemoryStats> {
+        None
+    }
+}
+
+/// Pool statistics, named after `torch.cuda.memory_stats()` (current values, bytes).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct MemoryStats {
+    /// Bytes in blocks handed out.
+    pub allocated_bytes: u64,
+    /// Bytes held from the device: handed out plus cached.
+    pub reserved_bytes: u64,
+    /// Bytes the callers asked for (allocated less size-class rounding).
+    pub requested_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// Allocations that succeeded only after the cache was released.
+    pub num_alloc_retries: u64,
+    pub num_ooms: u64,
+    /// Allocations served from the cache.
+    pub num_cache_hits: u64,
+    pub num_device_allocs: u64,
+    pub budget_bytes: u64,
+    /// 1 − allocated / reserved (0 when nothing is reserved).
+    pub fragmentation: f64,
+    /// The largest cached (free) block.
+    pub largest_free_block: u64,
 }
 
 /// The CPU backend: items in parallel on a rayon pool, one [`CpuExtractor`] per worker.

@@ -14,7 +14,7 @@ pub mod span;
 pub mod spec;
 pub mod window;
 
-pub use backend::{AudioBatch, CpuBackend, Extractor, FeatureBatch};
+pub use backend::{AudioBatch, CpuBackend, Extractor, FeatureBatch, MemoryStats};
 pub use error::{ExtractError, SpecError};
 pub use extractor::{CpuExtractor, Precision};
 pub use span::Span;

@@ -22,4 +22,10 @@ pub enum GpuError {
     /// The GPU backend is not built in or cannot run here.
     #[error("gpu unavailable: {0}")]
     Unavailable(String),
+    /// A GPU was asked for from a build without the `gpu` cargo feature.
+    #[error("this sonograph was built without GPU support (the `gpu` cargo feature); only the CPU is available")]
+    NotBuilt,
+    /// A device that cannot be disabled, or that does not exist, was named to be disabled.
+    #[error("cannot disable {0}: {1}")]
+    CannotDisable(String, String),
 }

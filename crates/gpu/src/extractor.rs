@@ -116,6 +116,11 @@ impl BlockAllocator for WgpuAllocator {
             BlockKind::Uniform => wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             BlockKind::Readback => wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
         };
+        // Fault injection: the device refusing an allocation, as wgpu's OOM error scope would.
+        fail::fail_point!("gpu::device_alloc", |_| Err(format!(
+            "injected by failpoint gpu::device_alloc: {} refused",
+            human_bytes(size)
+        )));
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("sonograph pool block"),
@@ -200,7 +205,7 @@ impl GpuBackend {
     ) -> Result<Self, ExtractError> {
         let budget = crate::nvml::budget_for(options.budget, &gpu.info);
         spec.validate()
-            .map_err(|e| unavailable(format!("invalid spec: {e}")))?;
+            .map_err(|e| ExtractError::InvalidSpec(e.to_string()))?;
         let precision = match options.precision {
             Precision::F64 if !gpu.device.features().contains(wgpu::Features::SHADER_F64) => {
                 tracing::warn!(
@@ -216,7 +221,7 @@ impl GpuBackend {
         let d = &gpu.device;
         let scope = d.push_error_scope(wgpu::ErrorFilter::Validation);
         let pipeline = |name: &str, body: &str, entry: &str| {
-            let source = format!("{}\n{body}", COMMON.replace("@REAL@", real));
+            let source = kernel_source(real, body);
             let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(name),
                 source: wgpu::ShaderSource::Wgsl(source.into()),
@@ -300,7 +305,10 @@ impl GpuBackend {
             )
         });
         if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(unavailable(format!("the kernels do not compile here: {e}")));
+            return Err(ExtractError::Kernel(format!(
+                "on {} ({:?}): {e}",
+                gpu.info.name, gpu.info.backend
+            )));
         }
         let label = format!(
             "gpu:{index} {} ({:?}, {real})",
@@ -343,11 +351,6 @@ impl GpuBackend {
     /// f32 where the adapter has no f64 in shaders.
     pub fn precision(&self) -> Precision {
         self.precision
-    }
-
-    /// The pool's statistics.
-    pub fn memory_stats(&self) -> MemoryStats {
-        self.pool.stats()
     }
 
     /// How long a batch may run before the device counts as lost (default 60 s).
@@ -602,8 +605,15 @@ impl GpuBackend {
         enc.copy_buffer_to_buffer(result_buf, 0, b_read, 0, result_bytes);
         let index = q.submit([enc.finish()]);
         if let Some(e) = pollster::block_on(val_scope.pop()) {
-            return Err(unavailable(format!("wgpu rejected the batch (a bug): {e}")));
+            return Err(ExtractError::Kernel(format!(
+                "wgpu rejected the batch: {e}"
+            )));
         }
+        // Fault injection: the device lost while the batch runs (its blocks go back to the
+        // pool in `run`, as after a real loss).
+        fail::fail_point!("gpu::device_lost", |_| Err(ExtractError::DeviceLost(
+            format!("{}: injected by failpoint gpu::device_lost", self.label)
+        )));
         if let Some(e) = pollster::block_on(oom_scope.pop()) {
             return Err(ExtractError::OutOfMemory(format!(
                 "the device ran out of memory running a batch of {} items: {e}; {}",
@@ -625,6 +635,16 @@ impl GpuBackend {
             bytemuck::pod_collect_to_vec(&bytes)
         })
     }
+}
+
+/// The WGSL of one kernel: the common declarations for scalar `real`, then `body`.
+fn kernel_source(real: &str, body: &str) -> String {
+    // Fault injection: a kernel that does not compile, which must never read as "no GPU".
+    fail::fail_point!("gpu::broken_kernel", |_| format!(
+        "{}\n{body}\nfn broken( {{",
+        COMMON.replace("@REAL@", real)
+    ));
+    format!("{}\n{body}", COMMON.replace("@REAL@", real))
 }
 
 /// What the batcher does after an out-of-memory error on a batch of `n_items`: the end of
@@ -699,6 +719,10 @@ impl Extractor for GpuBackend {
 
     /// Runs the health-probe kernel on this backend's own device (5 s deadline): a device the
     /// driver reports lost never recovers.
+    fn memory_stats(&self) -> Option<MemoryStats> {
+        Some(self.pool.stats())
+    }
+
     fn recover(&mut self) -> bool {
         fail::fail_point!("gpu::recover_fails", |_| false);
         if self.gpu.is_lost() {
@@ -741,14 +765,6 @@ impl Extractor for GpuBackend {
         batch: &AudioBatch,
         out: &mut FeatureBatch,
     ) -> Result<(), ExtractError> {
-        fail::fail_point!("gpu::device_lost", |_| Err(ExtractError::DeviceLost(
-            format!("{}: injected by failpoint gpu::device_lost", self.label)
-        )));
-        fail::fail_point!("gpu::oom", |_| Err(ExtractError::OutOfMemory(format!(
-            "injected by failpoint gpu::oom: a batch of {} items; {}",
-            batch.len(),
-            next_step(batch.len())
-        ))));
         if self.gpu.is_lost() {
             return Err(ExtractError::DeviceLost(self.label.clone()));
         }

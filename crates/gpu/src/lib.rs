@@ -11,6 +11,7 @@ pub mod error;
 pub mod nvml;
 pub mod plan;
 pub mod pool;
+pub mod set;
 
 #[cfg(feature = "gpu")]
 pub mod context;
@@ -23,6 +24,7 @@ pub use error::GpuError;
 pub use extractor::GpuBackend;
 pub use nvml::GpuTelemetry;
 pub use pool::{Budget, MemoryPool, MemoryStats};
+pub use set::{Choice, DeviceRequest, DeviceSet, OpenError, OpenOptions, Opened, ProbePolicy};
 
 /// How to open the GPU backend.
 #[derive(Debug, Clone, Default)]
@@ -48,7 +50,6 @@ pub const GPU_BUILT: bool = cfg!(feature = "gpu");
 mod standin {
     use sonograph_dsp::{AudioBatch, ExtractError, Extractor, FeatureBatch, FeatureSpec};
 
-    use crate::pool::MemoryStats;
     use crate::GpuOptions;
 
     /// Stand-in for builds without the `gpu` feature: it cannot be constructed.
@@ -62,10 +63,6 @@ mod standin {
                 "this sonograph was built without the `gpu` feature; rebuild with `--features gpu`"
                     .into(),
             ))
-        }
-
-        pub fn memory_stats(&self) -> MemoryStats {
-            MemoryStats::default()
         }
 
         pub fn spectrum_kernel(&self) -> &'static str {

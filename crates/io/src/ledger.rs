@@ -44,6 +44,16 @@ pub struct PieceRecord {
     pub audio_seconds: f64,
 }
 
+/// Counts of a ledger's parts and items ([`Ledger::inspect`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LedgerSummary {
+    pub committed_parts: u64,
+    /// Parts begun and not committed: a crash between writing a part and committing it.
+    pub pending_parts: u64,
+    /// Items whose last piece is committed.
+    pub done_items: u64,
+}
+
 pub struct Ledger {
     path: PathBuf,
     conn: Connection,
@@ -158,6 +168,27 @@ impl Ledger {
             }
         }
         Ok(())
+    }
+
+    /// What a ledger holds, read without opening it for writing (nor settling its pending
+    /// parts): for tools and tests that watch a job from outside while it runs.
+    pub fn inspect(path: &Path) -> Result<LedgerSummary, LedgerError> {
+        let sql = |source| LedgerError::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        };
+        let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .map_err(sql)?;
+        let count = |query: &str| -> Result<u64, LedgerError> {
+            conn.query_row(query, [], |r| r.get::<_, i64>(0))
+                .map(|n| n as u64)
+                .map_err(sql)
+        };
+        Ok(LedgerSummary {
+            committed_parts: count("SELECT COUNT(*) FROM parts WHERE state = 'committed'")?,
+            pending_parts: count("SELECT COUNT(*) FROM parts WHERE state = 'pending'")?,
+            done_items: count("SELECT COUNT(*) FROM pieces WHERE last = 1")?,
+        })
     }
 
     /// The number the next part should get.

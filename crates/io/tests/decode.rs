@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use sonograph_io::{
-    decode_mono, read_npy_f32, AudioReader, ChannelMix, DecodeError, DecodeOptions,
+    decode_mono, read_npy_f32, AudioReader, ChannelMix, DecodeError, DecodeOptions, Limits,
 };
 
 fn data_dir() -> PathBuf {
@@ -220,4 +220,50 @@ fn bad_files_get_one_line_errors_naming_file_and_reason() {
     // A good file decodes, as a control.
     let ok = dir.write("ok.wav", &wav(16_000, 1, 16, &pcm, 6400));
     assert_eq!(decode(&ok, ChannelMix::Mean, 16_000).unwrap().len(), 3200);
+}
+
+/// A header that declares more audio than the duration limit is refused before anything is
+/// decoded or allocated; duration, channel and rate limits are the caller's to set.
+#[test]
+fn headers_beyond_the_limits_are_refused_up_front() {
+    let dir = TempDir::new("limits");
+    let pcm: Vec<u8> = (0..3200i16).flat_map(|i| (i * 7).to_le_bytes()).collect();
+    // 0xFFFF_FF00 bytes of 8-bit mono at 8 kHz: 149 hours declared, 6400 bytes present.
+    expect_err(
+        &dir.write("huge.wav", &wav(8_000, 1, 8, &pcm, 0xFFFF_FF00)),
+        "the limit is 86400 s",
+    );
+    let ok = dir.write("ok.wav", &wav(16_000, 2, 16, &pcm, 6400));
+    let with = |limits: Limits| {
+        let opts = DecodeOptions {
+            limits,
+            ..Default::default()
+        };
+        decode_mono(&ok, &opts, 16_000).map_err(|e| e.to_string())
+    };
+    assert_eq!(with(Limits::default()).unwrap().len(), 1600);
+    let err = with(Limits {
+        max_seconds: 0.05,
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(err.contains("the limit is 0.05 s"), "{err}");
+    let err = with(Limits {
+        max_channels: 1,
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(err.contains("2 channels is outside 1..=1"), "{err}");
+    let err = with(Limits {
+        max_sample_rate: 8_000,
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(err.contains("16000 Hz is outside"), "{err}");
+    assert!(Limits {
+        max_seconds: f64::NAN,
+        ..Default::default()
+    }
+    .validate()
+    .is_err());
 }

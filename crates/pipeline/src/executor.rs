@@ -136,6 +136,9 @@ pub(crate) fn run_executor(
         stats.report.items += n;
         stats.report.min_batch = stats.report.min_batch.min(n);
         stats.report.max_batch = stats.report.max_batch.max(n);
+        // Fault injection: `executor::batch=sleep(ms)` stretches a job so that the
+        // kill-and-resume tests' kills land while it runs.
+        fail::fail_point!("executor::batch");
         batcher.run(&batch, device.as_mut(), &mut cpu, &mut out);
         stats.compute_s += compute.elapsed().as_secs_f64();
         for (i, unit) in meta.drain(..).enumerate() {

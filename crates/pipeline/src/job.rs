@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sonograph_dsp::{CpuExtractor, ExtractError, Extractor, FeatureSpec, OutputKind, Precision};
-use sonograph_io::decode::{AudioReader, ChannelMix, DecodeOptions};
+use sonograph_io::decode::{AudioReader, ChannelMix, DecodeOptions, Limits};
 use sonograph_io::ledger::{Ledger, LedgerError};
 use sonograph_io::manifest::{read_source, shard_range, Entry, SourceError, SourceItem};
 use sonograph_io::parquet::{Dtype, FeatureRow};
@@ -29,6 +29,8 @@ pub struct JobConfig {
     pub spec: FeatureSpec,
     pub precision: Precision,
     pub mix: ChannelMix,
+    /// Resource limits every file is decoded under (as `features` applies them).
+    pub limits: Limits,
     /// Decode threads.
     pub workers: usize,
     /// Depth of the prefetch queue, in batches.
@@ -57,6 +59,7 @@ impl JobConfig {
             spec,
             precision: Precision::default(),
             mix: ChannelMix::Mean,
+            limits: Limits::default(),
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             prefetch: 4,
             batch_items: 16,
@@ -603,7 +606,7 @@ fn decode_item(
     let fail = |reason: String| item_failure(item, reason);
     let opts = DecodeOptions {
         mix: config.mix,
-        max_seconds: None,
+        limits: config.limits,
         offset_s: item.offset_s,
         duration_s: item.duration_s,
     };

@@ -178,9 +178,10 @@ impl Writer {
         let part = self.next_part;
         let closed = part_writer.close()?;
         self.ledger.begin_part(part, &file, &self.records)?;
-        fail_point("writer-before-rename")?;
+        // Crash points (failpoints builds only): the process dies here as under kill -9.
+        fail::fail_point!("writer-before-rename", |_| crash());
         let size = closed.publish()?;
-        fail_point("writer-before-commit")?;
+        fail::fail_point!("writer-before-commit", |_| crash());
         self.ledger.commit_part(part, size)?;
         self.next_part += 1;
         self.stats.rows += self.records.len() as u64;
@@ -192,13 +193,13 @@ impl Writer {
     }
 }
 
-/// Test hook: `SONOGRAPH_FAIL_AT=<name>` makes the writer abort the process at that point, as
-/// a kill -9 would, so that tests can crash it at the two instants that matter for the ledger.
-fn fail_point(name: &str) -> Result<(), JobError> {
-    if std::env::var("SONOGRAPH_FAIL_AT").is_ok_and(|v| v == name) {
-        std::process::abort();
-    }
-    Ok(())
+/// Ends the process at once, as kill -9 would: the kill-and-resume tests crash the writer at
+/// the two instants that matter to the ledger (`FAILPOINTS=writer-before-rename=return`).
+/// (Compiled in whenever the `fail` crate's failpoints are, which another crate's tests may
+/// switch on; unused otherwise.)
+#[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
+fn crash() -> Result<(), JobError> {
+    std::process::abort()
 }
 
 #[cfg(test)]
