@@ -330,6 +330,35 @@ fn a_device_that_fails_its_probe_is_not_used_and_the_run_says_so() {
         .collect();
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0]["device"].as_str().unwrap().starts_with("cpu"));
+    // A kernel that does not compile is a bug: exit 1, saying so, even under `auto`'s rules.
+    for device in ["gpu", "all"] {
+        let o = bin()
+            .args(["features", input, "--device", device, "--out"])
+            .arg(tmp.path("k.npy"))
+            .env("FAILPOINTS", "gpu::broken_kernel=return")
+            .output()
+            .unwrap();
+        if device == "all" {
+            assert_eq!(o.status.code(), Some(2), "features takes one device");
+            continue;
+        }
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(stderr(&o).contains("GPU kernel error"), "{}", stderr(&o));
+    }
+    let o = bin()
+        .args([
+            "extract",
+            corpus.to_str().unwrap(),
+            "--device",
+            "all",
+            "--out",
+        ])
+        .arg(tmp.path("ds2"))
+        .env("FAILPOINTS", "gpu::broken_kernel=return")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("GPU kernel error"), "{}", stderr(&o));
 }
 
 /// A FLAC whose STREAMINFO claims 2^36 - 1 samples (about 50 days at 16 kHz).
@@ -604,6 +633,19 @@ fn bad_input_exits_2_with_one_line_naming_the_file() {
     expect_user_error(
         &["features", input, "--channel", "3", "--out", out],
         "channel 3",
+    );
+    // An item the preset's reference refuses: NeMo <= 2.4 cannot reflect-pad 1 sample.
+    let short = repo("tests/golden/audio/short1_16000.wav");
+    expect_user_error(
+        &[
+            "features",
+            short.to_str().unwrap(),
+            "--preset",
+            "nemo-legacy",
+            "--out",
+            out,
+        ],
+        "needs at least 257",
     );
     assert!(!Path::new(out).exists(), "nothing is written on error");
 }
