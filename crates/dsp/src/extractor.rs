@@ -19,7 +19,8 @@ use crate::dither::unit_noise;
 use crate::error::{ExtractError, SpecError};
 use crate::fastlog;
 use crate::mel::MelBank;
-use crate::span::{check_span, frame_start, padded_index, prepare_span, Span};
+use crate::signal::{padded_index, reflect_index, scale_and_preemphasize};
+use crate::span::{check_span, prepare_span, Span};
 use crate::spec::{
     FeatureSpec, Framing, LogGuard, LogKind, Normalize, OutputKind, PadMode, PreemphasisScope,
 };
@@ -195,47 +196,6 @@ fn frame_kernel<T: Real>(
     }
 }
 
-/// Appends `samples` to `dst` as the spectral core sees them: times `input_scale`, and, with
-/// signal-scope pre-emphasis, `y[i] = x[i] − c·x[i−1]`, keeping the item's first sample as is
-/// (NeMo). `prev` is the last scaled input of the previous chunk (ignored `at_start`); returns
-/// the last scaled input of this one. One definition for the CPU and the GPU path.
-pub fn scale_and_preemphasize(
-    spec: &FeatureSpec,
-    samples: &[f32],
-    at_start: bool,
-    prev: f32,
-    dst: &mut Vec<f32>,
-) -> f32 {
-    let scale = spec.input_scale;
-    let c = if spec.preemphasis_scope == PreemphasisScope::Signal {
-        spec.preemphasis
-    } else {
-        0.0
-    };
-    dst.reserve(samples.len());
-    let Some(&last) = samples.last() else {
-        return prev;
-    };
-    if c == 0.0 && scale == 1.0 {
-        dst.extend_from_slice(samples);
-        return last;
-    }
-    let mut rest = samples;
-    let mut prev = prev;
-    if at_start {
-        prev = samples[0] * scale;
-        dst.push(prev);
-        rest = &samples[1..];
-    }
-    dst.extend(rest.iter().map(|&s| {
-        let x = s * scale;
-        let y = x - c * prev;
-        prev = x;
-        y
-    }));
-    prev
-}
-
 /// Applies the spec's guard and log to a row of energies and appends it to `out` as f32.
 #[inline(always)]
 pub fn log_row(spec: &FeatureSpec, row: &mut [f64], out: &mut Vec<f32>) {
@@ -324,17 +284,13 @@ impl CpuExtractor {
             Precision::F32 => Engine::F32(Core::new(spec, bank.as_ref())),
             Precision::F64 => Engine::F64(Core::new(spec, bank.as_ref())),
         };
-        let (pad_left, window_offset) = match spec.framing {
-            Framing::Center => (spec.n_fft / 2, (spec.n_fft - spec.win_length) / 2),
-            Framing::SnipEdges => (0, 0),
-        };
         Ok(CpuExtractor {
             dct: (spec.output == OutputKind::Mfcc)
                 .then(|| Dct::new(spec.n_mels, spec.n_mfcc, f64::from(spec.lifter))),
             spec: spec.clone(),
             engine,
-            pad_left,
-            window_offset,
+            pad_left: spec.pad_left(),
+            window_offset: spec.window_offset(),
             pending: Vec::new(),
             pending_start: 0,
             signal_len: 0,
@@ -381,7 +337,7 @@ impl CpuExtractor {
         let spec = &self.spec;
         let mut segment = vec![0f32; spec.win_length];
         for j in span.first_frame..span.first_frame + span.frames {
-            let start = frame_start(spec, j);
+            let start = spec.frame_start(j);
             let end = start + spec.win_length as isize;
             if start >= base as isize && end <= span.signal_len as isize {
                 // Inside the signal (all but the edge frames): a plain copy.
@@ -515,7 +471,7 @@ impl CpuExtractor {
         } else {
             match self.spec.pad_mode {
                 PadMode::Constant => return 0.0,
-                PadMode::Reflect => crate::span::reflect_index(i, n),
+                PadMode::Reflect => reflect_index(i, n),
             }
         };
         let pos = self.pad_left + idx - self.pending_start;

@@ -10,6 +10,7 @@ pub mod error;
 pub mod extractor;
 pub mod fastlog;
 pub mod mel;
+pub mod signal;
 pub mod span;
 pub mod spec;
 pub mod window;

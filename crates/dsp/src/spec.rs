@@ -480,6 +480,29 @@ impl FeatureSpec {
         }
     }
 
+    /// Samples of padding before the signal: `n_fft / 2` when frames are centred, else 0.
+    pub fn pad_left(&self) -> usize {
+        match self.framing {
+            Framing::Center => self.n_fft / 2,
+            Framing::SnipEdges => 0,
+        }
+    }
+
+    /// Where the window sits inside a centred `n_fft` frame (torch centres a shorter window);
+    /// 0 with Kaldi's framing, whose frames are `win_length` long.
+    pub fn window_offset(&self) -> usize {
+        match self.framing {
+            Framing::Center => (self.n_fft - self.win_length) / 2,
+            Framing::SnipEdges => 0,
+        }
+    }
+
+    /// Signal index (negative inside the left padding) of the first sample frame `j` reads.
+    /// The one definition of where frames sit, for every backend.
+    pub fn frame_start(&self, j: usize) -> isize {
+        (j * self.hop_length + self.window_offset()) as isize - self.pad_left() as isize
+    }
+
     /// Frames the STFT computes before `drop_last_frame` and PSD averaging.
     pub fn n_raw_frames(&self, n_samples: usize) -> usize {
         match self.framing {

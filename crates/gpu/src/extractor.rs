@@ -13,8 +13,8 @@ use std::time::Duration;
 use bytemuck::{Pod, Zeroable};
 use sonograph_dsp::dct::Dct;
 use sonograph_dsp::mel::MelBank;
-use sonograph_dsp::span::{frame_start, prepare_span, Span};
-use sonograph_dsp::spec::{FeatureSpec, Framing, OutputKind, PadMode, PreemphasisScope};
+use sonograph_dsp::span::{prepare_span, Span};
+use sonograph_dsp::spec::{FeatureSpec, OutputKind, PadMode, PreemphasisScope};
 use sonograph_dsp::window::window;
 use sonograph_dsp::{AudioBatch, ExtractError, Extractor, FeatureBatch, Precision};
 use wgpu::util::DeviceExt;
@@ -360,17 +360,12 @@ impl GpuBackend {
 
     fn params(&self, total_frames: usize, grid_y: u32, frame_row: u32) -> Params {
         let s = &self.spec;
-        let center = s.framing == Framing::Center;
         let (log_kind, guard_add, guard) = log_params(s);
         Params {
             n_fft: s.n_fft as u32,
             win_length: s.win_length as u32,
             hop: s.hop_length as u32,
-            window_offset: if center {
-                ((s.n_fft - s.win_length) / 2) as u32
-            } else {
-                0
-            },
+            window_offset: s.window_offset() as u32,
             reflect: u32::from(s.pad_mode == PadMode::Reflect),
             remove_dc: u32::from(s.remove_dc),
             preemph: if s.preemphasis_scope == PreemphasisScope::Frame {
@@ -786,7 +781,7 @@ impl Extractor for GpuBackend {
                 Ok(base) => {
                     let frames = span.frames;
                     let first_start =
-                        i32::try_from(frame_start(spec, span.first_frame) - base as isize);
+                        i32::try_from(spec.frame_start(span.first_frame) - base as isize);
                     let fields = [
                         start,
                         samples.len() - start,

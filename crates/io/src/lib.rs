@@ -7,7 +7,6 @@ pub mod manifest;
 pub mod npy;
 pub mod parquet;
 pub mod resample;
-pub mod segment;
 
 use std::path::Path;
 

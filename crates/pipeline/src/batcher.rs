@@ -188,7 +188,7 @@ impl AdaptiveBatcher {
                 Err(ExtractError::DeviceLost(format!(
                     "{} panicked: {}",
                     key.0,
-                    crate::job::panic_text(&*payload)
+                    crate::error::panic_text(&*payload)
                 )))
             });
             match attempt {

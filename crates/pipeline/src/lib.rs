@@ -11,16 +11,28 @@
 //! bad item is a failure in the report, never a failed job.
 
 pub mod batcher;
+mod config;
+mod decode;
+mod error;
 mod executor;
 mod job;
+mod layout;
 mod report;
+pub mod segment;
+pub mod stage;
 #[cfg(test)]
 mod testing;
 mod writer;
 
 pub use batcher::{AdaptiveBatcher, BatchStats, BatcherConfig};
-pub use job::{run, JobConfig, JobError, JobOutcome, OutputLayout, META_DIR};
+pub use config::JobConfig;
+pub use error::JobError;
+pub use executor::Unit;
+pub use job::{run, run_with, JobOutcome};
+pub use layout::{OutputLayout, META_DIR};
 pub use report::{DeviceReport, Failure, Report, StageTimes};
+pub use stage::{RowStage, Stages, UnitStage};
+pub use writer::RowMsg;
 
 /// Resolves the shard from the flags, or from the environment of the batch system: Kubernetes
 /// Indexed Jobs (`JOB_COMPLETION_INDEX`, with the count from `--shard-count`) or Slurm arrays

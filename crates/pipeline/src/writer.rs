@@ -2,12 +2,15 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use sonograph_io::ledger::{Ledger, PieceRecord};
 use sonograph_io::parquet::{Dtype, FeatureRow, PartWriter};
 
-use crate::job::JobError;
+use crate::error::JobError;
 use crate::report::Failure;
 
 /// What the other stages send to the writer.
@@ -16,7 +19,8 @@ pub(crate) enum WriterMsg {
     Failed(Failure),
 }
 
-pub(crate) struct RowMsg {
+/// A row of features on its way to the writer: piece `piece` of its item, the item's last.
+pub struct RowMsg {
     pub row: FeatureRow,
     pub piece: u32,
     pub last: bool,
@@ -200,6 +204,64 @@ impl Writer {
 #[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
 fn crash() -> Result<(), JobError> {
     std::process::abort()
+}
+
+pub(crate) fn progress_bar(enabled: bool, len: u64) -> ProgressBar {
+    if !enabled {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} items  {msg}  ETA {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar
+}
+
+pub(crate) fn writer_loop(
+    mut writer: Writer,
+    rx: Receiver<WriterMsg>,
+    bar: ProgressBar,
+) -> (Writer, Result<WriterStats, JobError>) {
+    let started = Instant::now();
+    let mut last_log = Instant::now();
+    let hidden = bar.is_hidden();
+    for msg in rx {
+        let finished_item = match &msg {
+            WriterMsg::Row(r) => r.last,
+            WriterMsg::Failed(_) => true,
+        };
+        if let Err(e) = writer.handle(msg) {
+            return (writer, Err(e));
+        }
+        if finished_item {
+            bar.inc(1);
+            let hours = writer.stats.audio_seconds / 3600.0;
+            let rate = writer.stats.audio_seconds / started.elapsed().as_secs_f64().max(1e-9);
+            bar.set_message(format!("{hours:.2} h audio  {rate:.0}× real time"));
+            if hidden && last_log.elapsed() >= Duration::from_secs(10) {
+                last_log = Instant::now();
+                tracing::info!(
+                    items_ok = writer.stats.items_ok,
+                    items_failed = writer.stats.items_failed,
+                    audio_hours = hours,
+                    real_time_factor = rate,
+                    "progress"
+                );
+            }
+        }
+    }
+    if writer.pieces_held() > 0 {
+        tracing::warn!(
+            items = writer.pieces_held(),
+            "long items left undone: some of their pieces never arrived (a resume redoes them)"
+        );
+    }
+    let result = writer.flush().map(|()| std::mem::take(&mut writer.stats));
+    (writer, result)
 }
 
 #[cfg(test)]
