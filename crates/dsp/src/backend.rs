@@ -4,7 +4,7 @@
 
 use rayon::prelude::*;
 
-use crate::error::{ExtractError, SpecError};
+use crate::error::{DeviceError, ItemError, SpecError};
 use crate::extractor::{CpuExtractor, Precision};
 use crate::span::Span;
 use crate::spec::FeatureSpec;
@@ -108,7 +108,7 @@ pub struct FeatureBatch {
     bins: usize,
     data: Vec<f32>,
     offsets: Vec<usize>,
-    results: Vec<Result<usize, ExtractError>>,
+    results: Vec<Result<usize, ItemError>>,
 }
 
 impl FeatureBatch {
@@ -160,7 +160,7 @@ impl FeatureBatch {
     }
 
     /// Appends an item that failed.
-    pub fn push_error(&mut self, error: ExtractError) {
+    pub fn push_error(&mut self, error: ItemError) {
         self.offsets.push(self.data.len());
         self.results.push(Err(error));
     }
@@ -176,7 +176,7 @@ impl FeatureBatch {
     }
 
     /// Item `i`: its frame count and rows, or its error.
-    pub fn item(&self, i: usize) -> Result<(usize, &[f32]), &ExtractError> {
+    pub fn item(&self, i: usize) -> Result<(usize, &[f32]), &ItemError> {
         match &self.results[i] {
             Ok(frames) => Ok((*frames, &self.data[self.offsets[i]..self.offsets[i + 1]])),
             Err(e) => Err(e),
@@ -205,7 +205,7 @@ pub trait Extractor: Send {
         &mut self,
         batch: &AudioBatch,
         out: &mut FeatureBatch,
-    ) -> Result<(), ExtractError>;
+    ) -> Result<(), DeviceError>;
     /// How many items of `item_samples` samples the device expects to fit in one batch (its
     /// memory budget over the bytes one item needs): the batcher's first size. `None` (the
     /// CPU) sets no limit.
@@ -280,7 +280,7 @@ impl CpuBackend {
         Ok(b)
     }
 
-    fn run(&self, batch: &AudioBatch) -> Vec<Result<Vec<f32>, ExtractError>> {
+    fn run(&self, batch: &AudioBatch) -> Vec<Result<Vec<f32>, ItemError>> {
         let spec = &self.spec;
         let precision = self.precision;
         let work = || {
@@ -323,7 +323,7 @@ impl Extractor for CpuBackend {
         &mut self,
         batch: &AudioBatch,
         out: &mut FeatureBatch,
-    ) -> Result<(), ExtractError> {
+    ) -> Result<(), DeviceError> {
         let bins = self.spec.n_bins();
         for result in self.run(batch) {
             match result {
@@ -357,8 +357,8 @@ mod tests {
             let frames = ex.extract(item, &mut expect).unwrap();
             assert_eq!(out.item(i).unwrap(), (frames, &expect[..]));
         }
-        assert!(matches!(out.item(1), Err(ExtractError::NonFinite { .. })));
-        assert_eq!(out.item(3), Err(&ExtractError::Empty));
+        assert!(matches!(out.item(1), Err(ItemError::NonFinite { .. })));
+        assert_eq!(out.item(3), Err(&ItemError::Empty));
         let half = batch.slice(2..4);
         assert_eq!(half.item(0), &b[..]);
     }

@@ -16,7 +16,7 @@ use rustfft::FftNum;
 
 use crate::dct::Dct;
 use crate::dither::unit_noise;
-use crate::error::{ExtractError, SpecError};
+use crate::error::{ItemError, SpecError};
 use crate::fastlog;
 use crate::mel::MelBank;
 use crate::signal::{padded_index, reflect_index, scale_and_preemphasize};
@@ -310,7 +310,7 @@ impl CpuExtractor {
 
     /// Computes the features of one whole item and appends them (row-major, frames × bins)
     /// to `out`; returns the frame count.
-    pub fn extract(&mut self, samples: &[f32], out: &mut Vec<f32>) -> Result<usize, ExtractError> {
+    pub fn extract(&mut self, samples: &[f32], out: &mut Vec<f32>) -> Result<usize, ItemError> {
         self.begin();
         self.push(samples)?;
         self.finish(out)
@@ -324,7 +324,7 @@ impl CpuExtractor {
         window: &[f32],
         span: &Span,
         out: &mut Vec<f32>,
-    ) -> Result<usize, ExtractError> {
+    ) -> Result<usize, ItemError> {
         if self.spec.output == OutputKind::Psd {
             // Only a whole item passes the check: Welch averages all its frames.
             check_span(&self.spec, window.len(), span)?;
@@ -384,14 +384,14 @@ impl CpuExtractor {
 
     /// Feeds the next samples of the current item (at the spec's rate, float scale) and
     /// computes every frame they complete.
-    pub fn push(&mut self, samples: &[f32]) -> Result<(), ExtractError> {
+    pub fn push(&mut self, samples: &[f32]) -> Result<(), ItemError> {
         if !self.in_item {
             self.begin();
         }
         if let Some(i) = samples.iter().position(|s| !s.is_finite()) {
             let index = self.signal_len + i;
             self.in_item = false;
-            return Err(ExtractError::NonFinite {
+            return Err(ItemError::NonFinite {
                 index,
                 value: samples[i],
             });
@@ -417,14 +417,14 @@ impl CpuExtractor {
 
     /// Completes the item: computes the frames that need the right padding, applies the
     /// item-level steps and appends the rows to `out`. Returns the frame count.
-    pub fn finish(&mut self, out: &mut Vec<f32>) -> Result<usize, ExtractError> {
+    pub fn finish(&mut self, out: &mut Vec<f32>) -> Result<usize, ItemError> {
         if !self.in_item || self.signal_len == 0 {
             self.in_item = false;
-            return Err(ExtractError::Empty);
+            return Err(ItemError::Empty);
         }
         self.in_item = false;
         if self.signal_len < self.spec.min_samples {
-            return Err(ExtractError::TooShort {
+            return Err(ItemError::TooShort {
                 samples: self.signal_len,
                 min: self.spec.min_samples,
             });
@@ -873,14 +873,14 @@ mod tests {
         let mut out = Vec::new();
         let short = &x[w.start + 1..w.end];
         let err = ex.extract_span(short, &span(w.start + 1, x.len(), false), &mut out);
-        assert!(matches!(err, Err(ExtractError::BadSpan(_))), "{err:?}");
+        assert!(matches!(err, Err(ItemError::BadSpan(_))), "{err:?}");
         let err = ex.extract_span(&x[w.clone()], &span(w.start, x.len(), true), &mut out);
-        assert!(matches!(err, Err(ExtractError::BadSpan(_))), "{err:?}");
+        assert!(matches!(err, Err(ItemError::BadSpan(_))), "{err:?}");
         let mut bad = x[w.clone()].to_vec();
         bad[5] = f32::NAN;
         let err = ex.extract_span(&bad, &span(w.start, x.len(), false), &mut out);
         match err {
-            Err(ExtractError::NonFinite { index, .. }) => assert_eq!(index, w.start + 5),
+            Err(ItemError::NonFinite { index, .. }) => assert_eq!(index, w.start + 5),
             other => panic!("{other:?}"),
         }
         assert!(out.is_empty());
@@ -914,10 +914,10 @@ mod tests {
         x[321] = f32::NAN;
         let err = ex.extract(&x, &mut Vec::new()).unwrap_err();
         assert!(
-            matches!(err, ExtractError::NonFinite { index: 321, .. }),
+            matches!(err, ItemError::NonFinite { index: 321, .. }),
             "{err:?}"
         );
-        assert_eq!(ex.extract(&[], &mut Vec::new()), Err(ExtractError::Empty));
+        assert_eq!(ex.extract(&[], &mut Vec::new()), Err(ItemError::Empty));
         // The extractor is usable again after an error.
         assert!(ex.extract(&[0.0; 800], &mut Vec::new()).is_ok());
     }
@@ -956,7 +956,7 @@ mod tests {
             CpuExtractor::new(&spec)
                 .unwrap()
                 .extract(&[0.5, -0.25, 0.125], &mut out),
-            Err(ExtractError::TooShort {
+            Err(ItemError::TooShort {
                 samples: 3,
                 min: 257
             })

@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use crate::error::ExtractError;
+use crate::error::ItemError;
 use crate::signal::{reflects, scale_and_preemphasize};
 use crate::spec::{FeatureSpec, OutputKind};
 
@@ -82,14 +82,14 @@ pub fn span_window(spec: &FeatureSpec, frames: Range<usize>, signal_len: usize) 
 
 /// Checks that `window_len` samples at `span.sample_start` hold everything the span's frames
 /// read, and that the frames exist.
-pub fn check_span(spec: &FeatureSpec, window_len: usize, span: &Span) -> Result<(), ExtractError> {
-    let bad = |reason: String| Err(ExtractError::BadSpan(reason));
+pub fn check_span(spec: &FeatureSpec, window_len: usize, span: &Span) -> Result<(), ItemError> {
+    let bad = |reason: String| Err(ItemError::BadSpan(reason));
     // A last piece of no frames (an item shorter than a frame) reads nothing.
     if span.signal_len == 0 || (window_len == 0 && span.frames > 0) {
-        return Err(ExtractError::Empty);
+        return Err(ItemError::Empty);
     }
     if span.signal_len < spec.min_samples {
-        return Err(ExtractError::TooShort {
+        return Err(ItemError::TooShort {
             samples: span.signal_len,
             min: spec.min_samples,
         });
@@ -139,10 +139,10 @@ pub fn prepare_span(
     window: &[f32],
     span: &Span,
     dst: &mut Vec<f32>,
-) -> Result<usize, ExtractError> {
+) -> Result<usize, ItemError> {
     check_span(spec, window.len(), span)?;
     if let Some(i) = window.iter().position(|s| !s.is_finite()) {
-        return Err(ExtractError::NonFinite {
+        return Err(ItemError::NonFinite {
             index: span.sample_start + i,
             value: window[i],
         });
@@ -252,11 +252,11 @@ mod tests {
         assert_eq!(dst, [1.0, 0.5 - 0.97, -0.25 - 0.97 * 0.5]);
         assert_eq!(
             prepare_span(&spec, &[], &whole(0), &mut dst),
-            Err(ExtractError::Empty)
+            Err(ItemError::Empty)
         );
         assert!(matches!(
             prepare_span(&spec, &[0.0, f32::NAN], &whole(2), &mut dst),
-            Err(ExtractError::NonFinite { index: 1, .. })
+            Err(ItemError::NonFinite { index: 1, .. })
         ));
         assert_eq!(dst.len(), 3, "a refused item appends nothing");
         // A piece's first sample is context: it pre-emphasises the second and is dropped.

@@ -184,7 +184,7 @@ pub struct FeatureSpec {
     /// Leave out the Nyquist bin of power/magnitude outputs (Kaldi never uses it).
     pub drop_nyquist: bool,
     /// Shortest item accepted, in samples at `sample_rate`; a shorter one fails with
-    /// [`ExtractError::TooShort`](crate::ExtractError::TooShort), as the matched code fails
+    /// [`ItemError::TooShort`](crate::ItemError::TooShort), as the matched code fails
     /// (NeMo ≤ 2.4: torch's reflect padding needs more than `n_fft / 2` samples). 0 = any.
     /// Left out of the JSON when 0, so that specs without it keep their `spec_id`.
     #[serde(default, skip_serializing_if = "is_zero")]

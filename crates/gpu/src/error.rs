@@ -1,7 +1,8 @@
 use thiserror::Error;
 
 /// Errors of the device registry and the memory pool. Extraction itself reports
-/// [`sonograph_dsp::ExtractError`], so that every backend fails the same way.
+/// [`sonograph_dsp::DeviceError`] and [`sonograph_dsp::ItemError`], so that every backend
+/// fails the same way.
 #[derive(Debug, Error, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum GpuError {

@@ -4,7 +4,7 @@
 //! adaptive batcher that recovers from its out-of-memory errors lives in sonograph-pipeline.
 //!
 //! Without the `gpu` feature the crate still builds: the registry lists only the CPU and
-//! [`GpuBackend::new`] returns [`ExtractError::Unavailable`](sonograph_dsp::ExtractError).
+//! [`GpuBackend::new`] returns [`DeviceError::Unavailable`](sonograph_dsp::DeviceError).
 
 pub mod device;
 pub mod error;
@@ -48,7 +48,7 @@ pub const GPU_BUILT: bool = cfg!(feature = "gpu");
 
 #[cfg(not(feature = "gpu"))]
 mod standin {
-    use sonograph_dsp::{AudioBatch, ExtractError, Extractor, FeatureBatch, FeatureSpec};
+    use sonograph_dsp::{AudioBatch, DeviceError, Extractor, FeatureBatch, FeatureSpec};
 
     use crate::GpuOptions;
 
@@ -58,8 +58,8 @@ mod standin {
     }
 
     impl GpuBackend {
-        pub fn new(_spec: &FeatureSpec, _options: &GpuOptions) -> Result<Self, ExtractError> {
-            Err(ExtractError::Unavailable(
+        pub fn new(_spec: &FeatureSpec, _options: &GpuOptions) -> Result<Self, DeviceError> {
+            Err(DeviceError::Unavailable(
                 "this sonograph was built without the `gpu` feature; rebuild with `--features gpu`"
                     .into(),
             ))
@@ -85,8 +85,8 @@ mod standin {
             &mut self,
             _: &AudioBatch,
             _: &mut FeatureBatch,
-        ) -> Result<(), ExtractError> {
-            Err(ExtractError::Unavailable(
+        ) -> Result<(), DeviceError> {
+            Err(DeviceError::Unavailable(
                 "built without the `gpu` feature".into(),
             ))
         }

@@ -7,7 +7,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sonograph_dsp::{CpuBackend, ExtractError, Extractor, FeatureSpec, Precision};
+use sonograph_dsp::{CpuBackend, DeviceError, Extractor, FeatureSpec, Precision};
 
 use crate::device::{DeviceRegistry, DeviceSelection, DeviceState, DeviceType, Selected};
 use crate::error::GpuError;
@@ -230,8 +230,8 @@ impl DeviceSet {
             };
             match self.open_gpu(index, spec, options) {
                 Ok(gpu) => executors.push(gpu),
-                Err(ExtractError::Kernel(e)) => return Err(OpenError::Kernel(e)),
-                Err(ExtractError::InvalidSpec(e)) => return Err(OpenError::Spec(e)),
+                Err(DeviceError::Kernel(e)) => return Err(OpenError::Kernel(e)),
+                Err(DeviceError::InvalidSpec(e)) => return Err(OpenError::Spec(e)),
                 Err(e) if choice.named => {
                     return Err(OpenError::Device(format!("gpu:{index}: {e}")))
                 }
@@ -253,7 +253,7 @@ impl DeviceSet {
         index: usize,
         spec: &FeatureSpec,
         options: &OpenOptions,
-    ) -> Result<Box<dyn Extractor>, ExtractError> {
+    ) -> Result<Box<dyn Extractor>, DeviceError> {
         let gpu_options = crate::GpuOptions {
             adapter: Some(index),
             budget: options.budget,
@@ -263,7 +263,7 @@ impl DeviceSet {
         let backend = match self.registry.adapter(index) {
             Some(adapter) => {
                 let device =
-                    crate::context::GpuDevice::open(adapter).map_err(ExtractError::Unavailable)?;
+                    crate::context::GpuDevice::open(adapter).map_err(DeviceError::Unavailable)?;
                 crate::GpuBackend::on_device(spec, device, index, &gpu_options)?
             }
             None => crate::GpuBackend::new(spec, &gpu_options)?,
@@ -277,8 +277,8 @@ impl DeviceSet {
         _index: usize,
         _spec: &FeatureSpec,
         _options: &OpenOptions,
-    ) -> Result<Box<dyn Extractor>, ExtractError> {
-        Err(ExtractError::Unavailable(GpuError::NotBuilt.to_string()))
+    ) -> Result<Box<dyn Extractor>, DeviceError> {
+        Err(DeviceError::Unavailable(GpuError::NotBuilt.to_string()))
     }
 }
 

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use sonograph_dsp::{
-    AudioBatch, CpuBackend, ExtractError, Extractor, FeatureBatch, FeatureSpec, Precision,
+    AudioBatch, CpuBackend, DeviceError, Extractor, FeatureBatch, FeatureSpec, Precision,
 };
 use sonograph_gpu::{GpuBackend, GpuOptions};
 use sonograph_pipeline::{AdaptiveBatcher, BatcherConfig};
@@ -28,11 +28,7 @@ impl Extractor for Counting {
     fn device(&self) -> String {
         self.inner.device()
     }
-    fn extract_batch(
-        &mut self,
-        b: &AudioBatch,
-        out: &mut FeatureBatch,
-    ) -> Result<(), ExtractError> {
+    fn extract_batch(&mut self, b: &AudioBatch, out: &mut FeatureBatch) -> Result<(), DeviceError> {
         self.inner.extract_batch(b, out)?;
         for i in b.items() {
             *self.computed.entry(i.len()).or_default() += 1;
@@ -75,7 +71,7 @@ fn setup(n: usize) -> Option<(Counting, AudioBatch, CpuBackend, FeatureBatch)> {
     let spec = FeatureSpec::whisper(80);
     let gpu = match GpuBackend::new(&spec, &GpuOptions::default()) {
         Ok(g) => g,
-        Err(ExtractError::Unavailable(e)) => {
+        Err(DeviceError::Unavailable(e)) => {
             skip::skip(&format!(
                 "no wgpu adapter (install mesa-vulkan-drivers): {e}"
             ));
@@ -276,7 +272,7 @@ fn a_kernel_that_does_not_compile_is_a_kernel_error() {
             ..Default::default()
         };
         match GpuBackend::new(&FeatureSpec::whisper(80), &options) {
-            Err(ExtractError::Kernel(msg)) => assert!(msg.contains("broken"), "{msg}"),
+            Err(DeviceError::Kernel(msg)) => assert!(msg.contains("broken"), "{msg}"),
             Err(e) => panic!("a broken kernel read as {e:?}"),
             Ok(_) => panic!("a broken kernel compiled"),
         }

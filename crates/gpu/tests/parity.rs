@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use sonograph_dsp::spec::{Framing, LogKind};
 use sonograph_dsp::{
-    AudioBatch, CpuBackend, ExtractError, Extractor, FeatureBatch, FeatureSpec, Precision,
+    AudioBatch, CpuBackend, DeviceError, Extractor, FeatureBatch, FeatureSpec, ItemError, Precision,
 };
 use sonograph_gpu::{GpuBackend, GpuOptions};
 use sonograph_io::{decode_mono, DecodeOptions};
@@ -79,7 +79,7 @@ fn gpu_with(spec: &FeatureSpec, force_dft: bool, precision: Precision) -> Option
     };
     match GpuBackend::new(spec, &options) {
         Ok(g) => Some(g),
-        Err(ExtractError::Unavailable(why)) => {
+        Err(DeviceError::Unavailable(why)) => {
             skip::skip(&format!(
                 "no wgpu adapter (install mesa-vulkan-drivers): {why}"
             ));
@@ -312,9 +312,9 @@ fn gpu_isolates_bad_items_like_the_cpu() {
         );
         assert!(matches!(
             got.item(1),
-            Err(ExtractError::NonFinite { index: 444, .. })
+            Err(ItemError::NonFinite { index: 444, .. })
         ));
-        assert_eq!(got.item(2), Err(&ExtractError::Empty));
+        assert_eq!(got.item(2), Err(&ItemError::Empty));
         for i in [0, 3, 4] {
             let (gf, g) = got.item(i).unwrap();
             let (cf, c) = want.item(i).unwrap();
@@ -359,7 +359,7 @@ fn gpu_refuses_what_the_reference_refuses() {
         spec.n_bins(),
     );
     for (i, samples) in [(1, 256), (3, 1)] {
-        let refused = Err(&ExtractError::TooShort { samples, min: 257 });
+        let refused = Err(&ItemError::TooShort { samples, min: 257 });
         assert_eq!(got.item(i), refused, "GPU item {i}");
         assert_eq!(want.item(i), refused, "CPU item {i}");
     }
@@ -596,7 +596,7 @@ fn the_batch_hint_follows_the_budget_and_the_largest_buffer() {
         };
         let gpu = match GpuBackend::new(&spec, &options) {
             Ok(g) => g,
-            Err(ExtractError::Unavailable(e)) => {
+            Err(DeviceError::Unavailable(e)) => {
                 skip::skip(&format!(
                     "no wgpu adapter (install mesa-vulkan-drivers): {e}"
                 ));

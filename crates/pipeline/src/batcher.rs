@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use serde::Serialize;
-use sonograph_dsp::{AudioBatch, ExtractError, Extractor, FeatureBatch};
+use sonograph_dsp::{AudioBatch, DeviceError, Extractor, FeatureBatch, ItemError};
 
 /// Health checks after a transient error before the device is taken out, waiting 100, 200,
 /// then 400 ms before each.
@@ -185,7 +185,7 @@ impl AdaptiveBatcher {
                 primary.extract_batch(&part, &mut scratch)
             }))
             .unwrap_or_else(|payload| {
-                Err(ExtractError::DeviceLost(format!(
+                Err(DeviceError::DeviceLost(format!(
                     "{} panicked: {}",
                     key.0,
                     crate::error::panic_text(&*payload)
@@ -208,7 +208,7 @@ impl AdaptiveBatcher {
                             .max(1);
                     }
                 }
-                Err(ExtractError::OutOfMemory(msg)) => {
+                Err(DeviceError::OutOfMemory(msg)) => {
                     self.stats.ooms += 1;
                     sizing.streak = 0;
                     if size > 1 {
@@ -292,7 +292,7 @@ fn on_fallback(
         Ok(()) => out.append(scratch),
         Err(e) => {
             for _ in 0..part.len() {
-                out.push_error(e.clone());
+                out.push_error(ItemError::NoDevice(e.to_string()));
             }
         }
     }

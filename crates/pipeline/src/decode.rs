@@ -6,7 +6,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
-use sonograph_dsp::{CpuExtractor, ExtractError, OutputKind};
+use sonograph_dsp::{CpuExtractor, ItemError, OutputKind};
 use sonograph_io::decode::{AudioReader, DecodeOptions};
 use sonograph_io::manifest::{Entry, SourceItem};
 use sonograph_io::parquet::FeatureRow;
@@ -218,7 +218,7 @@ fn send_pieces(
         Err(e) => return Err(fail(e.to_string())),
     }
     let Some(last) = cutter.finish() else {
-        return Err(fail(format!("{source}: {}", ExtractError::Empty)));
+        return Err(fail(format!("{source}: {}", ItemError::Empty)));
     };
     Ok(match send(last) {
         Ok(()) => Flow::Continue,

@@ -12,7 +12,8 @@ use std::path::Path;
 
 use sonograph_dsp::span::{frames_ready, span_window, Span};
 use sonograph_dsp::spec::{FeatureSpec, OutputKind};
-use sonograph_dsp::{CpuExtractor, ExtractError};
+use sonograph_dsp::{CpuExtractor, ItemError};
+use thiserror::Error;
 
 use sonograph_io::decode::{AudioReader, DecodeOptions};
 use sonograph_io::{DecodeError, StreamError, StreamSummary};
@@ -53,6 +54,15 @@ pub fn extract_streaming<E: std::error::Error + 'static>(
         chunk_seconds,
         sink,
     )
+}
+
+/// Why computing the pieces of a streamed item stopped.
+#[derive(Debug, Error)]
+enum PieceStop {
+    #[error(transparent)]
+    Item(#[from] ItemError),
+    #[error("the sink stopped")]
+    SinkStopped,
 }
 
 /// Where a piece sits in its item: its index, its frames and window, and its time span.
@@ -223,7 +233,7 @@ pub fn extract_from_reader<E: std::error::Error + 'static>(
     };
     let mut cutter = PieceCutter::new(&spec, chunk_seconds);
     let mut failed: Option<E> = None;
-    let mut compute = |w: PieceWindow| -> Result<(), ExtractError> {
+    let mut compute = |w: PieceWindow| -> Result<(), PieceStop> {
         let mut rows = Vec::new();
         let frames = extractor.extract_span(&w.samples, &w.plan.span, &mut rows)?;
         let p = w.plan;
@@ -238,7 +248,7 @@ pub fn extract_from_reader<E: std::error::Error + 'static>(
         .map_err(|e| {
             failed = Some(e);
             // Stops decoding: nobody takes the pieces any more.
-            ExtractError::Unavailable("the sink stopped".into())
+            PieceStop::SinkStopped
         })
     };
     let streamed =
@@ -258,7 +268,7 @@ pub fn extract_from_reader<E: std::error::Error + 'static>(
         Err(other) => return Err(corrupt(other.to_string())),
     };
     let Some(last) = cutter.finish() else {
-        return Err(corrupt(ExtractError::Empty.to_string()));
+        return Err(corrupt(ItemError::Empty.to_string()));
     };
     compute(last).map_err(|e| match failed.take() {
         Some(source) => StreamError::Sink {

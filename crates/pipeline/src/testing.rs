@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use sonograph_dsp::{
-    AudioBatch, CpuBackend, ExtractError, Extractor, FeatureBatch, FeatureSpec, Precision,
+    AudioBatch, CpuBackend, DeviceError, Extractor, FeatureBatch, FeatureSpec, Precision,
 };
 
 /// A CPU backend with faults: it runs out of memory on batches over `fits` items (or on
@@ -55,14 +55,10 @@ impl Extractor for Flaky {
     fn device(&self) -> String {
         "gpu:flaky".into()
     }
-    fn extract_batch(
-        &mut self,
-        b: &AudioBatch,
-        out: &mut FeatureBatch,
-    ) -> Result<(), ExtractError> {
+    fn extract_batch(&mut self, b: &AudioBatch, out: &mut FeatureBatch) -> Result<(), DeviceError> {
         self.calls += 1;
         if self.transient_on == Some(self.calls) {
-            return Err(ExtractError::DeviceLost("timed out".into()));
+            return Err(DeviceError::DeviceLost("timed out".into()));
         }
         if self.panic_on == Some(self.calls) {
             // Half a batch written, then a panic (as wgpu does on some device errors).
@@ -70,10 +66,10 @@ impl Extractor for Flaky {
             panic!("driver fault");
         }
         if self.lose_after.is_some_and(|n| self.done >= n) {
-            return Err(ExtractError::DeviceLost("flaky".into()));
+            return Err(DeviceError::DeviceLost("flaky".into()));
         }
         if b.len() > self.fits || b.items().any(|i| i.len() == self.huge) {
-            return Err(ExtractError::OutOfMemory(format!("{} items", b.len())));
+            return Err(DeviceError::OutOfMemory(format!("{} items", b.len())));
         }
         self.done += 1;
         for i in b.items() {
