@@ -126,6 +126,8 @@ pub struct AudioReader {
     take_left: Option<u64>,
     /// Frames decoded from the file, including skipped ones.
     frames_decoded: u64,
+    /// Frames decoded only to be dropped before the offset.
+    skipped: u64,
 }
 
 impl AudioReader {
@@ -219,9 +221,10 @@ impl AudioReader {
         let decoder = symphonia::default::get_codecs()
             .make(params, &DecoderOptions::default())
             .map_err(|e| classify(path, e, "no decoder for this codec"))?;
-        Ok(AudioReader {
+        let track_id = track.id;
+        let mut reader = AudioReader {
             path: path.to_path_buf(),
-            track_id: track.id,
+            track_id,
             info: AudioInfo {
                 sample_rate,
                 channels,
@@ -239,7 +242,46 @@ impl AudioReader {
             mono: Vec::new(),
             frames_read: 0,
             frames_decoded: 0,
-        })
+            skipped: 0,
+        };
+        reader.seek_to_offset()?;
+        Ok(reader)
+    }
+
+    /// Reaches the offset by seeking instead of decoding everything before it, where that is
+    /// exact: PCM and FLAC decode each frame on its own, so the samples after a seek are those
+    /// of a decode from the start. symphonia's accurate seek lands at or before the offset;
+    /// the rest is skipped sample by sample as without a seek. Lossy codecs carry decoder
+    /// state across frames: they decode from the start.
+    fn seek_to_offset(&mut self) -> Result<(), DecodeError> {
+        use symphonia::core::formats::{SeekMode, SeekTo};
+        let lossless = self.info.codec == "flac" || self.info.codec.starts_with("pcm");
+        if self.skip_left == 0 || !lossless {
+            return Ok(());
+        }
+        let to = SeekTo::TimeStamp {
+            ts: self.skip_left,
+            track_id: self.track_id,
+        };
+        let path = self.path.clone();
+        let at = guard(&path, || {
+            self.format
+                .seek(SeekMode::Accurate, to)
+                .map_err(|e| classify(&path, e, "cannot seek to the offset"))
+        })?;
+        if at.actual_ts > at.required_ts {
+            return Err(DecodeError::Corrupt {
+                path,
+                reason: format!(
+                    "a seek to frame {} landed after it, at {}",
+                    at.required_ts, at.actual_ts
+                ),
+            });
+        }
+        self.decoder.reset();
+        self.skip_left = at.required_ts - at.actual_ts;
+        self.frames_decoded = at.actual_ts;
+        Ok(())
     }
 
     pub fn info(&self) -> &AudioInfo {
@@ -250,9 +292,15 @@ impl AudioReader {
         &self.path
     }
 
-    /// Frames per channel decoded so far.
+    /// Frames per channel delivered so far.
     pub fn frames_read(&self) -> u64 {
         self.frames_read
+    }
+
+    /// Frames per channel decoded and dropped to reach the offset: all of them for a lossy
+    /// file, at most one codec frame's worth after a seek.
+    pub fn frames_skipped(&self) -> u64 {
+        self.skipped
     }
 
     /// Seconds of audio this reader will deliver, when the header says: what is left after
@@ -285,6 +333,7 @@ impl AudioReader {
             let n = self.mono.len() as u64;
             let skip = self.skip_left.min(n);
             self.skip_left -= skip;
+            self.skipped += skip;
             let mut end = n;
             if let Some(left) = &mut self.take_left {
                 end = end.min(skip + *left);

@@ -267,3 +267,57 @@ fn headers_beyond_the_limits_are_refused_up_front() {
     .validate()
     .is_err());
 }
+
+/// Offsets into lossless files are reached by seeking, and the samples are exactly those of a
+/// decode from the start (the same samples, sliced), at any offset and in every format.
+#[test]
+fn offsets_by_seeking_equal_a_decode_from_the_start() {
+    for name in [
+        "speech_16000_mono_s16.wav",
+        "speech_16000_mono_s16.flac",
+        "speech_44100_stereo_s24.wav",
+        "speech_44100_stereo.flac",
+        "speech_44100_stereo.mp3",
+    ] {
+        let path = data_dir().join(name);
+        let whole = decode_mono(&path, &DecodeOptions::default(), 16_000).unwrap();
+        let native = AudioReader::open(&path, &DecodeOptions::default())
+            .unwrap()
+            .info()
+            .sample_rate;
+        let all = {
+            let mut r = AudioReader::open(&path, &DecodeOptions::default()).unwrap();
+            let mut v = Vec::new();
+            while let Some(c) = r.next_chunk().unwrap() {
+                v.extend_from_slice(c);
+            }
+            v
+        };
+        assert!(!whole.is_empty());
+        for offset_s in [0.0, 0.01, 0.3337, 1.25, 1.9] {
+            let opts = DecodeOptions {
+                offset_s,
+                duration_s: Some(0.05),
+                ..Default::default()
+            };
+            let mut r = AudioReader::open(&path, &opts).unwrap();
+            let mut got = Vec::new();
+            while let Some(c) = r.next_chunk().unwrap() {
+                got.extend_from_slice(c);
+            }
+            let start = (offset_s * f64::from(native)).round() as usize;
+            let len = (0.05 * f64::from(native)).round() as usize;
+            assert_eq!(got, all[start..start + len], "{name} at {offset_s} s");
+            // Lossless files seek: at most one codec frame is decoded to be dropped.
+            let skipped = r.frames_skipped() as usize;
+            if name.ends_with(".mp3") {
+                assert_eq!(skipped, start, "{name}: lossy files decode from the start");
+            } else {
+                assert!(
+                    skipped <= 4608.min(start),
+                    "{name} at {offset_s} s: {skipped}"
+                );
+            }
+        }
+    }
+}

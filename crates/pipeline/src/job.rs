@@ -11,7 +11,8 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use sonograph_dsp::Extractor;
 use sonograph_io::ledger::Ledger;
-use sonograph_io::manifest::{read_source, shard_range, Entry};
+use sonograph_io::ledger::LedgerReader;
+use sonograph_io::manifest::Entry;
 
 use crate::config::JobConfig;
 use crate::decode::{decode_worker, LongItems};
@@ -19,6 +20,7 @@ use crate::error::JobError;
 use crate::executor::{run_executor, ExecutorStats, Unit};
 use crate::layout::{check_job_shape, io_err, read_report, write_json_atomically, OutputLayout};
 use crate::report::{peak_rss_mb, Failure, Report, StageTimes};
+use crate::source::ShardSource;
 use crate::stage::{run_row_stage, run_unit_stage, Stages};
 use crate::writer::{progress_bar, writer_loop, Writer, WriterMsg};
 
@@ -55,9 +57,8 @@ pub fn run_with(
     }
     let start = Instant::now();
     let spec_id = config.spec.spec_id();
-    let entries = read_source(&config.source)?;
-    let range = shard_range(entries.len(), config.shard_index, config.shard_count);
-    let shard_entries = &entries[range];
+    let source = ShardSource::open(&config.source, config.shard_index, config.shard_count)?;
+    source.check_unique_ids()?;
     let layout = OutputLayout::new(&config.out, config.shard_index, config.shard_count);
     std::fs::create_dir_all(&layout.meta_dir).map_err(io_err(&layout.meta_dir))?;
     check_job_shape(&layout, config, &spec_id)?;
@@ -81,24 +82,11 @@ pub fn run_with(
             return Ok(JobOutcome::AlreadyDone(report));
         }
     }
-    let done = ledger.done_items()?;
-    let failed_before: std::collections::HashSet<String> = ledger
-        .failures()?
-        .into_iter()
-        .map(|(id, _, _)| id)
-        .collect();
-    let todo: Vec<Entry> = shard_entries
-        .iter()
-        .filter(|e| !done.contains(e.id()) && !failed_before.contains(e.id()))
-        .cloned()
-        .collect();
-    let resumed = shard_entries
-        .iter()
-        .filter(|e| done.contains(e.id()))
-        .count() as u64;
+    let settled_before = ledger.done_count()? + ledger.failed_count()?;
+    let todo = (source.len() as u64).saturating_sub(settled_before);
     tracing::info!(
-        items = shard_entries.len(),
-        todo = todo.len(),
+        items = source.len(),
+        todo,
         shard = %shard,
         spec_id = %spec_id,
         "starting"
@@ -113,7 +101,9 @@ pub fn run_with(
         config.spec.to_json(),
         config.part_mb << 20,
     )?;
-    let bar = progress_bar(config.progress, todo.len() as u64);
+    let bar = progress_bar(config.progress, todo);
+    // Opened after the writer's ledger, which created the file and settled its pending parts.
+    let ledger_reader = LedgerReader::open(&layout.ledger)?;
     let (work_tx, work_rx) = bounded::<Entry>(config.workers * 2);
     let (unit_tx, unit_rx) = bounded::<Unit>(config.prefetch * config.batch_items);
     // Rows are up to a piece of features each (about 1 MB for 30 s of Whisper): a short queue
@@ -204,11 +194,7 @@ pub fn run_with(
         .map_err(|e| JobError::Internal(e.to_string()))?;
     drop((work_rx, unit_tx, writer_tx));
 
-    for entry in todo {
-        if work_tx.send(entry).is_err() {
-            break; // every worker is gone; the joins below say why
-        }
-    }
+    let fed = source.feed(&ledger_reader, &work_tx);
     drop(work_tx);
     let mut stage_times = StageTimes::default();
     for h in worker_handles {
@@ -246,12 +232,12 @@ pub fn run_with(
     bar.finish_and_clear();
     stage_times.write_s = wstats.write_s;
 
-    let shard_ids: std::collections::HashSet<&str> = shard_entries.iter().map(|e| e.id()).collect();
+    // A source that broke off mid-way stops the job once the items fed are settled.
+    let resumed = fed?;
     let failures: Vec<Failure> = writer
         .ledger
         .failures()?
         .into_iter()
-        .filter(|(id, _, _)| shard_ids.contains(id.as_str()))
         .map(|(id, source, reason)| Failure { id, source, reason })
         .collect();
     let wall = start.elapsed().as_secs_f64();
@@ -260,8 +246,8 @@ pub fn run_with(
         spec_id,
         shard_index: config.shard_index,
         shard_count: config.shard_count,
-        items_total: shard_entries.len() as u64,
-        items_ok: writer.ledger.done_items()?.len() as u64,
+        items_total: source.len() as u64,
+        items_ok: writer.ledger.done_count()?,
         items_failed: failures.len() as u64,
         items_resumed: resumed,
         rows: wstats.rows,
@@ -513,6 +499,33 @@ mod tests {
                 "{key:?} is not a quarter of the plain run"
             );
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A manifest that names one id twice is refused before anything runs (the ledger keys
+    /// rows by id: the second item would pass for the first one done), naming the id.
+    #[test]
+    fn a_manifest_with_a_duplicate_id_is_refused() {
+        let dir = scratch_corpus("dup", &[("a.wav", 1.0), ("b.wav", 1.0)]);
+        let manifest = dir.join("m.csv");
+        let corpus = dir.join("corpus");
+        std::fs::write(
+            &manifest,
+            format!(
+                "id,path\nx,{0}/a.wav\ny,{0}/b.wav\nx,{0}/b.wav\n",
+                corpus.display()
+            ),
+        )
+        .unwrap();
+        let spec = FeatureSpec::whisper(80);
+        let config = JobConfig::new(manifest, dir.join("out"), spec.clone());
+        let cpu = CpuBackend::new(&spec, Precision::F64).unwrap();
+        let err = run(&config, vec![Box::new(cpu)]).unwrap_err();
+        assert!(err.is_usage(), "{err}");
+        assert!(
+            err.to_string().contains("id \"x\" appears more than once"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

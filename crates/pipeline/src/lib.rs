@@ -19,6 +19,7 @@ mod job;
 mod layout;
 mod report;
 pub mod segment;
+mod source;
 pub mod stage;
 #[cfg(test)]
 mod testing;

@@ -35,7 +35,8 @@ pub(crate) struct Writer {
     pub spec_json: String,
     pub part_bytes: usize,
     pub next_part: u32,
-    /// Rows committed by earlier runs: never written twice.
+    /// Rows committed by earlier runs of items not done yet: never written twice. (Done
+    /// items never come back: the source stage leaves them out.)
     pub committed: HashSet<(String, u32)>,
     /// Pieces of long items run on several executors at once and arrive in any order. An
     /// item's last piece marks it done in the ledger, so it is written only after all the
@@ -72,7 +73,7 @@ impl Writer {
         part_bytes: usize,
     ) -> Result<Self, JobError> {
         let next_part = ledger.next_part()?;
-        let committed = ledger.committed_pieces()?;
+        let committed = ledger.partial_pieces()?;
         Ok(Writer {
             parts_dir,
             shard_index,
