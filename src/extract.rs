@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use sonograph_dsp::Precision;
 use sonograph_io::decode::ChannelMix;
 use sonograph_pipeline::{JobConfig, JobOutcome};
 
@@ -76,7 +75,7 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
             std::env::var(k).ok()
         })
         .map_err(user)?;
-    let precision: Precision = args.spec.precision.into();
+    let precision = args.spec.precision_for(&spec);
     let mut config = JobConfig::new(args.source.clone(), args.out.clone(), spec.clone());
     config.precision = precision;
     config.mix = args.channel.map_or(ChannelMix::Mean, ChannelMix::Select);

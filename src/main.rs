@@ -57,24 +57,28 @@ pub(crate) struct SpecArgs {
     #[arg(long, env = "SONOGRAPH_N_MELS")]
     pub(crate) n_mels: Option<usize>,
     /// Arithmetic of the spectral core, on the CPU and on GPUs with f64 in shaders (others
-    /// compute in f32 and say so); outputs are f32 either way.
-    #[arg(long, env = "SONOGRAPH_PRECISION", value_enum, default_value_t = PrecisionArg::F64)]
+    /// compute in f32 and say so); outputs are f32 either way. `auto`: f32 for Whisper's
+    /// presets (Whisper computes in f32; the golden suite holds), f64 for every other spec.
+    #[arg(long, env = "SONOGRAPH_PRECISION", value_enum, default_value_t = PrecisionArg::Auto)]
     pub(crate) precision: PrecisionArg,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-pub(crate) enum PrecisionArg {
-    F32,
-    F64,
-}
-
-impl From<PrecisionArg> for Precision {
-    fn from(p: PrecisionArg) -> Self {
-        match p {
+impl SpecArgs {
+    /// The precision to compute `spec` in.
+    pub(crate) fn precision_for(&self, spec: &FeatureSpec) -> Precision {
+        match self.precision {
+            PrecisionArg::Auto => spec.default_precision(),
             PrecisionArg::F32 => Precision::F32,
             PrecisionArg::F64 => Precision::F64,
         }
     }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum PrecisionArg {
+    Auto,
+    F32,
+    F64,
 }
 
 /// Resource limits against hostile files, for every command that decodes.
@@ -306,7 +310,7 @@ fn features(args: &FeaturesArgs) -> Result<()> {
     }
     if !request.cpu_only() {
         let options = sonograph_gpu::OpenOptions {
-            precision: args.spec.precision.into(),
+            precision: args.spec.precision_for(&spec),
             budget: gpu_cli::budget(args.gpu_memory.as_deref())?,
             cpu_threads: None,
         };
@@ -317,11 +321,11 @@ fn features(args: &FeaturesArgs) -> Result<()> {
             return gpu_cli::features(args, &spec, gpu);
         }
     }
-    let mut extractor = CpuExtractor::with_precision(&spec, args.spec.precision.into())
+    let mut extractor = CpuExtractor::with_precision(&spec, args.spec.precision_for(&spec))
         .map_err(|e| user(e.to_string()))?;
     extractor.begin();
-    // Frames are computed while the file is still being decoded.
-    let summary = sonograph_io::stream_mono(
+    // Frames are computed while the file is still being decoded, on another core.
+    let summary = sonograph_io::stream_mono_pipelined(
         &args.input,
         &decode_options(args.channel, &args.limits)?,
         spec.sample_rate,
@@ -420,7 +424,7 @@ fn bench(args: &BenchArgs) -> Result<()> {
         let seconds =
             clips.iter().map(|c| c.len()).sum::<usize>() as f64 / f64::from(spec.sample_rate);
         let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
-        let precision: Precision = args.spec.precision.into();
+        let precision = args.spec.precision_for(&spec);
         // The same backend `extract` runs, on a pool of `--threads` workers.
         let mut backend = CpuBackend::with_threads(&spec, precision, args.threads)
             .map_err(|e| user(e.to_string()))?;

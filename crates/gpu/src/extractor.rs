@@ -823,7 +823,6 @@ impl Extractor for GpuBackend {
             self.run(&samples, &records, &frame_item, batch.len())?
         };
         let width = gpu_row_width(&self.spec);
-        let mut item_rows = Vec::new();
         for (r, last) in per_item.into_iter().zip(lasts) {
             match r {
                 Err(e) => out.push_error(e),
@@ -831,7 +830,7 @@ impl Extractor for GpuBackend {
                     let rec = records[i];
                     let a = rec.frame_offset as usize * width;
                     let b = a + rec.n_frames as usize * width;
-                    item_rows.clear();
+                    let mut item_rows = Vec::new();
                     let frames = finish_item(
                         &self.spec,
                         self.dct.as_ref(),
@@ -840,7 +839,7 @@ impl Extractor for GpuBackend {
                         last,
                         &mut item_rows,
                     );
-                    out.push_rows(frames, &item_rows);
+                    out.push_owned(frames, item_rows);
                 }
             }
         }

@@ -36,6 +36,52 @@ pub fn stream_mono<E: std::error::Error + 'static>(
     stream_reader(AudioReader::open(path, opts)?, rate, sink)
 }
 
+/// [`stream_mono`] with the decoding on a thread of its own: the sink works on one chunk
+/// while the next is being decoded (two cores for one file), with at most a few chunks held
+/// between them, so memory stays flat in the file's length.
+pub fn stream_mono_pipelined<E: std::error::Error + Send + 'static>(
+    path: &Path,
+    opts: &DecodeOptions,
+    rate: u32,
+    mut sink: impl FnMut(&[f32]) -> Result<(), E>,
+) -> Result<StreamSummary, StreamError<E>> {
+    /// The sink stopped: the decoder stops too.
+    #[derive(Debug, thiserror::Error)]
+    #[error("the consumer stopped")]
+    struct Stopped;
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<f32>>(4);
+    std::thread::scope(|scope| {
+        let decoder = scope.spawn(move || {
+            stream_mono(path, opts, rate, |chunk| {
+                tx.send(chunk.to_vec()).map_err(|_| Stopped)
+            })
+        });
+        let mut failed = None;
+        for chunk in rx {
+            if let Err(e) = sink(&chunk) {
+                failed = Some(e);
+                break; // drops the receiver: the decoder's next send fails and it stops
+            }
+        }
+        let decoded = decoder
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        match (failed, decoded) {
+            (Some(source), _) => Err(StreamError::Sink {
+                path: path.to_path_buf(),
+                source,
+            }),
+            (None, Ok(summary)) => Ok(summary),
+            (None, Err(StreamError::Decode(d))) => Err(StreamError::Decode(d)),
+            // The receiver only goes away after a sink error, handled above.
+            (None, Err(e)) => Err(StreamError::Decode(DecodeError::Corrupt {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })),
+        }
+    })
+}
+
 /// [`stream_mono`] from a reader already open (e.g. one whose header was inspected first).
 pub fn stream_reader<E: std::error::Error + 'static>(
     mut reader: AudioReader,
@@ -52,25 +98,28 @@ pub fn stream_reader<E: std::error::Error + 'static>(
         })?;
     let mut out = Vec::new();
     let mut output_samples = 0u64;
-    let mut deliver = |out: &mut Vec<f32>, sink: &mut dyn FnMut(&[f32]) -> Result<(), E>| {
-        output_samples += out.len() as u64;
-        let r = if out.is_empty() { Ok(()) } else { sink(out) };
-        out.clear();
-        r.map_err(|source| StreamError::Sink {
+    let mut deliver = |samples: &[f32]| -> Result<(), StreamError<E>> {
+        output_samples += samples.len() as u64;
+        if samples.is_empty() {
+            return Ok(());
+        }
+        sink(samples).map_err(|source| StreamError::Sink {
             path: path.to_path_buf(),
             source,
         })
     };
     while let Some(chunk) = reader.next_chunk()? {
         if resampler.is_passthrough() {
-            out.extend_from_slice(chunk);
-        } else {
-            resampler.process(chunk, &mut out);
+            // At the file's own rate the decoder's chunk goes to the sink as it is.
+            deliver(chunk)?;
+            continue;
         }
-        deliver(&mut out, &mut sink)?;
+        resampler.process(chunk, &mut out);
+        deliver(&out)?;
+        out.clear();
     }
     resampler.finish(&mut out);
-    deliver(&mut out, &mut sink)?;
+    deliver(&out)?;
     Ok(StreamSummary {
         info,
         source_frames: reader.frames_read(),
@@ -85,7 +134,11 @@ pub fn decode_mono(path: &Path, opts: &DecodeOptions, rate: u32) -> Result<Vec<f
 
 /// Decodes what is left of `reader` to mono at `rate`.
 pub fn decode_reader(reader: AudioReader, rate: u32) -> Result<Vec<f32>, DecodeError> {
-    let mut all = Vec::new();
+    // Sized from the header where it says (the limits have bounded it): no reallocation.
+    let expected = reader
+        .expected_seconds()
+        .map_or(0, |s| (s * f64::from(rate)).ceil() as usize + 1024);
+    let mut all = Vec::with_capacity(expected);
     stream_reader::<std::convert::Infallible>(reader, rate, |chunk| {
         all.extend_from_slice(chunk);
         Ok(())

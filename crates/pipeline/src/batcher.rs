@@ -175,7 +175,12 @@ impl AdaptiveBatcher {
         }
         while next < n {
             let size = sizing.size.min(n - next).max(1);
-            let part = batch.slice(next..next + size);
+            // The batch as it is when it goes whole (the usual case): no copy of its samples.
+            let part = if next == 0 && size == n {
+                std::borrow::Cow::Borrowed(batch)
+            } else {
+                std::borrow::Cow::Owned(batch.slice(next..next + size))
+            };
             scratch.reset(out.bins());
             if retrying {
                 self.stats.retries += 1;
@@ -193,7 +198,7 @@ impl AdaptiveBatcher {
             });
             match attempt {
                 Ok(()) => {
-                    out.append(&scratch);
+                    out.append(&mut scratch);
                     next += size;
                     retrying = false;
                     recoveries = 0;

@@ -59,6 +59,9 @@ pub(crate) struct WriterStats {
     pub parts: u64,
     pub audio_seconds: f64,
     pub write_s: f64,
+    /// The features as stored values (f32 or f16), and the parts they went into.
+    pub feature_bytes: u64,
+    pub part_bytes: u64,
 }
 
 impl Writer {
@@ -150,6 +153,7 @@ impl Writer {
             return Ok(());
         }
         self.stats.audio_seconds += row.duration_s;
+        self.stats.feature_bytes += (row.features.len() * self.dtype.bytes()) as u64;
         let t = Instant::now();
         self.bytes += row.features.len() * 4 + row.id.len() + row.source.len() + 64;
         self.records.push(PieceRecord {
@@ -191,6 +195,7 @@ impl Writer {
         self.next_part += 1;
         self.stats.rows += self.records.len() as u64;
         self.stats.parts += 1;
+        self.stats.part_bytes += size;
         self.records.clear();
         self.bytes = 0;
         self.stats.write_s += t.elapsed().as_secs_f64();
