@@ -100,8 +100,10 @@ def run(bin_: Path, manifest: Path, out: Path) -> dict:
 
 def kill_and_resume(bin_: Path, manifest: Path, out: Path, n: int) -> dict:
     subprocess.run(["rm", "-rf", str(out)], check=True)
+    # Parts of 2 MiB (about 650 clips): the ledger shows progress as the run goes, so the
+    # kill lands at half the items.
     cmd = [str(bin_), "extract", str(manifest), "--out", str(out), "--preset", "whisper",
-           "--no-progress", "--device", "cpu"]
+           "--no-progress", "--device", "cpu", "--part-mb", "2"]
     ledger = out / "__sonograph" / "ledger.sqlite"
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while p.poll() is None and done_items(ledger) < n // 2:
@@ -151,7 +153,7 @@ def main() -> None:
     rows = []
     for n in sizes:
         manifest = root / f"clips-{n}.csv"
-        make_manifest(manifest, wav, n, a.seconds)
+        make_manifest(manifest, wav.resolve(), n, a.seconds)
         runs = [run(a.bin, manifest, root / f"out-{n}") for _ in range(a.repeat)]
         wall = statistics.median(r["wall_s"] for r in runs)
         rep = runs[0]["report"]
