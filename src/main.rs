@@ -323,18 +323,22 @@ fn features(args: &FeaturesArgs) -> Result<()> {
     }
     let mut extractor = CpuExtractor::with_precision(&spec, args.spec.precision_for(&spec))
         .map_err(|e| user(e.to_string()))?;
-    extractor.begin();
+    let opts = decode_options(args.channel, &args.limits)?;
+    // The header's length (when it has one) sizes the rows at once.
+    let expected = sonograph_io::AudioReader::open(&args.input, &opts)
+        .ok()
+        .and_then(|r| r.expected_seconds())
+        .map_or(0, |s| (s * f64::from(spec.sample_rate)) as usize);
+    extractor.begin_sized(expected);
     // Frames are computed while the file is still being decoded, on another core.
-    let summary = sonograph_io::stream_mono_pipelined(
-        &args.input,
-        &decode_options(args.channel, &args.limits)?,
-        spec.sample_rate,
-        |chunk| extractor.push(chunk),
-    )
-    .map_err(|e| match e {
-        StreamError::Decode(d) => user(d.to_string()),
-        other => user(other.to_string()),
-    })?;
+    let summary =
+        sonograph_io::stream_mono_pipelined(&args.input, &opts, spec.sample_rate, |chunk| {
+            extractor.push(chunk)
+        })
+        .map_err(|e| match e {
+            StreamError::Decode(d) => user(d.to_string()),
+            other => user(other.to_string()),
+        })?;
     let mut out = Vec::new();
     let frames = extractor
         .finish(&mut out)

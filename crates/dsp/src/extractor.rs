@@ -26,6 +26,9 @@ use crate::spec::{
 };
 use crate::window::window;
 
+/// The most values [`CpuExtractor::begin_sized`] reserves (1 GiB of f32): a header can lie.
+const MAX_RESERVED_VALUES: usize = 1 << 28;
+
 /// Floating-point type of the FFT and the mel projection.
 pub trait Real: FftNum + Float + FromPrimitive {}
 impl Real for f32 {}
@@ -393,6 +396,14 @@ impl CpuExtractor {
         self.psd_sum.fill(0.0);
         self.psd_frames = 0;
         self.in_item = true;
+    }
+
+    /// Starts a new item expected to hold about `samples` samples (a header's length): the
+    /// rows are sized for it at once instead of growing (and moving) as the frames come.
+    pub fn begin_sized(&mut self, samples: usize) {
+        self.begin();
+        let rows = self.spec.n_raw_frames(samples) * self.raw_width();
+        self.raw.reserve(rows.min(MAX_RESERVED_VALUES));
     }
 
     /// Feeds the next samples of the current item (at the spec's rate, float scale) and

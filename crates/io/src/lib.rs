@@ -49,12 +49,28 @@ pub fn stream_mono_pipelined<E: std::error::Error + Send + 'static>(
     #[derive(Debug, thiserror::Error)]
     #[error("the consumer stopped")]
     struct Stopped;
+    // Chunks of at least this many samples cross between the threads: a decoder's packets
+    // are small (a WAV's are a few hundred frames), and a hand-over costs a context switch.
+    const BATCH: usize = 1 << 16;
     let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<f32>>(4);
     std::thread::scope(|scope| {
         let decoder = scope.spawn(move || {
-            stream_mono(path, opts, rate, |chunk| {
-                tx.send(chunk.to_vec()).map_err(|_| Stopped)
-            })
+            let mut batch = Vec::with_capacity(BATCH);
+            let summary = stream_mono(path, opts, rate, |chunk| {
+                batch.extend_from_slice(chunk);
+                if batch.len() >= BATCH {
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                    tx.send(full).map_err(|_| Stopped)?;
+                }
+                Ok(())
+            })?;
+            if !batch.is_empty() {
+                tx.send(batch).map_err(|_| StreamError::Sink {
+                    path: path.to_path_buf(),
+                    source: Stopped,
+                })?;
+            }
+            Ok(summary)
         });
         let mut failed = None;
         for chunk in rx {
