@@ -8,6 +8,7 @@ pub mod npy;
 pub mod parquet;
 pub mod resample;
 pub mod segment;
+pub mod sigmf;
 
 use std::path::Path;
 
@@ -15,6 +16,7 @@ pub use decode::{AudioInfo, AudioReader, ChannelMix, DecodeOptions};
 pub use error::{DecodeError, StreamError, WriteError};
 pub use npy::{read_npy, read_npy_f32, write_npy};
 pub use resample::StreamResampler;
+pub use sigmf::{IqError, IqRecording, IqSource};
 
 /// What a finished stream was.
 #[derive(Debug, Clone, PartialEq)]

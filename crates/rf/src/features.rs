@@ -12,18 +12,21 @@ use sonograph_dsp::spec::WindowKind;
 use sonograph_dsp::window::window;
 
 use crate::error::{invalid, RfError};
+use crate::math::atan2;
 
 /// Welch's method as `scipy.signal.welch` (scipy 1.17) computes it for complex input: the
-/// window (periodic), `noverlap` samples of overlap, each segment's mean removed
+/// window (periodic), `noverlap` samples of overlap, optionally each segment's mean removed
 /// (`detrend='constant'`), a two-sided `nperseg`-point FFT, `scaling='density'`
-/// (|X|² / (fs Σw²)), and the mean over segments.
+/// (|X|² / (fs Σw²)), and the mean over segments. Unlike scipy, sonograph does not detrend by
+/// default (`detrend=False` in scipy's terms): at RF the mean is a carrier (AM, a tone at the
+/// centre frequency) or a DC offset, which the features should see.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WelchConfig {
     pub nperseg: usize,
     pub noverlap: usize,
     pub window: WindowKind,
-    /// Remove each segment's mean (scipy's default `detrend='constant'`).
+    /// Remove each segment's mean (scipy's `detrend='constant'`; off by default here).
     pub detrend: bool,
 }
 
@@ -33,7 +36,7 @@ impl Default for WelchConfig {
             nperseg: 1024,
             noverlap: 512,
             window: WindowKind::Hann,
-            detrend: true,
+            detrend: false,
         }
     }
 }
@@ -445,17 +448,13 @@ feature_vector! {
     c63,
 }
 
-/// Mean, standard deviation, skewness and excess-free kurtosis of `values`.
-fn moments(values: impl Iterator<Item = f64> + Clone) -> [f64; 4] {
-    let (mut n, mut sum) = (0.0, 0.0);
-    for v in values.clone() {
-        n += 1.0;
-        sum += v;
-    }
-    if n == 0.0 {
+/// Mean, standard deviation, skewness and kurtosis (not excess) of `values`, in two passes.
+fn moments(values: &[f64]) -> [f64; 4] {
+    if values.is_empty() {
         return [f64::NAN; 4];
     }
-    let mean = sum / n;
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
     let (mut m2, mut m3, mut m4) = (0.0, 0.0, 0.0);
     for v in values {
         let d = v - mean;
@@ -628,25 +627,21 @@ pub fn sample_features(iq: &[Complex32], fs: f64, cfg: &FeatureConfig, f: &mut R
     f.snr_m2m4_db = snr_db(s, m2 - s);
     let rms = m2.sqrt();
     let scale = if rms > 0.0 { 1.0 / rms } else { 0.0 };
-    [f.amp_mean, f.amp_std, f.amp_skewness, f.amp_kurtosis] =
-        moments(iq.iter().map(|v| f64::from(v.norm()) * scale));
-    [
-        f.phase_mean,
-        f.phase_std,
-        f.phase_skewness,
-        f.phase_kurtosis,
-    ] = moments(iq.iter().map(|v| f64::from(v.im).atan2(f64::from(v.re))));
+    let mut values: Vec<f64> = iq.iter().map(|v| f64::from(v.norm()) * scale).collect();
+    [f.amp_mean, f.amp_std, f.amp_skewness, f.amp_kurtosis] = moments(&values);
+    values.clear();
+    values.extend(iq.iter().map(|v| atan2(f64::from(v.im), f64::from(v.re))));
+    [f.phase_mean, f.phase_std, f.phase_skewness, f.phase_kurtosis] = moments(&values);
     let to_hz = fs / std::f64::consts::TAU;
-    [
-        f.freq_mean_hz,
-        f.freq_std_hz,
-        f.freq_skewness,
-        f.freq_kurtosis,
-    ] = moments(iq.windows(2).map(|w| {
-        let z = Complex64::new(f64::from(w[1].re), f64::from(w[1].im))
-            * Complex64::new(f64::from(w[0].re), -f64::from(w[0].im));
-        z.im.atan2(z.re) * to_hz
+    values.clear();
+    values.extend(iq.windows(2).map(|w| {
+        let (a, b) = (w[0], w[1]);
+        // b · conj(a)
+        let re = f64::from(b.re) * f64::from(a.re) + f64::from(b.im) * f64::from(a.im);
+        let im = f64::from(b.im) * f64::from(a.re) - f64::from(b.re) * f64::from(a.im);
+        atan2(im, re) * to_hz
     }));
+    [f.freq_mean_hz, f.freq_std_hz, f.freq_skewness, f.freq_kurtosis] = moments(&values);
     [
         f.c20_abs, f.c21, f.c40_abs, f.c41_abs, f.c42, f.c60_abs, f.c63,
     ] = MomentSums::of(iq, mean).cumulants();

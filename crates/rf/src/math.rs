@@ -41,6 +41,55 @@ pub fn sincos(x: f64) -> (f64, f64) {
     sincos_cycles(x / TAU)
 }
 
+/// atan2(y, x) in (−π, π], by Cephes' reduction to |t| ≤ 0.66 or around tan(π/4) and its
+/// rational approximation of atan (relative error about 1e-16): several times faster than
+/// libm's, and the same on every platform.
+#[inline(always)]
+pub fn atan2(y: f64, x: f64) -> f64 {
+    use std::f64::consts::{FRAC_PI_2, FRAC_PI_4, PI};
+    let (ax, ay) = (x.abs(), y.abs());
+    if ax == 0.0 && ay == 0.0 {
+        return 0.0;
+    }
+    // atan of the ratio in [0, 1], then the octant.
+    let swap = ay > ax;
+    let t = if swap { ax / ay } else { ay / ax };
+    let (base, u) = if t > 0.66 {
+        (FRAC_PI_4, (t - 1.0) / (t + 1.0))
+    } else {
+        (0.0, t)
+    };
+    const P: [f64; 5] = [
+        -8.750_608_600_031_904e-1,
+        -1.615_753_718_733_365e1,
+        -7.500_855_792_314_705e1,
+        -1.228_866_684_490_136e2,
+        -6.485_021_904_942_025e1,
+    ];
+    const Q: [f64; 5] = [
+        2.485_846_490_142_306e1,
+        1.650_270_098_316_988e2,
+        4.328_810_604_912_903e2,
+        4.853_903_996_359_137e2,
+        1.945_506_571_482_614e2,
+    ];
+    let z = u * u;
+    let p = (((P[0] * z + P[1]) * z + P[2]) * z + P[3]) * z + P[4];
+    let q = ((((z + Q[0]) * z + Q[1]) * z + Q[2]) * z + Q[3]) * z + Q[4];
+    let mut a = base + (u + u * z * p / q);
+    if swap {
+        a = FRAC_PI_2 - a;
+    }
+    if x < 0.0 {
+        a = PI - a;
+    }
+    if y < 0.0 {
+        -a
+    } else {
+        a
+    }
+}
+
 /// Cubic Lagrange interpolation of `x` at fractional position `t` (0 ≤ t < len − 1); samples
 /// outside `x` are zero. Used for fractional delays and sample-rate offsets.
 #[inline]
@@ -85,6 +134,22 @@ mod tests {
             worst = worst.max((s - ws).abs()).max((co - wc).abs());
         }
         assert!(worst < 1e-14, "{worst}");
+    }
+
+    #[test]
+    fn atan2_matches_libm() {
+        let mut worst = 0.0f64;
+        for i in 0..20_000 {
+            let a = i as f64 * 0.000_314_159 - 3.14;
+            for r in [1e-3, 1.0, 7.5e4] {
+                let (y, x) = (r * a.sin(), r * a.cos());
+                worst = worst.max((atan2(y, x) - y.atan2(x)).abs());
+            }
+        }
+        assert!(worst < 1e-14, "{worst}");
+        assert_eq!(atan2(0.0, 0.0), 0.0);
+        assert!((atan2(0.0, -1.0) - std::f64::consts::PI).abs() < 1e-15);
+        assert!((atan2(-1.0, 0.0) + std::f64::consts::FRAC_PI_2).abs() < 1e-15);
     }
 
     #[test]
