@@ -57,6 +57,107 @@ def table():
     print("wrote", out)
 
 
+def moments(v):
+    m = v.mean()
+    d = v - m
+    m2 = (d**2).mean()
+    return [m, np.sqrt(m2), (d**3).mean() / m2**1.5, (d**4).mean() / m2**2]
+
+
+def cumulants(x):
+    """Swami & Sadler's normalised cumulants of the mean-removed signal, from numpy moments."""
+    z = x - x.mean()
+    a = np.abs(z) ** 2
+    M = lambda v: v.mean()
+    m20, m21, m30, m31 = M(z**2), M(a), M(z**3), M(z * a)
+    m40, m41, m42, m43 = M(z**4), M(z**2 * a), M(a**2), M(np.conj(z) ** 2 * a)
+    m60, m63 = M(z**6), M(a**3)
+    c40 = m40 - 3 * m20**2
+    c41 = m41 - 3 * m20 * m21
+    c42 = m42 - abs(m20) ** 2 - 2 * m21**2
+    c60 = m60 - 15 * m40 * m20 - 10 * m30**2 + 30 * m20**3
+    c63 = (m63 - 3 * m20 * m43 - 3 * np.conj(m20) * m41 - 9 * m21 * m42 - abs(m30) ** 2
+           - 9 * abs(m31) ** 2 + 12 * m21**3 + 18 * abs(m20) ** 2 * m21).real
+    return [abs(m20) / m21, m21, abs(c40) / m21**2, abs(c41) / m21**2, (c42 / m21**2).real,
+            abs(c60) / m21**3, c63 / m21**3]
+
+
+def fixtures():
+    """Signals (raw cf32) and what scipy/numpy compute for them (JSON)."""
+    out = ROOT / "tests/rf"
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.Generator(np.random.PCG64(20261126))
+    n = 20000
+    t = np.arange(n)
+    signals = {
+        # white noise, a tone at 0.1 fs, a DC offset
+        "noise_tone_dc": (rng.standard_normal(n) + 1j * rng.standard_normal(n)) * 0.1
+        + 0.5 * np.exp(2j * np.pi * 0.1 * t) + (0.05 - 0.02j),
+        # QPSK symbols held 4 samples, plus noise
+        "qpsk_rect": np.repeat(np.exp(1j * (np.pi / 4 + np.pi / 2 * rng.integers(0, 4, n // 4))), 4)
+        * 0.3 + (rng.standard_normal(n) + 1j * rng.standard_normal(n)) * 0.01,
+    }
+    cases = [
+        # (name, signal, fs, nperseg, noverlap, window, detrend)
+        ("welch_hann_1024", "noise_tone_dc", 200e3, 1024, 512, "hann", False),
+        ("welch_hann_detrend", "noise_tone_dc", 200e3, 1024, 512, "hann", "constant"),
+        ("welch_hamming_256", "qpsk_rect", 1e6, 256, 64, "hamming", False),
+        ("welch_boxcar_500", "qpsk_rect", 48e3, 500, 100, "boxcar", False),
+    ]
+    meta = {"scipy": scipy.__version__, "numpy": np.__version__, "signals": {}, "welch": {},
+            "features": {}}
+    for name, x in signals.items():
+        x = x.astype(np.complex64)
+        x.tofile(out / f"{name}.cf32")
+        meta["signals"][name] = {"file": f"{name}.cf32", "samples": len(x)}
+        # Features by numpy transcription of the formulas in docs/rf.md, from the f32 samples.
+        xd = x.astype(np.complex128)
+        p = np.abs(xd) ** 2
+        amp = np.abs(xd) / np.sqrt(p.mean())
+        ph = np.angle(xd)
+        fr = np.angle(xd[1:] * np.conj(xd[:-1])) * 200e3 / (2 * np.pi)
+        meta["features"][name] = {
+            "fs": 200e3,
+            "rssi_dbfs": 10 * np.log10(p.mean()),
+            "papr_db": 10 * np.log10(p.max() / p.mean()),
+            "amp": moments(amp),
+            "phase": moments(ph),
+            "freq": moments(fr),
+            "cumulants": cumulants(xd),
+        }
+    for name, sig, fs, nper, nover, win, detrend in cases:
+        x = np.fromfile(out / f"{sig}.cf32", dtype=np.complex64).astype(np.complex128)
+        f, pxx = scipy.signal.welch(x, fs=fs, window=win, nperseg=nper, noverlap=nover,
+                                    detrend=detrend, return_onesided=False, scaling="density")
+        meta["welch"][name] = {
+            "signal": sig, "fs": fs, "nperseg": nper, "noverlap": nover, "window": win,
+            "detrend": detrend is not False, "freqs": f.tolist(), "psd": pxx.tolist(),
+        }
+    # Spectral shape features of the first PSD, transcribed.
+    w = meta["welch"]["welch_hann_1024"]
+    f = np.fft.fftshift(np.array(w["freqs"]))
+    pxx = np.fft.fftshift(np.array(w["psd"]))
+    c = (f * pxx).sum() / pxx.sum()
+    m2 = ((f - c) ** 2 * pxx).sum() / pxx.sum()
+    m4 = ((f - c) ** 4 * pxx).sum() / pxx.sum()
+    meta["features"]["noise_tone_dc"].update({
+        "spectral_centroid_hz": c, "spectral_spread_hz": np.sqrt(m2),
+        "spectral_kurtosis": m4 / m2**2,
+        "spectral_flatness": np.exp(np.log(pxx).mean()) / pxx.mean(),
+        "peak_freq_hz": f[np.argmax(pxx)],
+    })
+    def plain(o):
+        if isinstance(o, dict):
+            return {k: plain(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [plain(v) for v in o]
+        if isinstance(o, (np.floating, np.integer)):
+            return o.item()
+        return o
+    (out / "reference.json").write_text(json.dumps(plain(meta)))
+    print("wrote", out)
+
+
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "fixtures"
     if what == "table":

@@ -29,7 +29,9 @@ pub enum IqError {
     },
     #[error("{path}: bad metadata: {reason}")]
     BadMeta { path: PathBuf, reason: String },
-    #[error("{path}: {bytes} bytes is not a whole number of {sample_bytes}-byte {datatype} samples")]
+    #[error(
+        "{path}: {bytes} bytes is not a whole number of {sample_bytes}-byte {datatype} samples"
+    )]
     OddLength {
         path: PathBuf,
         bytes: u64,
@@ -87,7 +89,9 @@ pub enum IqSource {
 impl IqSource {
     pub fn id(&self) -> &str {
         match self {
-            IqSource::Sigmf { id, .. } | IqSource::Archive { id, .. } | IqSource::Raw { id, .. } => id,
+            IqSource::Sigmf { id, .. }
+            | IqSource::Archive { id, .. }
+            | IqSource::Raw { id, .. } => id,
         }
     }
 }
@@ -152,7 +156,10 @@ pub fn list_sources(path: &Path, raw: Option<DataType>) -> Result<Vec<IqSource>,
         }
     };
     let name = |p: &Path| {
-        let s = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let s = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         strip_sigmf(&s).to_string()
     };
     if path.is_dir() {
@@ -280,7 +287,10 @@ pub fn read_sigmf(meta_path: &Path, id: &str, max_samples: u64) -> Result<IqReco
 fn parse_meta(text: &str, path: &Path) -> Result<SigmfMeta, IqError> {
     SigmfMeta::from_json(text).map_err(|e| IqError::BadMeta {
         path: path.to_path_buf(),
-        reason: e.to_string().trim_start_matches("bad SigMF metadata: ").to_string(),
+        reason: e
+            .to_string()
+            .trim_start_matches("bad SigMF metadata: ")
+            .to_string(),
     })
 }
 
@@ -303,7 +313,7 @@ fn recording(
     })?;
     let samples_in_file = len / datatype.sample_bytes() as u64;
     let claimed = meta.claimed_end();
-    if claimed > samples_in_file && len % datatype.sample_bytes() as u64 == 0 {
+    if claimed > samples_in_file && len.is_multiple_of(datatype.sample_bytes() as u64) {
         return Err(IqError::Truncated {
             path: data_path.to_path_buf(),
             reason: format!(
@@ -331,7 +341,7 @@ fn read_samples(
     max_samples: u64,
 ) -> Result<Vec<Complex32>, IqError> {
     let sb = datatype.sample_bytes() as u64;
-    if len % sb != 0 {
+    if !len.is_multiple_of(sb) {
         return Err(IqError::OddLength {
             path: path.to_path_buf(),
             bytes: len,
@@ -386,9 +396,11 @@ fn decode(bytes: &[u8], datatype: DataType, out: &mut Vec<Complex32>) {
                 f32::from(i16::from_le_bytes([b[2], b[3]])) * s,
             )
         })),
-        DataType::Ci8 => out.extend(bytes.chunks_exact(2).map(|b| {
-            Complex32::new(f32::from(b[0] as i8) / 128.0, f32::from(b[1] as i8) / 128.0)
-        })),
+        DataType::Ci8 => {
+            out.extend(bytes.chunks_exact(2).map(|b| {
+                Complex32::new(f32::from(b[0] as i8) / 128.0, f32::from(b[1] as i8) / 128.0)
+            }))
+        }
         DataType::Cu8 => out.extend(bytes.chunks_exact(2).map(|b| {
             Complex32::new(
                 (f32::from(b[0]) - 128.0) / 128.0,
@@ -429,8 +441,11 @@ fn tar_members(f: &mut File, path: &Path) -> Result<Vec<TarMember>, IqError> {
             String::from_utf8_lossy(&raw[..end]).trim().to_string()
         };
         let size_text = field(124, 136);
-        let size = u64::from_str_radix(&size_text, 8)
-            .map_err(|_| bad(format!("tar header at byte {pos} has no valid size ({size_text:?})")))?;
+        let size = u64::from_str_radix(&size_text, 8).map_err(|_| {
+            bad(format!(
+                "tar header at byte {pos} has no valid size ({size_text:?})"
+            ))
+        })?;
         let start = pos + 512;
         if size > total.saturating_sub(start) {
             return Err(IqError::Truncated {
@@ -443,7 +458,11 @@ fn tar_members(f: &mut File, path: &Path) -> Result<Vec<TarMember>, IqError> {
         }
         let prefix = field(345, 500);
         let name = field(0, 100);
-        let name = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
+        let name = if prefix.is_empty() {
+            name
+        } else {
+            format!("{prefix}/{name}")
+        };
         let kind = header[156];
         if kind == b'0' || kind == 0 {
             members.push(TarMember {
@@ -560,7 +579,8 @@ pub fn write_sigmf(
     let mut hasher = Sha512::new();
     let mut clipped = 0u64;
     {
-        let mut w = BufWriter::with_capacity(1 << 20, File::create(&tmp).map_err(werr(&data_path))?);
+        let mut w =
+            BufWriter::with_capacity(1 << 20, File::create(&tmp).map_err(werr(&data_path))?);
         let mut bytes = Vec::with_capacity(8 * 8192);
         for chunk in iq.chunks(8192) {
             bytes.clear();
@@ -588,7 +608,13 @@ pub fn write_sigmf(
     }
     std::fs::rename(&tmp, &data_path).map_err(werr(&data_path))?;
     meta.global.datatype = dtype.datatype().name().into();
-    meta.global.sha512 = Some(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect());
+    meta.global.sha512 = Some(
+        hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+    );
     let tmp = crate::parquet::part_tmp_path(&meta_path);
     std::fs::write(&tmp, meta.to_json()).map_err(werr(&meta_path))?;
     std::fs::rename(&tmp, &meta_path).map_err(werr(&meta_path))?;

@@ -627,11 +627,19 @@ pub fn sample_features(iq: &[Complex32], fs: f64, cfg: &FeatureConfig, f: &mut R
     f.snr_m2m4_db = snr_db(s, m2 - s);
     let rms = m2.sqrt();
     let scale = if rms > 0.0 { 1.0 / rms } else { 0.0 };
-    let mut values: Vec<f64> = iq.iter().map(|v| f64::from(v.norm()) * scale).collect();
+    let mut values: Vec<f64> = iq
+        .iter()
+        .map(|v| f64::from(v.re).hypot(f64::from(v.im)) * scale)
+        .collect();
     [f.amp_mean, f.amp_std, f.amp_skewness, f.amp_kurtosis] = moments(&values);
     values.clear();
     values.extend(iq.iter().map(|v| atan2(f64::from(v.im), f64::from(v.re))));
-    [f.phase_mean, f.phase_std, f.phase_skewness, f.phase_kurtosis] = moments(&values);
+    [
+        f.phase_mean,
+        f.phase_std,
+        f.phase_skewness,
+        f.phase_kurtosis,
+    ] = moments(&values);
     let to_hz = fs / std::f64::consts::TAU;
     values.clear();
     values.extend(iq.windows(2).map(|w| {
@@ -641,7 +649,12 @@ pub fn sample_features(iq: &[Complex32], fs: f64, cfg: &FeatureConfig, f: &mut R
         let im = f64::from(b.im) * f64::from(a.re) - f64::from(b.re) * f64::from(a.im);
         atan2(im, re) * to_hz
     }));
-    [f.freq_mean_hz, f.freq_std_hz, f.freq_skewness, f.freq_kurtosis] = moments(&values);
+    [
+        f.freq_mean_hz,
+        f.freq_std_hz,
+        f.freq_skewness,
+        f.freq_kurtosis,
+    ] = moments(&values);
     [
         f.c20_abs, f.c21, f.c40_abs, f.c41_abs, f.c42, f.c60_abs, f.c63,
     ] = MomentSums::of(iq, mean).cumulants();

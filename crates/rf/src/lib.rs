@@ -23,8 +23,8 @@ pub mod spec;
 pub mod synth;
 
 pub use error::RfError;
+pub use features::{features, FeatureConfig, Psd, RfFeatures, WelchConfig};
 /// The complex sample type of every IQ buffer (rustfft's).
 pub use rustfft::num_complex::Complex32;
-pub use features::{features, FeatureConfig, Psd, RfFeatures, WelchConfig};
 pub use spec::{ModKind, ModulationSpec, Range, SnrDefinition, SynthSpec};
 pub use synth::{add_noise, NoiseJob, Sample, Synth, Truth};

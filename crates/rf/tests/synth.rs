@@ -29,10 +29,18 @@ fn every_modulation_is_finite_at_its_level_and_labelled() {
         let (clean, truth, job) = synth.clean(1, 2);
         assert_eq!(clean.len(), 50_000);
         assert_eq!(truth.label, kind.label());
-        assert!(clean.iter().all(|v| v.re.is_finite() && v.im.is_finite()), "{}", kind.label());
+        assert!(
+            clean.iter().all(|v| v.re.is_finite() && v.im.is_finite()),
+            "{}",
+            kind.label()
+        );
         // The level is the realised power: -12 dBFS.
         let p = power(&clean);
-        assert!((10.0 * p.log10() + 12.0).abs() < 1e-4, "{}: {p}", kind.label());
+        assert!(
+            (10.0 * p.log10() + 12.0).abs() < 1e-4,
+            "{}: {p}",
+            kind.label()
+        );
         assert!(truth.in_band_hz > 0.0 && truth.in_band_hz <= 200_000.0);
         assert!(job.sigma > 0.0);
     }
@@ -41,9 +49,15 @@ fn every_modulation_is_finite_at_its_level_and_labelled() {
 #[test]
 fn a_recording_depends_only_on_seed_and_index() {
     let mut spec = spec_of(ModKind::Qpsk, 5.0);
-    spec.modulations = ModKind::ALL.iter().map(|&k| ModulationSpec::new(k)).collect();
+    spec.modulations = ModKind::ALL
+        .iter()
+        .map(|&k| ModulationSpec::new(k))
+        .collect();
     spec.impairments = Impairments {
-        cfo_hz: Some(Range { min: -1e3, max: 1e3 }),
+        cfo_hz: Some(Range {
+            min: -1e3,
+            max: 1e3,
+        }),
         phase_noise_linewidth_hz: Some(Range::fixed(10.0)),
         multipath_paths: Some(Range { min: 1.0, max: 4.0 }),
         multipath_max_delay_s: Some(20e-6),
@@ -66,7 +80,10 @@ fn a_recording_depends_only_on_seed_and_index() {
         let k = modulation_of(&spec, 9, i);
         counts[ModKind::ALL.iter().position(|&m| m == k).unwrap()] += 1;
     }
-    assert!(counts.iter().all(|&c| (140..=260).contains(&c)), "{counts:?}");
+    assert!(
+        counts.iter().all(|&c| (140..=260).contains(&c)),
+        "{counts:?}"
+    );
 }
 
 /// The exact stage adds sigma times the deviate of Noise-stream word j to value j.
@@ -80,7 +97,10 @@ fn noise_stage_is_the_documented_formula() {
     for n in [0usize, 1, 4095, 4096, 49_999] {
         let re = clean[n].re + job.sigma * deviate(rng.word(2 * n as u64));
         let im = clean[n].im + job.sigma * deviate(rng.word(2 * n as u64 + 1));
-        assert_eq!((noisy[n].re.to_bits(), noisy[n].im.to_bits()), (re.to_bits(), im.to_bits()));
+        assert_eq!(
+            (noisy[n].re.to_bits(), noisy[n].im.to_bits()),
+            (re.to_bits(), im.to_bits())
+        );
     }
     // Its power is 2 sigma^2.
     let noise: Vec<Complex32> = noisy.iter().zip(&clean).map(|(a, b)| a - b).collect();
@@ -116,7 +136,11 @@ fn carrier_offset_moves_a_tone_and_dc_offset_adds_a_mean() {
     let mut spec = spec_of(ModKind::Tone, 40.0);
     spec.impairments.cfo_hz = Some(Range::fixed(12_500.0));
     let s = Synth::new(&spec).unwrap().sample(2, 0);
-    assert!((peak_hz(&s.iq) - 12_500.0).abs() <= 200.0, "{}", peak_hz(&s.iq));
+    assert!(
+        (peak_hz(&s.iq) - 12_500.0).abs() <= 200.0,
+        "{}",
+        peak_hz(&s.iq)
+    );
     assert_eq!(s.truth.cfo_hz, 12_500.0);
 
     let mut spec = spec_of(ModKind::Qpsk, 40.0);
@@ -125,7 +149,10 @@ fn carrier_offset_moves_a_tone_and_dc_offset_adds_a_mean() {
     let mean = s.iq.iter().fold(Complex32::new(0.0, 0.0), |a, v| a + v) / s.iq.len() as f32;
     let want = 10f64.powf(-1.2) * 10f64.powf(-1.0);
     // The QPSK's own mean over 50k samples moves it by a few per cent.
-    assert!((f64::from(mean.norm_sqr()) / want - 1.0).abs() < 0.15, "{mean}");
+    assert!(
+        (f64::from(mean.norm_sqr()) / want - 1.0).abs() < 0.15,
+        "{mean}"
+    );
 }
 
 /// The spectra the parameters promise: FSK tones at ±h·Rs/2, SSB on one side, the OFDM and
@@ -142,7 +169,11 @@ fn modulation_spectra_follow_their_parameters() {
     // OFDM: 52 of 256 bins of 200 kHz.
     let f = obw(ModKind::Ofdm, ModParams::default());
     let want = 52.0 / 256.0 * 200_000.0;
-    assert!((f.obw_hz / want - 1.0).abs() < 0.1, "ofdm {} vs {want}", f.obw_hz);
+    assert!(
+        (f.obw_hz / want - 1.0).abs() < 0.1,
+        "ofdm {} vs {want}",
+        f.obw_hz
+    );
     // LFM: a 50 kHz sweep over 10 ms (time-bandwidth 500, so the edges are sharp).
     let lfm = ModParams {
         period_s: Some(0.01),
@@ -152,12 +183,22 @@ fn modulation_spectra_follow_their_parameters() {
     assert!((f.obw_hz / 50_000.0 - 1.0).abs() < 0.05, "lfm {}", f.obw_hz);
     // SSB: the upper sideband is above 0 Hz, the lower below.
     let f = obw(ModKind::SsbUsb, ModParams::default());
-    assert!(f.obw_low_hz > -300.0 && f.obw_high_hz <= 5_300.0, "usb {f:?}");
+    assert!(
+        f.obw_low_hz > -300.0 && f.obw_high_hz <= 5_300.0,
+        "usb {f:?}"
+    );
     let f = obw(ModKind::SsbLsb, ModParams::default());
-    assert!(f.obw_high_hz < 300.0 && f.obw_low_hz >= -5_300.0, "lsb {f:?}");
+    assert!(
+        f.obw_high_hz < 300.0 && f.obw_low_hz >= -5_300.0,
+        "lsb {f:?}"
+    );
     // 2-FSK with h = 1 at 25 kBd: tones at ±12.5 kHz, so the spread is about 12.5 kHz.
     let f = obw(ModKind::Fsk2, ModParams::default());
-    assert!((f.spectral_spread_hz / 12_500.0 - 1.0).abs() < 0.15, "2fsk {}", f.spectral_spread_hz);
+    assert!(
+        (f.spectral_spread_hz / 12_500.0 - 1.0).abs() < 0.15,
+        "2fsk {}",
+        f.spectral_spread_hz
+    );
     // AM with a carrier has its peak at DC; FM's amplitude is constant.
     let f = obw(ModKind::AmDsb, ModParams::default());
     assert!(f.peak_freq_hz.abs() < 200.0);
@@ -208,7 +249,11 @@ fn channel_impairments_keep_the_level_and_change_the_signal() {
         assert!(iq.iter().all(|v| v.re.is_finite() && v.im.is_finite()));
         let db = 10.0 * power(&iq).log10();
         // IQ imbalance changes the power by design; everything else keeps the level.
-        let tol = if imp.iq_amplitude_db.is_some() { 1.0 } else { 1e-3 };
+        let tol = if imp.iq_amplitude_db.is_some() {
+            1.0
+        } else {
+            1e-3
+        };
         assert!((db + 12.0).abs() < tol, "{imp:?}: {db} dBFS");
         if imp.multipath_paths.is_some() {
             assert_eq!(truth.path_delays_s.len(), 3);
