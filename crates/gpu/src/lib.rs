@@ -16,6 +16,8 @@ pub mod pool;
 pub mod context;
 #[cfg(feature = "gpu")]
 mod extractor;
+#[cfg(feature = "gpu")]
+pub mod rf;
 
 pub use device::{DeviceInfo, DeviceRegistry, DeviceSelection, DeviceState, DeviceType, Selected};
 pub use error::GpuError;

@@ -9,6 +9,7 @@ pub mod parquet;
 pub mod resample;
 pub mod segment;
 pub mod sigmf;
+pub mod table;
 
 use std::path::Path;
 

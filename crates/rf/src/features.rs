@@ -202,7 +202,7 @@ pub fn welch(iq: &[Complex32], fs: f64, cfg: &WelchConfig) -> Result<Psd, RfErro
 
 /// Degrees of freedom of a Welch estimate of white noise (Welch 1967, eq. 8):
 /// ν = 2K / (1 + 2 Σ_{l≥1} (1 − l/K) ρ(l)²), ρ(l) the window's overlap correlation at l hops.
-fn welch_dof(w: &[f64], hop: usize, k: usize) -> f64 {
+pub fn welch_dof(w: &[f64], hop: usize, k: usize) -> f64 {
     let wss: f64 = w.iter().map(|v| v * v).sum();
     let mut sum = 0.0;
     let mut l = 1;
