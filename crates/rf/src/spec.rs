@@ -531,7 +531,9 @@ pub struct SynthSpec {
     pub modulations: Vec<ModulationSpec>,
     pub snr_db: Range,
     pub snr_definition: SnrDefinition,
-    /// Power of the signal before noise, in dB relative to full scale (|x| = 1).
+    /// Power of the signal before noise, in dB relative to full scale (|x| = 1). The default,
+    /// −30 dBFS, leaves room for the noise of narrow signals at −5 dB in-band SNR (about 18 dB
+    /// above the signal) without clipping ci16 output.
     pub level_dbfs: f64,
     #[serde(default)]
     pub impairments: Impairments,
@@ -551,7 +553,7 @@ impl Default for SynthSpec {
                 max: 20.0,
             },
             snr_definition: SnrDefinition::InBand,
-            level_dbfs: -12.0,
+            level_dbfs: -30.0,
             impairments: Impairments::default(),
         }
     }
