@@ -468,6 +468,35 @@ fn moments(values: &[f64]) -> [f64; 4] {
     [mean, std, m3 / (m2 * std), m4 / (m2 * m2)]
 }
 
+/// |x| · scale of every sample.
+#[multiversion::multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
+fn amplitudes(iq: &[Complex32], scale: f64, out: &mut Vec<f64>) {
+    out.clear();
+    out.extend(
+        iq.iter()
+            .map(|v| (f64::from(v.re).powi(2) + f64::from(v.im).powi(2)).sqrt() * scale),
+    );
+}
+
+/// The instantaneous phase of every sample.
+#[multiversion::multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
+fn phases(iq: &[Complex32], out: &mut Vec<f64>) {
+    out.clear();
+    out.extend(iq.iter().map(|v| atan2(f64::from(v.im), f64::from(v.re))));
+}
+
+/// The instantaneous frequency between neighbours, arg(x[n] conj(x[n−1])) · `to_hz`.
+#[multiversion::multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
+fn frequencies(iq: &[Complex32], to_hz: f64, out: &mut Vec<f64>) {
+    out.clear();
+    out.extend(iq.windows(2).map(|w| {
+        let (a, b) = (w[0], w[1]);
+        let re = f64::from(b.re) * f64::from(a.re) + f64::from(b.im) * f64::from(a.im);
+        let im = f64::from(b.im) * f64::from(a.re) - f64::from(b.re) * f64::from(a.im);
+        atan2(im, re) * to_hz
+    }));
+}
+
 /// Sums of the moments Swami & Sadler's cumulants need, in one pass over the mean-removed
 /// signal: E[z²], E|z|², E[z³], E[z|z|²], E[z⁴], E[z²|z|²], E|z|⁴, E[z⁶], E|z|⁶.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -486,23 +515,7 @@ pub struct MomentSums {
 
 impl MomentSums {
     pub fn of(iq: &[Complex32], mean: Complex64) -> Self {
-        let mut s = MomentSums::default();
-        for v in iq {
-            let z = Complex64::new(f64::from(v.re) - mean.re, f64::from(v.im) - mean.im);
-            let z2 = z * z;
-            let a = z.norm_sqr();
-            s.m20 += z2;
-            s.m21 += a;
-            s.m30 += z2 * z;
-            s.m31 += z * a;
-            s.m40 += z2 * z2;
-            s.m41 += z2 * a;
-            s.m42 += a * a;
-            s.m60 += z2 * z2 * z2;
-            s.m63 += a * a * a;
-        }
-        s.n = iq.len() as f64;
-        s
+        moment_sums(iq, mean)
     }
 
     /// The normalised cumulants (c20_abs, c21, c40_abs, c41_abs, c42, c60_abs, c63).
@@ -536,6 +549,27 @@ impl MomentSums {
             c63 / p3,
         ]
     }
+}
+
+#[multiversion::multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
+fn moment_sums(iq: &[Complex32], mean: Complex64) -> MomentSums {
+    let mut s = MomentSums::default();
+    for v in iq {
+        let z = Complex64::new(f64::from(v.re) - mean.re, f64::from(v.im) - mean.im);
+        let z2 = z * z;
+        let a = z.norm_sqr();
+        s.m20 += z2;
+        s.m21 += a;
+        s.m30 += z2 * z;
+        s.m31 += z * a;
+        s.m40 += z2 * z2;
+        s.m41 += z2 * a;
+        s.m42 += a * a;
+        s.m60 += z2 * z2 * z2;
+        s.m63 += a * a * a;
+    }
+    s.n = iq.len() as f64;
+    s
 }
 
 fn db(x: f64) -> f64 {
@@ -627,28 +661,17 @@ pub fn sample_features(iq: &[Complex32], fs: f64, cfg: &FeatureConfig, f: &mut R
     f.snr_m2m4_db = snr_db(s, m2 - s);
     let rms = m2.sqrt();
     let scale = if rms > 0.0 { 1.0 / rms } else { 0.0 };
-    let mut values: Vec<f64> = iq
-        .iter()
-        .map(|v| f64::from(v.re).hypot(f64::from(v.im)) * scale)
-        .collect();
+    let mut values = Vec::with_capacity(iq.len());
+    amplitudes(iq, scale, &mut values);
     [f.amp_mean, f.amp_std, f.amp_skewness, f.amp_kurtosis] = moments(&values);
-    values.clear();
-    values.extend(iq.iter().map(|v| atan2(f64::from(v.im), f64::from(v.re))));
+    phases(iq, &mut values);
     [
         f.phase_mean,
         f.phase_std,
         f.phase_skewness,
         f.phase_kurtosis,
     ] = moments(&values);
-    let to_hz = fs / std::f64::consts::TAU;
-    values.clear();
-    values.extend(iq.windows(2).map(|w| {
-        let (a, b) = (w[0], w[1]);
-        // b · conj(a)
-        let re = f64::from(b.re) * f64::from(a.re) + f64::from(b.im) * f64::from(a.im);
-        let im = f64::from(b.im) * f64::from(a.re) - f64::from(b.re) * f64::from(a.im);
-        atan2(im, re) * to_hz
-    }));
+    frequencies(iq, fs / std::f64::consts::TAU, &mut values);
     [
         f.freq_mean_hz,
         f.freq_std_hz,

@@ -19,6 +19,8 @@ mod ndtri_table;
 pub mod normal;
 pub mod philox;
 pub mod sigmf;
+#[cfg(target_arch = "x86_64")]
+mod simd;
 pub mod spec;
 pub mod synth;
 

@@ -41,24 +41,19 @@ pub fn sincos(x: f64) -> (f64, f64) {
     sincos_cycles(x / TAU)
 }
 
-/// atan2(y, x) in (−π, π], by Cephes' reduction to |t| ≤ 0.66 or around tan(π/4) and its
-/// rational approximation of atan (relative error about 1e-16): several times faster than
-/// libm's, and the same on every platform.
+/// atan2(y, x) in (−π, π], by Cephes' reduction (|t| ≤ 0.66, or around tan(π/4)) and its
+/// rational approximation of atan (relative error about 1e-16). Written without branches on
+/// the data (the octant is chosen by selects), so loops over samples vectorise; several times
+/// faster than libm's, and the same on every platform.
 #[inline(always)]
 pub fn atan2(y: f64, x: f64) -> f64 {
     use std::f64::consts::{FRAC_PI_2, FRAC_PI_4, PI};
     let (ax, ay) = (x.abs(), y.abs());
-    if ax == 0.0 && ay == 0.0 {
-        return 0.0;
-    }
-    // atan of the ratio in [0, 1], then the octant.
-    let swap = ay > ax;
-    let t = if swap { ax / ay } else { ay / ax };
-    let (base, u) = if t > 0.66 {
-        (FRAC_PI_4, (t - 1.0) / (t + 1.0))
-    } else {
-        (0.0, t)
-    };
+    let (mx, mn) = (ax.max(ay), ax.min(ay));
+    // Ratios above 0.66 are taken around tan(π/4): atan t = π/4 + atan((t − 1)/(t + 1)).
+    let b = if mn > 0.66 * mx { 1.0 } else { 0.0 };
+    let den = mx + b * mn;
+    let u = if den > 0.0 { (mn - b * mx) / den } else { 0.0 };
     const P: [f64; 5] = [
         -8.750_608_600_031_904e-1,
         -1.615_753_718_733_365e1,
@@ -76,13 +71,9 @@ pub fn atan2(y: f64, x: f64) -> f64 {
     let z = u * u;
     let p = (((P[0] * z + P[1]) * z + P[2]) * z + P[3]) * z + P[4];
     let q = ((((z + Q[0]) * z + Q[1]) * z + Q[2]) * z + Q[3]) * z + Q[4];
-    let mut a = base + (u + u * z * p / q);
-    if swap {
-        a = FRAC_PI_2 - a;
-    }
-    if x < 0.0 {
-        a = PI - a;
-    }
+    let mut a = b * FRAC_PI_4 + (u + u * z * p / q);
+    a = if ay > ax { FRAC_PI_2 - a } else { a };
+    a = if x < 0.0 { PI - a } else { a };
     if y < 0.0 {
         -a
     } else {

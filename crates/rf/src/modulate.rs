@@ -124,6 +124,7 @@ fn gaussian(sps: usize, bt: f64, span: usize) -> Vec<f64> {
 
 /// Sums `symbols[k] * taps` centred on sample `k·sps − first` for every symbol; `n` outputs.
 /// `taps` has its centre at `taps.len() / 2`.
+#[multiversion::multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
 fn shape(
     symbols: &[Complex64],
     sps: usize,

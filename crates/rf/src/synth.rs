@@ -278,15 +278,35 @@ pub fn add_noise(iq: &mut [Complex32], job: &NoiseJob) {
     for (c, chunk) in iq.chunks_mut(4096).enumerate() {
         let w = &mut words[..2 * chunk.len()];
         rng.fill_words((c * 2 * 4096) as u64, w);
-        for (v, pair) in chunk.iter_mut().zip(w.chunks_exact(2)) {
-            v.re = quantize(v.re + job.sigma * deviate(pair[0]), job.quantize_bits);
-            v.im = quantize(v.im + job.sigma * deviate(pair[1]), job.quantize_bits);
-        }
+        noise_chunk(chunk, w, job.sigma, job.quantize_bits);
+    }
+}
+
+fn noise_chunk(chunk: &mut [Complex32], words: &[u32], sigma: f32, bits: u32) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: Complex32 is `#[repr(C)] { re, im }` (num-complex documents it), so a slice
+        // of n of them is 2n consecutive f32 with the same alignment, borrowed mutably once.
+        let values = unsafe {
+            std::slice::from_raw_parts_mut(chunk.as_mut_ptr().cast::<f32>(), 2 * chunk.len())
+        };
+        // SAFETY: AVX2 was detected just above.
+        unsafe { crate::simd::noise(values, words, sigma, bits, &crate::normal::TABLE) };
+        return;
+    }
+    noise_chunk_scalar(chunk, words, sigma, bits);
+}
+
+/// The exact stage without the AVX2 path (the reference the SIMD code is tested against).
+pub fn noise_chunk_scalar(chunk: &mut [Complex32], words: &[u32], sigma: f32, bits: u32) {
+    for (v, pair) in chunk.iter_mut().zip(words.chunks_exact(2)) {
+        v.re = quantize(v.re + sigma * deviate(pair[0]), bits);
+        v.im = quantize(v.im + sigma * deviate(pair[1]), bits);
     }
 }
 
 #[inline(always)]
-fn quantize(v: f32, bits: u32) -> f32 {
+pub(crate) fn quantize(v: f32, bits: u32) -> f32 {
     if bits == 0 {
         return v;
     }
