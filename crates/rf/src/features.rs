@@ -489,8 +489,10 @@ fn phases(iq: &[Complex32], out: &mut Vec<f64>) {
 #[multiversion::multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
 fn frequencies(iq: &[Complex32], to_hz: f64, out: &mut Vec<f64>) {
     out.clear();
-    out.extend(iq.windows(2).map(|w| {
-        let (a, b) = (w[0], w[1]);
+    if iq.is_empty() {
+        return;
+    }
+    out.extend(iq.iter().zip(&iq[1..]).map(|(a, b)| {
         let re = f64::from(b.re) * f64::from(a.re) + f64::from(b.im) * f64::from(a.im);
         let im = f64::from(b.im) * f64::from(a.re) - f64::from(b.re) * f64::from(a.im);
         atan2(im, re) * to_hz

@@ -18,6 +18,7 @@ pub mod modulate;
 mod ndtri_table;
 pub mod normal;
 pub mod philox;
+mod pool;
 pub mod sigmf;
 #[cfg(target_arch = "x86_64")]
 mod simd;

@@ -9,7 +9,7 @@ use std::f64::consts::{FRAC_PI_2, TAU};
 pub fn sincos_cycles(c: f64) -> (f64, f64) {
     // Quarter turns: c = (k + r) / 4 with |r| <= 1/2.
     let q = c * 4.0;
-    let k = q.round();
+    let k = round_fast(q);
     let x = (q - k) * FRAC_PI_2;
     let x2 = x * x;
     let s = x
@@ -27,11 +27,46 @@ pub fn sincos_cycles(c: f64) -> (f64, f64) {
                     + x2 * (1.0 / 40_320.0
                         + x2 * (-1.0 / 3_628_800.0
                             + x2 * (1.0 / 479_001_600.0 - x2 / 87_178_291_200.0))))));
-    match (k as i64).rem_euclid(4) {
-        0 => (s, co),
-        1 => (co, -s),
-        2 => (-s, -co),
-        _ => (-co, s),
+    // The quadrant by selects rather than a branch, so that loops over phases vectorise.
+    let quadrant = (k as i64) & 3;
+    let (s, co) = if quadrant & 1 == 1 { (co, -s) } else { (s, co) };
+    if quadrant & 2 == 2 {
+        (-s, -co)
+    } else {
+        (s, co)
+    }
+}
+
+/// `out[i] = e^{2πi·cycles[i]}` for phases in cycles.
+#[multiversion::multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
+pub fn phasors(cycles: &[f64], out: &mut Vec<rustfft::num_complex::Complex64>) {
+    out.clear();
+    out.resize(cycles.len(), rustfft::num_complex::Complex64::new(0.0, 0.0));
+    for (o, &c) in out.iter_mut().zip(cycles) {
+        let (s, co) = sincos_cycles(c);
+        o.re = co;
+        o.im = s;
+    }
+}
+
+/// 1.5 · 2^52: adding and subtracting it rounds an f64 of magnitude under 2^51 to an integer
+/// (ties to even) in two additions, where `f64::round` is a libm call on baseline x86-64.
+const ROUNDER: f64 = 6_755_399_441_055_744.0;
+
+/// `x` rounded to an integer (|x| < 2^51; ties to even).
+#[inline(always)]
+pub fn round_fast(x: f64) -> f64 {
+    (x + ROUNDER) - ROUNDER
+}
+
+/// The fractional part of `c` in [0, 1) (|c| < 2^51), without libm's `fmod` or `floor`.
+#[inline(always)]
+pub fn frac(c: f64) -> f64 {
+    let r = c - round_fast(c);
+    if r < 0.0 {
+        r + 1.0
+    } else {
+        r
     }
 }
 
@@ -125,6 +160,27 @@ mod tests {
             worst = worst.max((s - ws).abs()).max((co - wc).abs());
         }
         assert!(worst < 1e-14, "{worst}");
+    }
+
+    #[test]
+    fn frac_and_round_match_std() {
+        for c in [
+            0.0,
+            0.25,
+            0.5,
+            0.75,
+            1.0,
+            -0.25,
+            -1.5,
+            2.5,
+            1e6 + 0.125,
+            -3.999_999,
+            123.456,
+        ] {
+            assert_eq!(frac(c), c.rem_euclid(1.0), "{c}");
+        }
+        assert_eq!(round_fast(2.4), 2.0);
+        assert_eq!(round_fast(-2.6), -3.0);
     }
 
     #[test]

@@ -7,8 +7,9 @@ use std::f64::consts::{PI, SQRT_2};
 use rustfft::num_complex::Complex64;
 use rustfft::FftPlanner;
 
-use crate::math::sincos_cycles;
+use crate::math::{frac, phasors, sincos_cycles};
 use crate::philox::{Draws, Rng, Stream};
+use crate::pool;
 use crate::spec::{ModKind, ModParams, ModulationSpec, Pulse};
 
 /// Params-stream slots of the modulations' own draws (see synth.rs for the others).
@@ -132,7 +133,7 @@ fn shape(
     first: isize,
     n: usize,
 ) -> Vec<Complex64> {
-    let mut out = vec![Complex64::new(0.0, 0.0); n];
+    let mut out = pool::complex(n);
     let centre = (taps.len() / 2) as isize;
     for (k, &a) in symbols.iter().enumerate() {
         let start = k as isize * sps as isize - first - centre;
@@ -233,16 +234,37 @@ fn cpfsk(kind: ModKind, p: &ModParams, rng: &Rng, phase0: f64, n: usize) -> Vec<
     let (count, first) = symbol_span(n, sps, pulse.len());
     let symbols = draw_symbols(rng, 0, count, &points);
     let freq = shape(&symbols, sps, &pulse, first, n);
-    // Phase in cycles: π h a / sps radians per sample = h a / (2 sps) cycles.
+    let out = integrate_freq(&freq, h, sps, phase0);
+    pool::give_complex(freq);
+    out
+}
+
+fn integrate_freq(freq: &[Complex64], h: f64, sps: usize, phase0: f64) -> Vec<Complex64> {
+    // Phase in cycles: π h a / sps radians per sample = h a / (2 sps) cycles; the running sum
+    // first (sequential), then the phasors (vectorised).
     let step = h / (2.0 * sps as f64);
-    let mut cycles = phase0;
-    freq.iter()
-        .map(|f| {
-            let (s, c) = sincos_cycles(cycles);
-            cycles = (cycles + step * f.re).rem_euclid(1.0);
-            Complex64::new(c, s)
-        })
-        .collect()
+    integrate(phase0, freq.iter().map(|f| step * f.re))
+}
+
+/// e^{2πiφ[n]} with φ[0] = `phase0` and φ[n+1] = φ[n] + steps[n] (in cycles). The sum is not
+/// wrapped: 2^31 samples of half a cycle are 2^30 cycles, where an f64 still resolves 1e-7
+/// of a cycle, and `sincos_cycles` reduces it.
+fn integrate(phase0: f64, steps: impl Iterator<Item = f64>) -> Vec<Complex64> {
+    let mut cycles = pool::real(steps.size_hint().0);
+    let mut c = phase0;
+    for d in steps {
+        cycles.push(c);
+        c += d;
+    }
+    to_phasors(cycles)
+}
+
+/// The phasors of `cycles` in a pooled buffer (`cycles` goes back to the pool).
+fn to_phasors(cycles: Vec<f64>) -> Vec<Complex64> {
+    let mut out = pool::complex(0);
+    phasors(&cycles, &mut out);
+    pool::give_real(cycles);
+    out
 }
 
 fn convolve(a: &[f64], b: &[f64]) -> Vec<f64> {
@@ -315,17 +337,27 @@ impl Message {
     /// The analytic message Σ a e^{j(2π f n + φ)} for n in 0..len, by rotators resynchronised
     /// every 256 samples (so that rounding does not accumulate).
     fn analytic(&self, len: usize) -> Vec<Complex64> {
-        let mut out = vec![Complex64::new(0.0, 0.0); len];
-        for &(f, a, ph) in &self.tones {
-            let (s, c) = sincos_cycles(f);
-            let step = Complex64::new(c, s);
-            for (block, chunk) in out.chunks_mut(256).enumerate() {
-                let n0 = (block * 256) as f64;
-                let (s, c) = sincos_cycles((f * n0 + ph).rem_euclid(1.0));
-                let mut z = Complex64::new(c, s) * a;
-                for o in chunk {
-                    *o += z;
-                    z *= step;
+        let mut out = pool::complex(len);
+        let steps: Vec<Complex64> = self
+            .tones
+            .iter()
+            .map(|&(f, _, _)| {
+                let (s, c) = sincos_cycles(f);
+                Complex64::new(c, s)
+            })
+            .collect();
+        let mut z = vec![Complex64::new(0.0, 0.0); self.tones.len()];
+        for (block, chunk) in out.chunks_mut(256).enumerate() {
+            let n0 = (block * 256) as f64;
+            for (zt, &(f, a, ph)) in z.iter_mut().zip(&self.tones) {
+                let (s, c) = sincos_cycles(frac(f * n0 + ph));
+                *zt = Complex64::new(c, s) * a;
+            }
+            // The tones' rotations are independent chains, interleaved sample by sample.
+            for o in chunk {
+                for (zt, st) in z.iter_mut().zip(&steps) {
+                    *o += *zt;
+                    *zt *= st;
                 }
             }
         }
@@ -348,50 +380,47 @@ pub fn waveform(m: &ModulationSpec, fs: f64, n: usize, seed: u64, index: u64) ->
         ModKind::Ofdm => ofdm(p, &symbols, n),
         ModKind::Tone => {
             let f = p.frequency_hz.unwrap_or(0.0) / fs;
-            (0..n)
-                .map(|i| {
-                    let (s, c) = sincos_cycles((f * i as f64 + phase0).rem_euclid(1.0));
-                    Complex64::new(c, s)
-                })
-                .collect()
+            let mut cycles = pool::real(n);
+            cycles.extend((0..n).map(|i| frac(f * i as f64 + phase0)));
+            to_phasors(cycles)
         }
         ModKind::Lfm => {
             let b = p.bandwidth_hz.unwrap_or(50_000.0) / fs; // cycles per sample
             let period = p.period_s.unwrap_or(0.001) * fs; // samples
             let sign = if p.up.unwrap_or(true) { 1.0 } else { -1.0 };
             let t0 = params.uniform(SLOT_MOD_OFFSET) * period;
-            (0..n)
-                .map(|i| {
-                    let t = (i as f64 + t0).rem_euclid(period);
-                    let cycles = sign * (-b / 2.0 * t + b / (2.0 * period) * t * t);
-                    let (s, c) = sincos_cycles(cycles.rem_euclid(1.0));
-                    Complex64::new(c, s)
-                })
-                .collect()
+            let mut cycles = pool::real(n);
+            cycles.extend((0..n).map(|i| {
+                let t = period * frac((i as f64 + t0) / period);
+                frac(sign * (-b / 2.0 * t + b / (2.0 * period) * t * t))
+            }));
+            to_phasors(cycles)
         }
         k => {
             let bw = p.message_bandwidth_hz.unwrap_or(5_000.0);
-            let msg = Message::new(seed, index, bw, fs).analytic(n);
+            let mut msg = Message::new(seed, index, bw, fs).analytic(n);
+            // The analogue modulations rewrite the analytic message in place.
             match k {
                 ModKind::AmDsb => {
                     let mu = p.modulation_index.unwrap_or(0.5);
-                    msg.iter()
-                        .map(|z| Complex64::new(1.0 + mu * z.re, 0.0))
-                        .collect()
+                    msg.iter_mut()
+                        .for_each(|z| *z = Complex64::new(1.0 + mu * z.re, 0.0));
+                    msg
                 }
-                ModKind::AmDsbSc => msg.iter().map(|z| Complex64::new(z.re, 0.0)).collect(),
+                ModKind::AmDsbSc => {
+                    msg.iter_mut().for_each(|z| *z = Complex64::new(z.re, 0.0));
+                    msg
+                }
                 ModKind::SsbUsb => msg,
-                ModKind::SsbLsb => msg.iter().map(|z| z.conj()).collect(),
+                ModKind::SsbLsb => {
+                    msg.iter_mut().for_each(|z| *z = z.conj());
+                    msg
+                }
                 ModKind::Fm => {
                     let dev = p.deviation_hz.unwrap_or(5_000.0) / fs;
-                    let mut cycles = phase0;
-                    msg.iter()
-                        .map(|z| {
-                            let (s, c) = sincos_cycles(cycles);
-                            cycles = (cycles + dev * z.re).rem_euclid(1.0);
-                            Complex64::new(c, s)
-                        })
-                        .collect()
+                    let out = integrate(phase0, msg.iter().map(|z| dev * z.re));
+                    pool::give_complex(msg);
+                    out
                 }
                 other => unreachable!("{} is handled above", other.label()),
             }

@@ -14,10 +14,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::RfError;
 use crate::features::{occupied_bandwidth, welch, WelchConfig};
-use crate::math::{lagrange3, sincos_cycles};
+use crate::math::{frac, lagrange3, phasors, sincos_cycles};
 use crate::modulate::waveform;
 use crate::normal::{deviate, round_sig_f32};
 use crate::philox::{Draws, Rng, Stream};
+use crate::pool;
 use crate::spec::{Fading, ModKind, ModulationSpec, Range, SnrDefinition, SynthSpec};
 
 // Params-stream slots: each per-sample parameter has its own word, so that switching one
@@ -155,6 +156,7 @@ impl Synth {
         let total = pre + n + stretch + 4;
         let x = waveform(m, fs, total, seed, index);
         let mut y = channel.apply(&x, pre, n, 1.0 + sro_ppm * 1e-6);
+        pool::give_complex(x);
 
         // Carrier offset, drift and phase noise as one phase (in cycles) per sample.
         let cfo = draw(&imp.cfo_hz, SLOT_CFO).unwrap_or(0.0);
@@ -166,16 +168,20 @@ impl Synth {
                 (2.0 * std::f64::consts::PI * linewidth / fs).sqrt() / (2.0 * std::f64::consts::PI);
             let mut pn = Draws::new(Rng::new(seed, index, Stream::PhaseNoise));
             let mut wander = 0.0;
-            for (i, v) in y.iter_mut().enumerate() {
+            let mut cycles = pool::real(y.len());
+            cycles.extend((0..y.len()).map(|i| {
                 let t = i as f64 / fs;
-                let cycles =
-                    (cfo * t).rem_euclid(1.0) + (0.5 * drift * t * t).rem_euclid(1.0) + wander;
-                let (s, c) = sincos_cycles(cycles.rem_euclid(1.0));
-                *v *= Complex64::new(c, s);
+                let c = frac(frac(cfo * t) + frac(0.5 * drift * t * t) + wander);
                 if linewidth > 0.0 {
-                    wander = (wander + step * pn.normal()).rem_euclid(1.0);
+                    wander = frac(wander + step * pn.normal());
                 }
-            }
+                c
+            }));
+            let mut rot = pool::complex(0);
+            phasors(&cycles, &mut rot);
+            y.iter_mut().zip(&rot).for_each(|(v, r)| *v *= r);
+            pool::give_real(cycles);
+            pool::give_complex(rot);
         }
 
         // The level: the realised power of this recording, so that its SNR is exact.
@@ -229,6 +235,7 @@ impl Synth {
             .iter()
             .map(|v| Complex32::new(flush(v.re as f32), flush(v.im as f32)))
             .collect();
+        pool::give_complex(y);
         let truth = Truth {
             index,
             label: m.kind.label().to_string(),
@@ -427,13 +434,13 @@ impl Channel {
         };
         let mut g = Complex64::new(0.0, 0.0);
         for &(f, ph) in osc {
-            let (s, c) = sincos_cycles((f * t + ph).rem_euclid(1.0));
+            let (s, c) = sincos_cycles(frac(f * t + ph));
             g += Complex64::new(c, s);
         }
         g /= (osc.len() as f64).sqrt();
         match self.los[p] {
             Some((f, ph, share)) => {
-                let (s, c) = sincos_cycles((f * t + ph).rem_euclid(1.0));
+                let (s, c) = sincos_cycles(frac(f * t + ph));
                 Complex64::new(c, s) * share.sqrt() + g * (1.0 - share).sqrt()
             }
             None => g,
@@ -443,11 +450,14 @@ impl Channel {
     /// Output sample `i` reads the waveform at `pre + i·ratio − delay` on every path.
     fn apply(&self, x: &[Complex64], pre: usize, n: usize, ratio: f64) -> Vec<Complex64> {
         let simple = self.delays.len() == 1 && ratio == 1.0 && self.oscillators.is_empty();
+        let mut y = pool::complex(n);
         if simple {
-            return x[pre..pre + n].iter().map(|v| v * self.gains[0]).collect();
+            y.iter_mut()
+                .zip(&x[pre..pre + n])
+                .for_each(|(o, v)| *o = v * self.gains[0]);
+            return y;
         }
         let xs: Vec<[f64; 2]> = x.iter().map(|v| [v.re, v.im]).collect();
-        let mut y = vec![Complex64::new(0.0, 0.0); n];
         for (p, (&d, &g)) in self.delays.iter().zip(&self.gains).enumerate() {
             // Fading changes slowly: evaluate it on a grid and interpolate linearly.
             let grid: Vec<Complex64> = (0..=n.div_ceil(FADING_GRID))
