@@ -85,12 +85,8 @@ pub struct SynthArgs {
     /// Where the exact noise stage runs: cpu, or gpu / gpu:N (bit-identical output).
     #[arg(long, default_value = "cpu")]
     device: String,
-    /// This machine's shard (default: from JOB_COMPLETION_INDEX or SLURM_ARRAY_TASK_ID, else 0).
-    #[arg(long, env = "SONOGRAPH_SHARD_INDEX")]
-    shard_index: Option<usize>,
-    /// Number of shards (default: SLURM_ARRAY_TASK_COUNT, else 1).
-    #[arg(long, env = "SONOGRAPH_SHARD_COUNT")]
-    shard_count: Option<usize>,
+    #[command(flatten)]
+    shard: ShardArgs,
     /// Print the resolved spec as JSON and exit.
     #[arg(long)]
     print_spec: bool,
@@ -149,8 +145,22 @@ fn synth_spec(args: &SynthArgs) -> Result<SynthSpec> {
     Ok(spec)
 }
 
-fn shard(index: Option<usize>, count: Option<usize>) -> Result<(usize, usize)> {
-    sonograph_pipeline::resolve_shard(index, count, |k| std::env::var(k).ok()).map_err(user)
+#[derive(Args)]
+pub struct ShardArgs {
+    /// This machine's shard (default: from JOB_COMPLETION_INDEX or SLURM_ARRAY_TASK_ID, else 0).
+    #[arg(long, env = "SONOGRAPH_SHARD_INDEX")]
+    shard_index: Option<usize>,
+    /// Number of shards (default: SLURM_ARRAY_TASK_COUNT, else 1).
+    #[arg(long, env = "SONOGRAPH_SHARD_COUNT")]
+    shard_count: Option<usize>,
+}
+
+/// The shard from the flags or the batch system's environment, as `extract` reads it.
+fn shard(args: &ShardArgs) -> Result<(usize, usize)> {
+    sonograph_pipeline::resolve_shard(args.shard_index, args.shard_count, |k| {
+        std::env::var(k).ok()
+    })
+    .map_err(user)
 }
 
 fn pool(workers: Option<usize>) -> Result<rayon::ThreadPool> {
@@ -249,7 +259,7 @@ pub fn synth_iq(args: &SynthArgs) -> Result<u8> {
     if args.rows_per_part == 0 {
         return Err(user("--rows-per-part must be at least 1"));
     }
-    let (si, sc) = shard(args.shard_index, args.shard_count)?;
+    let (si, sc) = shard(&args.shard)?;
     let count = usize::try_from(args.count).map_err(|_| user("--count is too large"))?;
     let range = sonograph_io::manifest::shard_range(count, si, sc);
     let synth = Synth::new(&spec).map_err(|e| user(e.to_string()))?;
@@ -431,10 +441,8 @@ pub struct FeaturesArgs {
     /// Where the Welch PSD runs: cpu, or gpu / gpu:N.
     #[arg(long, default_value = "cpu")]
     device: String,
-    #[arg(long, env = "SONOGRAPH_SHARD_INDEX")]
-    shard_index: Option<usize>,
-    #[arg(long, env = "SONOGRAPH_SHARD_COUNT")]
-    shard_count: Option<usize>,
+    #[command(flatten)]
+    shard: ShardArgs,
 }
 
 /// One output row.
@@ -474,7 +482,7 @@ pub fn rf_features(args: &FeaturesArgs) -> Result<u8> {
         RawFormat::Cu8 => DataType::Cu8,
         RawFormat::Ci8 => DataType::Ci8,
     });
-    let (si, sc) = shard(args.shard_index, args.shard_count)?;
+    let (si, sc) = shard(&args.shard)?;
     let sources = list_sources(&args.source, raw).map_err(|e| user(e.to_string()))?;
     if sources.is_empty() {
         return Err(user(format!(

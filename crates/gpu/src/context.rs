@@ -18,6 +18,26 @@ pub fn adapters() -> Vec<wgpu::Adapter> {
     pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
 }
 
+/// Opens adapter `gpu:N`, or with `None` the best-scoring one (software included: asking for
+/// a GPU backend is naming it); returns the device and its index.
+pub fn open_adapter(adapter: Option<usize>) -> Result<(GpuDevice, usize), String> {
+    let adapters = adapters();
+    if adapters.is_empty() {
+        return Err(
+            "no wgpu adapter (no Vulkan/Metal/DX12 driver; on Debian install mesa-vulkan-drivers for lavapipe)"
+                .into(),
+        );
+    }
+    let index = match adapter {
+        Some(i) if i < adapters.len() => i,
+        Some(i) => return Err(format!("no adapter gpu:{i} (there are {})", adapters.len())),
+        None => (0..adapters.len())
+            .max_by_key(|&i| crate::device::adapter_score(&adapters[i].get_info()))
+            .unwrap_or(0),
+    };
+    Ok((GpuDevice::open(&adapters[index])?, index))
+}
+
 /// A software rasteriser (lavapipe, llvmpipe, WARP, SwiftShader) rather than a GPU.
 pub fn is_software(info: &wgpu::AdapterInfo) -> bool {
     info.device_type == wgpu::DeviceType::Cpu

@@ -14,7 +14,6 @@ use sonograph_rf::{Complex32, NoiseJob};
 use wgpu::util::DeviceExt;
 
 use crate::context::{self, GpuDevice};
-use crate::device::adapter_score;
 
 const SYNTH: &str = include_str!("../kernels/rf_synth.wgsl");
 const PSD: &str = include_str!("../kernels/rf_psd.wgsl");
@@ -101,25 +100,7 @@ impl RfGpu {
     /// Opens adapter `gpu:N` (or the best one, software included) and compiles the synthesis
     /// kernel.
     pub fn new(adapter: Option<usize>) -> Result<Self, ExtractError> {
-        let adapters = context::adapters();
-        if adapters.is_empty() {
-            return Err(unavailable(
-                "no wgpu adapter (no Vulkan/Metal/DX12 driver; on Debian install mesa-vulkan-drivers for lavapipe)",
-            ));
-        }
-        let index = match adapter {
-            Some(i) if i < adapters.len() => i,
-            Some(i) => {
-                return Err(unavailable(format!(
-                    "no adapter gpu:{i} (there are {})",
-                    adapters.len()
-                )))
-            }
-            None => (0..adapters.len())
-                .max_by_key(|&i| adapter_score(&adapters[i].get_info()))
-                .unwrap_or(0),
-        };
-        let gpu = GpuDevice::open(&adapters[index]).map_err(unavailable)?;
+        let (gpu, index) = context::open_adapter(adapter).map_err(unavailable)?;
         let precision = if gpu.device.features().contains(wgpu::Features::SHADER_F64) {
             Precision::F64
         } else {
