@@ -449,6 +449,7 @@ feature_vector! {
 }
 
 /// Mean, standard deviation, skewness and kurtosis (not excess) of `values`, in two passes.
+#[multiversion::multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
 fn moments(values: &[f64]) -> [f64; 4] {
     if values.is_empty() {
         return [f64::NAN; 4];
@@ -466,6 +467,22 @@ fn moments(values: &[f64]) -> [f64; 4] {
     let (m2, m3, m4) = (m2 / n, m3 / n, m4 / n);
     let std = m2.sqrt();
     [mean, std, m3 / (m2 * std), m4 / (m2 * m2)]
+}
+
+/// Σ I, Σ Q, Σ|x|², Σ|x|⁴ and max |x|².
+#[multiversion::multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
+fn power_sums(iq: &[Complex32]) -> [f64; 5] {
+    let (mut re, mut im, mut power, mut m4, mut peak) = (0.0, 0.0, 0.0, 0.0, 0.0f64);
+    for v in iq {
+        let (a, b) = (f64::from(v.re), f64::from(v.im));
+        re += a;
+        im += b;
+        let p = a * a + b * b;
+        power += p;
+        m4 += p * p;
+        peak = peak.max(p);
+    }
+    [re, im, power, m4, peak]
 }
 
 /// |x| · scale of every sample.
@@ -641,17 +658,7 @@ pub fn spectral_features(psd: &Psd, fraction: f64, f: &mut RfFeatures) {
 /// The features read off the samples themselves.
 pub fn sample_features(iq: &[Complex32], fs: f64, cfg: &FeatureConfig, f: &mut RfFeatures) {
     let n = iq.len() as f64;
-    let (mut re, mut im, mut power, mut peak) = (0.0, 0.0, 0.0, 0.0f64);
-    let mut m4 = 0.0;
-    for v in iq {
-        let (a, b) = (f64::from(v.re), f64::from(v.im));
-        re += a;
-        im += b;
-        let p = a * a + b * b;
-        power += p;
-        m4 += p * p;
-        peak = peak.max(p);
-    }
+    let [re, im, power, m4, peak] = power_sums(iq);
     let mean = Complex64::new(re / n, im / n);
     let m2 = power / n;
     let m4 = m4 / n;

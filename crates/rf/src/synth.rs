@@ -155,62 +155,84 @@ impl Synth {
         let stretch = (n as f64 * sro_ppm.abs() * 1e-6).ceil() as usize;
         let total = pre + n + stretch + 4;
         let x = waveform(m, fs, total, seed, index);
-        let mut y = channel.apply(&x, pre, n, 1.0 + sro_ppm * 1e-6);
-        pool::give_complex(x);
-
-        // Carrier offset, drift and phase noise as one phase (in cycles) per sample.
+        let ratio = 1.0 + sro_ppm * 1e-6;
         let cfo = draw(&imp.cfo_hz, SLOT_CFO).unwrap_or(0.0);
         let drift = draw(&imp.cfo_drift_hz_per_s, SLOT_DRIFT).unwrap_or(0.0);
         let linewidth = draw(&imp.phase_noise_linewidth_hz, SLOT_PHASE_NOISE).unwrap_or(0.0);
-        if cfo != 0.0 || drift != 0.0 || linewidth > 0.0 {
-            // A Wiener process of linewidth Δν has increments of variance 2π Δν / fs rad².
-            let step =
-                (2.0 * std::f64::consts::PI * linewidth / fs).sqrt() / (2.0 * std::f64::consts::PI);
-            let mut pn = Draws::new(Rng::new(seed, index, Stream::PhaseNoise));
-            let mut wander = 0.0;
-            let mut cycles = pool::real(y.len());
-            cycles.extend((0..y.len()).map(|i| {
-                let t = i as f64 / fs;
-                let c = frac(frac(cfo * t) + frac(0.5 * drift * t * t) + wander);
-                if linewidth > 0.0 {
-                    wander = frac(wander + step * pn.normal());
-                }
-                c
-            }));
-            let mut rot = pool::complex(0);
-            phasors(&cycles, &mut rot);
-            y.iter_mut().zip(&rot).for_each(|(v, r)| *v *= r);
-            pool::give_real(cycles);
-            pool::give_complex(rot);
-        }
+        let rotate = cfo != 0.0 || drift != 0.0 || linewidth > 0.0;
+        let iq_db = draw(&imp.iq_amplitude_db, SLOT_IQ_AMPLITUDE).unwrap_or(0.0);
+        let iq_deg = draw(&imp.iq_phase_deg, SLOT_IQ_PHASE).unwrap_or(0.0);
+        let dc_dbc = draw(&imp.dc_offset_dbc, SLOT_DC);
+        let imbalance = iq_db != 0.0 || iq_deg != 0.0;
+        let level = 10f64.powf(spec.level_dbfs / 10.0);
+
+        // Without any impairment before the noise the waveform is used where it is; otherwise
+        // the channel writes a buffer of its own, which the carrier and front end change.
+        let y = if channel.is_identity(ratio) && !rotate && !imbalance && dc_dbc.is_none() {
+            None
+        } else {
+            let mut y = channel.apply(&x, pre, n, ratio);
+            if rotate {
+                // Carrier offset, drift and phase noise as one phase (in cycles) per sample. A
+                // Wiener process of linewidth Δν has increments of variance 2π Δν / fs rad².
+                let step = (2.0 * std::f64::consts::PI * linewidth / fs).sqrt()
+                    / (2.0 * std::f64::consts::PI);
+                let mut pn = Draws::new(Rng::new(seed, index, Stream::PhaseNoise));
+                let mut wander = 0.0;
+                let mut cycles = pool::real(n);
+                cycles.extend((0..n).map(|i| {
+                    let t = i as f64 / fs;
+                    let c = frac(frac(cfo * t) + frac(0.5 * drift * t * t) + wander);
+                    if linewidth > 0.0 {
+                        wander = frac(wander + step * pn.normal());
+                    }
+                    c
+                }));
+                let mut rot = pool::complex(0);
+                phasors(&cycles, &mut rot);
+                y.iter_mut().zip(&rot).for_each(|(v, r)| *v *= r);
+                pool::give_real(cycles);
+                pool::give_complex(rot);
+            }
+            Some(y)
+        };
+        let signal: &[Complex64] = y.as_deref().unwrap_or(&x[pre..pre + n]);
 
         // The level: the realised power of this recording, so that its SNR is exact.
-        let power = y.iter().map(|v| v.norm_sqr()).sum::<f64>() / n as f64;
-        let level = 10f64.powf(spec.level_dbfs / 10.0);
+        let power = signal.iter().map(|v| v.norm_sqr()).sum::<f64>() / n as f64;
         let gain = if power > 0.0 {
             (level / power).sqrt()
         } else {
             0.0
         };
-        y.iter_mut().for_each(|v| *v *= gain);
 
-        // Receiver front end: IQ imbalance, then DC offset.
-        let iq_db = draw(&imp.iq_amplitude_db, SLOT_IQ_AMPLITUDE).unwrap_or(0.0);
-        let iq_deg = draw(&imp.iq_phase_deg, SLOT_IQ_PHASE).unwrap_or(0.0);
-        if iq_db != 0.0 || iq_deg != 0.0 {
+        // Receiver front end (IQ imbalance, then DC offset) on the signal at its level.
+        let (mut mu, mut nu) = (Complex64::new(gain, 0.0), Complex64::new(0.0, 0.0));
+        if imbalance {
             let g = 10f64.powf(iq_db / 20.0);
             let phi = iq_deg.to_radians();
-            let mu = (Complex64::new(1.0, 0.0) + Complex64::from_polar(g, -phi)) * 0.5;
-            let nu = (Complex64::new(1.0, 0.0) - Complex64::from_polar(g, phi)) * 0.5;
-            y.iter_mut().for_each(|v| *v = mu * *v + nu * v.conj());
+            mu = (Complex64::new(1.0, 0.0) + Complex64::from_polar(g, -phi)) * (0.5 * gain);
+            nu = (Complex64::new(1.0, 0.0) - Complex64::from_polar(g, phi)) * (0.5 * gain);
         }
-        let dc_dbc = draw(&imp.dc_offset_dbc, SLOT_DC);
-        if let Some(dbc) = dc_dbc {
-            let angle = params.uniform(SLOT_DC_ANGLE);
-            let (s, c) = sincos_cycles(angle);
-            let dc = Complex64::new(c, s) * (level * 10f64.powf(dbc / 10.0)).sqrt();
-            y.iter_mut().for_each(|v| *v += dc);
+        let dc = match dc_dbc {
+            Some(dbc) => {
+                let (s, c) = sincos_cycles(params.uniform(SLOT_DC_ANGLE));
+                Complex64::new(c, s) * (level * 10f64.powf(dbc / 10.0)).sqrt()
+            }
+            None => Complex64::new(0.0, 0.0),
+        };
+        let iq: Vec<Complex32> = if imbalance {
+            signal
+                .iter()
+                .map(|v| to_f32(mu * v + nu * v.conj() + dc))
+                .collect()
+        } else {
+            signal.iter().map(|v| to_f32(v * gain + dc)).collect()
+        };
+        if let Some(y) = y {
+            pool::give_complex(y);
         }
+        pool::give_complex(x);
 
         // Noise power from the SNR definition.
         let snr = 10f64.powf(snr_db / 10.0);
@@ -231,11 +253,6 @@ impl Synth {
             sigma,
             quantize_bits: imp.quantize_bits.unwrap_or(0),
         };
-        let iq: Vec<Complex32> = y
-            .iter()
-            .map(|v| Complex32::new(flush(v.re as f32), flush(v.im as f32)))
-            .collect();
-        pool::give_complex(y);
         let truth = Truth {
             index,
             label: m.kind.label().to_string(),
@@ -266,14 +283,12 @@ impl Synth {
     }
 }
 
-/// Subnormal values become zero: GPUs may flush them, and the exact stage must see the same
-/// inputs everywhere.
-fn flush(v: f32) -> f32 {
-    if v.is_subnormal() {
-        0.0
-    } else {
-        v
-    }
+/// The f32 sample, subnormal parts made zero: GPUs may flush them, and the exact stage must
+/// see the same inputs everywhere.
+#[inline(always)]
+fn to_f32(v: Complex64) -> Complex32 {
+    let flush = |x: f32| if x.is_subnormal() { 0.0 } else { x };
+    Complex32::new(flush(v.re as f32), flush(v.im as f32))
 }
 
 /// The exact stage: AWGN then quantisation. Value `j` of the interleaved I/Q sequence gets the
@@ -447,11 +462,16 @@ impl Channel {
         }
     }
 
+    /// True when the channel passes the waveform through unchanged: one path, no fading, no
+    /// resampling (the first path's gain is 1).
+    fn is_identity(&self, ratio: f64) -> bool {
+        self.delays.len() == 1 && ratio == 1.0 && self.oscillators.is_empty()
+    }
+
     /// Output sample `i` reads the waveform at `pre + i·ratio − delay` on every path.
     fn apply(&self, x: &[Complex64], pre: usize, n: usize, ratio: f64) -> Vec<Complex64> {
-        let simple = self.delays.len() == 1 && ratio == 1.0 && self.oscillators.is_empty();
         let mut y = pool::complex(n);
-        if simple {
+        if self.is_identity(ratio) {
             y.iter_mut()
                 .zip(&x[pre..pre + n])
                 .for_each(|(o, v)| *o = v * self.gains[0]);
