@@ -49,9 +49,39 @@ fn featurise(c: &mut Criterion) {
     });
 }
 
+/// 1,000 one-second recordings generated and featurised in memory on every core (one
+/// thread per core taking every k-th recording): the end-to-end target, without
+/// files or hashing.
+fn pipeline(c: &mut Criterion) {
+    let synth = Synth::new(&spec(ModKind::Qpsk)).unwrap();
+    let cfg = FeatureConfig::default();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    c.bench_function(&format!("pipeline/1000-recordings-{cores}-threads"), |b| {
+        b.iter(|| {
+            std::thread::scope(|s| {
+                for t in 0..cores {
+                    let (synth, cfg) = (&synth, &cfg);
+                    s.spawn(move || {
+                        let mut welch = Welch::new(&cfg.welch).unwrap();
+                        for i in (t..1000).step_by(cores) {
+                            let x = synth.sample(7, i as u64);
+                            black_box(features_with(&mut welch, &x.iq, 200_000.0, cfg).unwrap());
+                        }
+                    });
+                }
+            })
+        })
+    });
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20);
     targets = generation, featurise
 }
-criterion_main!(benches);
+criterion_group! {
+    name = end_to_end;
+    config = Criterion::default().sample_size(10);
+    targets = pipeline
+}
+criterion_main!(benches, end_to_end);
