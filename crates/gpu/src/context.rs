@@ -38,6 +38,27 @@ pub fn open_adapter(adapter: Option<usize>) -> Result<(GpuDevice, usize), String
     Ok((GpuDevice::open(&adapters[index])?, index))
 }
 
+/// A compute pipeline of `entry` in the WGSL `source` (layout from the shader).
+pub fn compute_pipeline(
+    d: &wgpu::Device,
+    name: &str,
+    source: &str,
+    entry: &str,
+) -> wgpu::ComputePipeline {
+    let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some(name),
+        source: wgpu::ShaderSource::Wgsl(source.into()),
+    });
+    d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(name),
+        layout: None,
+        module: &module,
+        entry_point: Some(entry),
+        compilation_options: Default::default(),
+        cache: None,
+    })
+}
+
 /// A software rasteriser (lavapipe, llvmpipe, WARP, SwiftShader) rather than a GPU.
 pub fn is_software(info: &wgpu::AdapterInfo) -> bool {
     info.device_type == wgpu::DeviceType::Cpu
@@ -135,18 +156,7 @@ pub(crate) fn run_probe(gpu: &GpuDevice, deadline: Duration) -> Result<(), Strin
     let d = &gpu.device;
     let n = 64u64;
     let scope = d.push_error_scope(wgpu::ErrorFilter::Validation);
-    let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("probe"),
-        source: wgpu::ShaderSource::Wgsl(PROBE_WGSL.into()),
-    });
-    let pipeline = d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("probe"),
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
+    let pipeline = compute_pipeline(d, "probe", PROBE_WGSL, "main");
     let storage = d.create_buffer(&wgpu::BufferDescriptor {
         label: Some("probe"),
         size: n * 4,

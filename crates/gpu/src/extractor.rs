@@ -198,18 +198,7 @@ impl GpuBackend {
         let scope = d.push_error_scope(wgpu::ErrorFilter::Validation);
         let pipeline = |name: &str, body: &str, entry: &str| {
             let source = format!("{}\n{body}", COMMON.replace("@REAL@", real));
-            let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(name),
-                source: wgpu::ShaderSource::Wgsl(source.into()),
-            });
-            d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(name),
-                layout: None,
-                module: &module,
-                entry_point: Some(entry),
-                compilation_options: Default::default(),
-                cache: None,
-            })
+            context::compute_pipeline(d, name, &source, entry)
         };
         let radices = fft_radices(spec.n_fft)
             .filter(|_| !options.force_dft)

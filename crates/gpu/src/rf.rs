@@ -108,7 +108,7 @@ impl RfGpu {
         };
         let d = &gpu.device;
         let scope = d.push_error_scope(wgpu::ErrorFilter::Validation);
-        let synth = pipeline(d, "rf_synth", SYNTH, "main");
+        let synth = context::compute_pipeline(d, "rf_synth", SYNTH, "main");
         let ndtri = d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("ndtri table"),
             contents: bytemuck::cast_slice(&sonograph_rf::normal::table_flat()),
@@ -406,8 +406,8 @@ impl RfGpu {
             .replace("@LOG2N@", &n.trailing_zeros().to_string());
         let d = &self.gpu.device;
         let scope = d.push_error_scope(wgpu::ErrorFilter::Validation);
-        let power = pipeline(d, "rf_psd power", &source, "segment_power");
-        let average = pipeline(d, "rf_psd average", &source, "average");
+        let power = context::compute_pipeline(d, "rf_psd power", &source, "segment_power");
+        let average = context::compute_pipeline(d, "rf_psd average", &source, "average");
         let w = window(cfg.window, n, true);
         let wss = w.iter().map(|v| v * v).sum();
         let twiddle: Vec<f64> = (0..n / 2)
@@ -527,21 +527,6 @@ impl RfGpu {
         context::read_buffer(&self.gpu, &readback, bytes, index, self.deadline)
             .map_err(|e| ExtractError::DeviceLost(format!("{}: {e}", self.label)))
     }
-}
-
-fn pipeline(d: &wgpu::Device, name: &str, source: &str, entry: &str) -> wgpu::ComputePipeline {
-    let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some(name),
-        source: wgpu::ShaderSource::Wgsl(source.into()),
-    });
-    d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some(name),
-        layout: None,
-        module: &module,
-        entry_point: Some(entry),
-        compilation_options: Default::default(),
-        cache: None,
-    })
 }
 
 fn init(d: &wgpu::Device, label: &str, contents: &[u8], usage: wgpu::BufferUsages) -> wgpu::Buffer {
