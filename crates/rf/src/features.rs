@@ -455,33 +455,56 @@ fn moments(values: &[f64]) -> [f64; 4] {
         return [f64::NAN; 4];
     }
     let n = values.len() as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    let (mut m2, mut m3, mut m4) = (0.0, 0.0, 0.0);
-    for v in values {
+    let mean = lanes(values, |v| [v, 0.0, 0.0])[0] / n;
+    let [m2, m3, m4] = lanes(values, |v| {
         let d = v - mean;
         let d2 = d * d;
-        m2 += d2;
-        m3 += d2 * d;
-        m4 += d2 * d2;
-    }
+        [d2, d2 * d, d2 * d2]
+    });
     let (m2, m3, m4) = (m2 / n, m3 / n, m4 / n);
     let std = m2.sqrt();
     [mean, std, m3 / (m2 * std), m4 / (m2 * m2)]
 }
 
+/// Sums of `K` terms of every value, in four interleaved partial sums: strict f64 sums are one
+/// dependent chain that the compiler may not reorder, four chains vectorise and overlap.
+#[inline(always)]
+fn lanes<T: Copy, const K: usize>(values: &[T], terms: impl Fn(T) -> [f64; K]) -> [f64; K] {
+    let mut acc = [[0.0f64; K]; 4];
+    let mut chunks = values.chunks_exact(4);
+    for c in &mut chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            for (x, t) in a.iter_mut().zip(terms(v)) {
+                *x += t;
+            }
+        }
+    }
+    for &v in chunks.remainder() {
+        for (x, t) in acc[0].iter_mut().zip(terms(v)) {
+            *x += t;
+        }
+    }
+    let mut out = [0.0; K];
+    for a in acc {
+        for (o, x) in out.iter_mut().zip(a) {
+            *o += x;
+        }
+    }
+    out
+}
+
 /// Σ I, Σ Q, Σ|x|², Σ|x|⁴ and max |x|².
 #[multiversion::multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
 fn power_sums(iq: &[Complex32]) -> [f64; 5] {
-    let (mut re, mut im, mut power, mut m4, mut peak) = (0.0, 0.0, 0.0, 0.0, 0.0f64);
-    for v in iq {
+    let [re, im, power, m4] = lanes(iq, |v| {
         let (a, b) = (f64::from(v.re), f64::from(v.im));
-        re += a;
-        im += b;
         let p = a * a + b * b;
-        power += p;
-        m4 += p * p;
-        peak = peak.max(p);
-    }
+        [a, b, p, p * p]
+    });
+    let peak = iq
+        .iter()
+        .map(|v| f64::from(v.re).powi(2) + f64::from(v.im).powi(2))
+        .fold(0.0f64, f64::max);
     [re, im, power, m4, peak]
 }
 
@@ -572,23 +595,68 @@ impl MomentSums {
 
 #[multiversion::multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
 fn moment_sums(iq: &[Complex32], mean: Complex64) -> MomentSums {
-    let mut s = MomentSums::default();
-    for v in iq {
-        let z = Complex64::new(f64::from(v.re) - mean.re, f64::from(v.im) - mean.im);
-        let z2 = z * z;
-        let a = z.norm_sqr();
-        s.m20 += z2;
-        s.m21 += a;
-        s.m30 += z2 * z;
-        s.m31 += z * a;
-        s.m40 += z2 * z2;
-        s.m41 += z2 * a;
-        s.m42 += a * a;
-        s.m60 += z2 * z2 * z2;
-        s.m63 += a * a * a;
+    // Four samples at a time, each quantity a [f64; 4] (structure of arrays), so that the
+    // complex products vectorise across samples; 15 running sums of four lanes each.
+    let mut acc = [[0.0f64; 4]; 15];
+    let mut add = |zr: [f64; 4], zi: [f64; 4]| {
+        for l in 0..4 {
+            let (x, y) = (zr[l], zi[l]);
+            let (z2r, z2i) = (x * x - y * y, 2.0 * x * y);
+            let a = x * x + y * y;
+            let (z3r, z3i) = (z2r * x - z2i * y, z2r * y + z2i * x);
+            let (z4r, z4i) = (z2r * z2r - z2i * z2i, 2.0 * z2r * z2i);
+            let (z6r, z6i) = (z4r * z2r - z4i * z2i, z4r * z2i + z4i * z2r);
+            let terms = [
+                z2r,
+                z2i,
+                a,
+                z3r,
+                z3i,
+                x * a,
+                y * a,
+                z4r,
+                z4i,
+                z2r * a,
+                z2i * a,
+                a * a,
+                z6r,
+                z6i,
+                a * a * a,
+            ];
+            for (s, t) in acc.iter_mut().zip(terms) {
+                s[l] += t;
+            }
+        }
+    };
+    let centred = |v: &Complex32| (f64::from(v.re) - mean.re, f64::from(v.im) - mean.im);
+    let mut chunks = iq.chunks_exact(4);
+    for c in &mut chunks {
+        let mut zr = [0.0; 4];
+        let mut zi = [0.0; 4];
+        for (l, v) in c.iter().enumerate() {
+            (zr[l], zi[l]) = centred(v);
+        }
+        add(zr, zi);
     }
-    s.n = iq.len() as f64;
-    s
+    for v in chunks.remainder() {
+        // A lone sample in lane 0, zeros (which add nothing) in the others.
+        let (x, y) = centred(v);
+        add([x, 0.0, 0.0, 0.0], [y, 0.0, 0.0, 0.0]);
+    }
+    let t: Vec<f64> = acc.iter().map(|s| s.iter().sum()).collect();
+    let c = |i: usize| Complex64::new(t[i], t[i + 1]);
+    MomentSums {
+        n: iq.len() as f64,
+        m20: c(0),
+        m21: t[2],
+        m30: c(3),
+        m31: c(5),
+        m40: c(7),
+        m41: c(9),
+        m42: t[11],
+        m60: c(12),
+        m63: t[14],
+    }
 }
 
 fn db(x: f64) -> f64 {
