@@ -37,7 +37,7 @@ echo
 echo "=================================================================="
 echo " tests: $passed passed, $failed failed, $ignored ignored, $skipped SKIPPED"
 if [ "$skipped" -gt 0 ]; then
-  echo " skipped (no device here; SONOGRAPH_REQUIRE_GPU=1 makes these failures):"
+  echo " skipped (no device or package here; SONOGRAPH_REQUIRE_GPU=1 or _PYTHON=1 fail them):"
   sed 's/^/   /' "$SONOGRAPH_SKIP_LOG"
 fi
 for s in "${failed_steps[@]}"; do echo " FAILED STEP: $s"; done

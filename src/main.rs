@@ -9,6 +9,7 @@ use std::time::Instant;
 
 mod extract;
 mod gpu_cli;
+mod rf_cli;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -43,6 +44,10 @@ enum Command {
     Extract(extract::ExtractArgs),
     /// List the compute devices (GPUs through wgpu, and the CPU) with their scores and health.
     Devices(gpu_cli::DevicesArgs),
+    /// Generate a synthetic IQ dataset (SigMF recordings or Parquet rows); sharded, resumable.
+    SynthIq(rf_cli::SynthArgs),
+    /// RF features of SigMF or raw IQ recordings, to Parquet.
+    RfFeatures(rf_cli::FeaturesArgs),
 }
 
 #[derive(Args)]
@@ -235,6 +240,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench(&args).map(|()| 0),
         Command::Extract(args) => extract::extract(&args),
         Command::Devices(args) => gpu_cli::devices(&args).map(|()| 0),
+        Command::SynthIq(args) => rf_cli::synth_iq(&args),
+        Command::RfFeatures(args) => rf_cli::rf_features(&args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -7,6 +7,8 @@ pub mod manifest;
 pub mod npy;
 pub mod parquet;
 pub mod resample;
+pub mod sigmf;
+pub mod table;
 
 use std::path::Path;
 
@@ -14,6 +16,7 @@ pub use decode::{AudioInfo, AudioReader, ChannelMix, DecodeOptions, Limits};
 pub use error::{DecodeError, StreamError, WriteError};
 pub use npy::{read_npy, read_npy_f32, write_npy};
 pub use resample::StreamResampler;
+pub use sigmf::{IqError, IqRecording, IqSource};
 
 /// What a finished stream was.
 #[derive(Debug, Clone, PartialEq)]

@@ -130,7 +130,7 @@ fn record_batch(
     RecordBatch::try_new(schema, columns).map_err(|e| e.to_string())
 }
 
-fn list_offsets(
+pub(crate) fn list_offsets(
     lengths: impl Iterator<Item = usize>,
 ) -> Result<arrow_buffer::OffsetBuffer<i32>, String> {
     let mut total = 0usize;
