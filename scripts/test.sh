@@ -12,6 +12,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# Mesa's device-select layer only reorders adapters (sonograph scores them itself) and prints
+# "XDG_RUNTIME_DIR is invalid" on every headless GPU test; the CLI sets this for itself too.
+export NODEVICE_SELECT=1
 SONOGRAPH_SKIP_LOG="$(mktemp)"
 export SONOGRAPH_SKIP_LOG
 log="$(mktemp)"
