@@ -123,13 +123,14 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
             for f in r.failures.iter().take(SHOWN) {
                 eprintln!("sonograph: failed: {}: {}", f.id, f.reason);
             }
-            if r.failures.len() > SHOWN {
+            if r.items_failed > SHOWN as u64 {
+                let layout =
+                    sonograph_pipeline::OutputLayout::new(&args.out, r.shard_index, r.shard_count);
                 eprintln!(
-                    "sonograph: … and {} more failures (all in {})",
-                    r.failures.len() - SHOWN,
-                    sonograph_pipeline::OutputLayout::new(&args.out, r.shard_index, r.shard_count)
-                        .report
-                        .display()
+                    "sonograph: … and {} more failures (the first 1,000 in {}, all in {})",
+                    r.items_failed - SHOWN as u64,
+                    layout.report.display(),
+                    layout.ledger.display()
                 );
             }
             eprintln!(

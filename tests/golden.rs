@@ -199,7 +199,8 @@ fn inputs_the_reference_refuses_are_refused() {
 /// their narrow low bands barely move over a steady signal (band 1 of the DC case has a
 /// standard deviation of 0.0024 over time), so NeMo's normalisation multiplies f32 rounding
 /// by about 400 (2.8e-4 on DC, 2.0e-4 on the chirp; NeMo's own float32 lands 1.5e-4 from the
-/// float64 reference there, scripts/check_nemo_torch.py). That is why the CPU default is f64.
+/// float64 reference there, scripts/check_nemo_torch.py). That is why `--precision auto` is
+/// f32 for Whisper only.
 /// Those keys' worst errors are printed, not asserted.
 #[test]
 fn whisper_and_nemo_80_match_their_reference_f32() {

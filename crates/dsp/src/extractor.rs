@@ -26,8 +26,9 @@ use crate::spec::{
 };
 use crate::window::window;
 
-/// The most values [`CpuExtractor::begin_sized`] reserves (1 GiB of f32): a header can lie.
-const MAX_RESERVED_VALUES: usize = 1 << 28;
+/// The most values [`CpuExtractor::begin_sized`] reserves (64 MiB of f32): a header can lie,
+/// and a longer item's rows grow past it as they come.
+const MAX_RESERVED_VALUES: usize = 1 << 24;
 
 /// Floating-point type of the FFT and the mel projection.
 pub trait Real: FftNum + Float + FromPrimitive {}
@@ -44,6 +45,16 @@ pub enum Precision {
     F32,
     #[default]
     F64,
+}
+
+impl Precision {
+    /// "f32" or "f64", as flags and file metadata spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F64 => "f64",
+        }
+    }
 }
 
 fn cast<T: Real>(v: f64) -> T {
@@ -396,6 +407,15 @@ impl CpuExtractor {
         self.psd_sum.fill(0.0);
         self.psd_frames = 0;
         self.in_item = true;
+    }
+
+    /// Frees the buffers grown past `max_values` values (a long item's), keeping the rest.
+    pub fn trim(&mut self, max_values: usize) {
+        for buffer in [&mut self.pending, &mut self.raw] {
+            if buffer.capacity() > max_values {
+                *buffer = Vec::new();
+            }
+        }
     }
 
     /// Starts a new item expected to hold about `samples` samples (a header's length): the

@@ -199,7 +199,8 @@ impl GpuBackend {
             }
             p => p,
         };
-        let real = scalar_name(precision);
+        // The WGSL scalar type of the spectral core.
+        let real = precision.name();
         let d = &gpu.device;
         let scope = d.push_error_scope(wgpu::ErrorFilter::Validation);
         let pipeline = |name: &str, body: &str, entry: &str| {
@@ -644,14 +645,6 @@ fn fft_radices(mut n: usize) -> Option<Vec<u32>> {
 /// True when the batch's result is an f64 spectrum (the host rounds it to f32 rows).
 fn spectrum_is_f64(spec: &FeatureSpec, precision: Precision) -> bool {
     !uses_mel(spec) && precision == Precision::F64
-}
-
-/// The WGSL type of the spectral core.
-fn scalar_name(precision: Precision) -> &'static str {
-    match precision {
-        Precision::F32 => "f32",
-        Precision::F64 => "f64",
-    }
 }
 
 /// `values` as the bytes of an `array<real>`.

@@ -134,10 +134,21 @@ pub struct AudioReader {
 impl AudioReader {
     pub fn open(path: &Path, opts: &DecodeOptions) -> Result<Self, DecodeError> {
         check_wav_header(path, &opts.limits)?;
-        guard(path, || Self::open_unguarded(path, opts))
+        // A seek that fails (a damaged FLAC's search) leaves the reader in no known place:
+        // the file is opened again and decoded from the start.
+        match guard(path, || Self::open_unguarded(path, opts, true))? {
+            (reader, true) => Ok(reader),
+            (_, false) => guard(path, || Self::open_unguarded(path, opts, false)).map(|r| r.0),
+        }
     }
 
-    fn open_unguarded(path: &Path, opts: &DecodeOptions) -> Result<Self, DecodeError> {
+    /// Opens `path`; with `seek`, reaches the offset by seeking where that is exact. Returns
+    /// the reader and whether it is usable (false: the seek failed).
+    fn open_unguarded(
+        path: &Path,
+        opts: &DecodeOptions,
+        seek: bool,
+    ) -> Result<(Self, bool), DecodeError> {
         let file = File::open(path).map_err(|source| DecodeError::Open {
             path: path.to_path_buf(),
             source,
@@ -244,44 +255,41 @@ impl AudioReader {
             frames_decoded: 0,
             skipped: 0,
         };
-        reader.seek_to_offset()?;
-        Ok(reader)
+        let usable = !seek || reader.seek_to_offset();
+        Ok((reader, usable))
     }
 
     /// Reaches the offset by seeking instead of decoding everything before it, where that is
-    /// exact: PCM and FLAC decode each frame on its own, so the samples after a seek are those
-    /// of a decode from the start. symphonia's accurate seek lands at or before the offset;
-    /// the rest is skipped sample by sample as without a seek. Lossy codecs carry decoder
-    /// state across frames: they decode from the start.
-    fn seek_to_offset(&mut self) -> Result<(), DecodeError> {
+    /// exact: PCM WAV and native FLAC decode each frame on its own, so the samples after a seek
+    /// are those of a decode from the start. symphonia's accurate seek lands at or before the
+    /// offset; the rest is skipped sample by sample as without a seek. Lossy codecs carry
+    /// decoder state across frames, and FLAC in Ogg seeks through the Ogg reader: they decode
+    /// from the start. Returns false when the seek failed (the reader is then unusable).
+    fn seek_to_offset(&mut self) -> bool {
         use symphonia::core::formats::{SeekMode, SeekTo};
-        let lossless = self.info.codec == "flac" || self.info.codec.starts_with("pcm");
-        if self.skip_left == 0 || !lossless {
-            return Ok(());
+        let container = self
+            .path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        let exact = matches!(container.as_deref(), Some("wav" | "wave" | "flac"))
+            && (self.info.codec == "flac" || self.info.codec.starts_with("pcm"));
+        if self.skip_left == 0 || !exact {
+            return true;
         }
         let to = SeekTo::TimeStamp {
             ts: self.skip_left,
             track_id: self.track_id,
         };
-        let path = self.path.clone();
-        let at = guard(&path, || {
-            self.format
-                .seek(SeekMode::Accurate, to)
-                .map_err(|e| classify(&path, e, "cannot seek to the offset"))
-        })?;
-        if at.actual_ts > at.required_ts {
-            return Err(DecodeError::Corrupt {
-                path,
-                reason: format!(
-                    "a seek to frame {} landed after it, at {}",
-                    at.required_ts, at.actual_ts
-                ),
-            });
+        match self.format.seek(SeekMode::Accurate, to) {
+            Ok(at) if at.actual_ts <= at.required_ts => {
+                self.decoder.reset();
+                self.skip_left = at.required_ts - at.actual_ts;
+                self.frames_decoded = at.actual_ts;
+                true
+            }
+            _ => false,
         }
-        self.decoder.reset();
-        self.skip_left = at.required_ts - at.actual_ts;
-        self.frames_decoded = at.actual_ts;
-        Ok(())
     }
 
     pub fn info(&self) -> &AudioInfo {

@@ -325,12 +325,21 @@ impl Ledger {
 
     /// Items recorded as failed, with their source and reason.
     pub fn failures(&self) -> Result<Vec<(String, String, String)>, LedgerError> {
+        self.first_failures(usize::MAX)
+    }
+
+    /// The first `limit` failures by item id (a report lists a few; the ledger keeps all).
+    pub fn first_failures(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<(String, String, String)>, LedgerError> {
         let mut stmt = self
             .conn
-            .prepare("SELECT item_id, source, reason FROM failures ORDER BY item_id")
+            .prepare("SELECT item_id, source, reason FROM failures ORDER BY item_id LIMIT ?1")
             .map_err(self.sql())?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .query_map([limit], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .map_err(self.sql())?;
         rows.collect::<Result<_, _>>().map_err(self.sql())
     }

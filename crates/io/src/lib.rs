@@ -153,11 +153,12 @@ pub fn decode_mono(path: &Path, opts: &DecodeOptions, rate: u32) -> Result<Vec<f
 
 /// Decodes what is left of `reader` to mono at `rate`.
 pub fn decode_reader(reader: AudioReader, rate: u32) -> Result<Vec<f32>, DecodeError> {
-    // Sized from the header where it says (the limits have bounded it): no reallocation.
+    // Sized from the header where it says: no reallocation. Capped (64 MiB of samples), since
+    // a header can lie within the limits; a longer stream grows past it as it decodes.
     let expected = reader
         .expected_seconds()
         .map_or(0, |s| (s * f64::from(rate)).ceil() as usize + 1024);
-    let mut all = Vec::with_capacity(expected);
+    let mut all = Vec::with_capacity(expected.min(1 << 24));
     stream_reader::<std::convert::Infallible>(reader, rate, |chunk| {
         all.extend_from_slice(chunk);
         Ok(())

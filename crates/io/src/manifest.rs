@@ -119,8 +119,8 @@ impl Source {
                 use std::io::BufRead;
                 let file = std::fs::File::open(&self.path).map_err(io)?;
                 let mut n = 0;
-                for line in std::io::BufReader::new(file).lines() {
-                    n += usize::from(!line.map_err(io)?.trim().is_empty());
+                for line in std::io::BufReader::new(file).split(b'\n') {
+                    n += usize::from(!line.map_err(io)?.trim_ascii().is_empty());
                 }
                 Ok(n)
             }
@@ -266,10 +266,20 @@ pub fn parse_nemo(
     name: String,
 ) -> impl Iterator<Item = Result<Entry, std::io::Error>> {
     reader
-        .lines()
+        .split(b'\n')
         .enumerate()
-        .filter(|(_, line)| !matches!(line, Ok(l) if l.trim().is_empty()))
-        .map(move |(n, line)| Ok(nemo_entry(&line?, n + 1, &base, &name)))
+        .filter(|(_, line)| !matches!(line, Ok(l) if l.trim_ascii().is_empty()))
+        .map(move |(n, line)| {
+            let line = line?;
+            Ok(match std::str::from_utf8(&line) {
+                Ok(text) => nemo_entry(text, n + 1, &base, &name),
+                // One bad line is one failed item, not a failed job.
+                Err(e) => Entry::Invalid {
+                    id: format!("{name}:{}", n + 1),
+                    reason: format!("line is not UTF-8: {e}"),
+                },
+            })
+        })
 }
 
 fn nemo_entry(line: &str, number: usize, base: &Path, name: &str) -> Entry {
@@ -428,6 +438,17 @@ mod tests {
         assert_eq!(e[1].id(), "/abs/b.flac@1.5");
         assert!(matches!(&e[2], Entry::Invalid { id, .. } if id == "m.jsonl:4"));
         assert!(matches!(&e[3], Entry::Invalid { reason, .. } if reason.contains("offset")));
+        // A line that is not UTF-8 is one invalid entry; the lines around it are read.
+        let bytes =
+            b"{\"audio_filepath\": \"a.wav\"}\n\xff\xfe bad\n{\"audio_filepath\": \"b.wav\"}\n";
+        let e: Vec<Entry> = parse_nemo(&bytes[..], "/m".into(), "m.jsonl".into())
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(e.len(), 3);
+        assert!(
+            matches!(&e[1], Entry::Invalid { id, reason } if id == "m.jsonl:2" && reason.contains("UTF-8"))
+        );
+        assert_eq!(e[2].id(), "b.wav");
     }
 
     #[test]

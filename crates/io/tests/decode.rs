@@ -321,3 +321,29 @@ fn offsets_by_seeking_equal_a_decode_from_the_start() {
         }
     }
 }
+
+/// The mean of the channels is computed as an interleaved mix would: each sample converted
+/// once, summed in channel order, times 1/channels — bit for bit, every lossless format.
+#[test]
+fn the_channel_mean_is_exact() {
+    let (_, left) = read_npy_f32(&data_dir().join("ref/speech_44100_left.npy")).unwrap();
+    let (_, right) = read_npy_f32(&data_dir().join("ref/speech_44100_right.npy")).unwrap();
+    let want: Vec<f32> = left
+        .iter()
+        .zip(&right)
+        .map(|(l, r)| (l + r) * 0.5)
+        .collect();
+    for name in [
+        "speech_44100_stereo_s16.wav",
+        "speech_44100_stereo_s24.wav",
+        "speech_44100_stereo_f32.wav",
+        "speech_44100_stereo.flac",
+    ] {
+        let mut r = AudioReader::open(&data_dir().join(name), &DecodeOptions::default()).unwrap();
+        let mut got = Vec::new();
+        while let Some(c) = r.next_chunk().unwrap() {
+            got.extend_from_slice(c);
+        }
+        assert!(got == want, "{name}: the mean differs from (l + r) / 2");
+    }
+}

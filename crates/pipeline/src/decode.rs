@@ -37,11 +37,11 @@ pub(crate) fn decode_worker(
         let t = Instant::now();
         let mut blocked = 0.0;
         let outcome = match entry {
-            Entry::Invalid { id, reason } => Err(Failure {
+            Entry::Invalid { id, reason } => Err(WriterMsg::Failed(Failure {
                 id,
                 source: config.source.display().to_string(),
                 reason,
-            }),
+            })),
             Entry::Item(item) => {
                 let ex = extractor.get_or_insert_with(|| {
                     CpuExtractor::with_precision(&spec, config.precision)
@@ -61,11 +61,12 @@ pub(crate) fn decode_worker(
                     )
                 });
                 std::panic::catch_unwind(run).unwrap_or_else(|payload| {
-                    Err(Failure {
+                    // Pieces sent before the panic may still be on their way.
+                    Err(WriterMsg::FailedPiece(Failure {
                         id: item.id.clone(),
                         source: item.path.display().to_string(),
                         reason: format!("internal error while decoding: {}", panic_text(&*payload)),
-                    })
+                    }))
                 })
             }
         };
@@ -73,7 +74,7 @@ pub(crate) fn decode_worker(
         let sent = match outcome {
             Ok(Flow::Continue) => true,
             Ok(Flow::Stop) => false,
-            Err(f) => writer.send(WriterMsg::Failed(f)).is_ok(),
+            Err(failed) => writer.send(failed).is_ok(),
         };
         if !sent {
             break;
@@ -90,9 +91,9 @@ fn decode_item(
     writer: &Sender<WriterMsg>,
     long_items: &LongItems,
     blocked: &mut f64,
-) -> Result<Flow, Failure> {
+) -> Result<Flow, WriterMsg> {
     let source = item.path.display().to_string();
-    let fail = |reason: String| item_failure(item, reason);
+    let fail = |reason: String| WriterMsg::Failed(item_failure(item, reason));
     let opts = DecodeOptions {
         mix: config.mix,
         limits: config.limits,
@@ -176,9 +177,9 @@ fn send_pieces(
     units: &Sender<Unit>,
     executors_running: &Weak<()>,
     blocked: &mut f64,
-) -> Result<Flow, Failure> {
+) -> Result<Flow, WriterMsg> {
     let source = item.path.display().to_string();
-    let fail = |reason: String| item_failure(item, reason);
+    let fail = |reason: String| WriterMsg::Failed(item_failure(item, reason));
     let mut cutter = PieceCutter::new(&config.spec, config.chunk_seconds);
     let (permits, taken) = bounded::<()>(config.batch_items);
     let mut send = |w: PieceWindow| {
@@ -210,10 +211,14 @@ fn send_pieces(
         // A closed queue means the job is stopping; the item stays undone for a resume.
         Err(StreamError::Sink { .. }) => return Ok(Flow::Stop),
         Err(e) if cutter.pieces() > 0 => {
-            return Err(fail(format!(
-                "{e} (after {} pieces; earlier pieces of this item may be in the output)",
-                cutter.pieces()
-            )))
+            // Its pieces sent so far are queued for the executors: they may come after this.
+            return Err(WriterMsg::FailedPiece(item_failure(
+                item,
+                format!(
+                    "{e} (after {} pieces; earlier pieces of this item may be in the output)",
+                    cutter.pieces()
+                ),
+            )));
         }
         Err(e) => return Err(fail(e.to_string())),
     }

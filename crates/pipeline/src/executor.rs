@@ -165,14 +165,18 @@ pub(crate) fn run_executor(
                     piece,
                     last,
                 })),
-                Err(e) => WriterMsg::Failed(Failure {
-                    id: unit.id,
-                    source: unit.source,
-                    reason: match unit.piece {
-                        Some(_) => format!("piece {piece} (at {offset_s:.2} s): {e}"),
-                        None => e.to_string(),
-                    },
-                }),
+                Err(e) => match unit.piece {
+                    Some(_) => WriterMsg::FailedPiece(Failure {
+                        id: unit.id,
+                        source: unit.source,
+                        reason: format!("piece {piece} (at {offset_s:.2} s): {e}"),
+                    }),
+                    None => WriterMsg::Failed(Failure {
+                        id: unit.id,
+                        source: unit.source,
+                        reason: e.to_string(),
+                    }),
+                },
             };
             if writer.send(msg).is_err() {
                 break 'run;
@@ -264,7 +268,9 @@ mod tests {
             .iter()
             .map(|m| match m {
                 WriterMsg::Row(r) => (r.row.id, r.row.features),
-                WriterMsg::Failed(f) => panic!("{} failed: {}", f.id, f.reason),
+                WriterMsg::Failed(f) | WriterMsg::FailedPiece(f) => {
+                    panic!("{} failed: {}", f.id, f.reason)
+                }
             })
             .collect();
         got.sort_by(|a, b| a.0.cmp(&b.0));
@@ -317,7 +323,9 @@ mod tests {
             .iter()
             .map(|m| match m {
                 WriterMsg::Row(r) => r.row.id,
-                WriterMsg::Failed(f) => panic!("{} failed: {}", f.id, f.reason),
+                WriterMsg::Failed(f) | WriterMsg::FailedPiece(f) => {
+                    panic!("{} failed: {}", f.id, f.reason)
+                }
             })
             .collect();
         ids.sort();

@@ -13,6 +13,7 @@ use sonograph_dsp::Extractor;
 use sonograph_io::ledger::Ledger;
 use sonograph_io::ledger::LedgerReader;
 use sonograph_io::manifest::Entry;
+use sonograph_io::parquet::PartMeta;
 
 use crate::config::JobConfig;
 use crate::decode::{decode_worker, LongItems};
@@ -97,8 +98,11 @@ pub fn run_with(
         config.shard_index,
         ledger,
         config.dtype,
-        spec_id.clone(),
-        config.spec.to_json(),
+        PartMeta {
+            spec_id: spec_id.clone(),
+            spec_json: config.spec.to_json(),
+            precision: config.precision.name().into(),
+        },
         config.part_mb << 20,
     )?;
     let bar = progress_bar(config.progress, todo);
@@ -236,7 +240,7 @@ pub fn run_with(
     let resumed = fed?;
     let failures: Vec<Failure> = writer
         .ledger
-        .failures()?
+        .first_failures(REPORT_FAILURES)?
         .into_iter()
         .map(|(id, source, reason)| Failure { id, source, reason })
         .collect();
@@ -248,7 +252,7 @@ pub fn run_with(
         shard_count: config.shard_count,
         items_total: source.len() as u64,
         items_ok: writer.ledger.done_count()?,
-        items_failed: failures.len() as u64,
+        items_failed: writer.ledger.failed_count()?,
         items_resumed: resumed,
         rows: wstats.rows,
         parts: wstats.parts,
@@ -284,6 +288,9 @@ pub fn run_with(
         .map_err(io_err(&layout.done_marker))?;
     Ok(JobOutcome::Finished(report))
 }
+
+/// Failures listed in report.json (by id); every one is counted there and kept in the ledger.
+const REPORT_FAILURES: usize = 1000;
 
 /// Puts `stages` between the two ends of a queue: producers send to the returned sender,
 /// each stage runs on its own thread from one bounded queue to the next, and the last one
@@ -326,6 +333,7 @@ fn chain<T: Send + 'static, S: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::executor::Unit;
     use crate::segment::extract_streaming;
     use crate::stage::{RowStage, UnitStage};
     use crate::testing::{scratch_corpus, Flaky};
@@ -380,8 +388,23 @@ mod tests {
         let mut config = JobConfig::new(corpus, dir.join("out"), spec.clone());
         config.batch_items = 3;
         config.workers = 1;
+        // The first piece's window never fits (an OOM whatever the batches' sizes, which
+        // depend on timing); batches of more than two pieces do not either.
+        let samples = sonograph_io::decode_mono(&wav, &DecodeOptions::default(), 16_000).unwrap();
+        let mut cutter = crate::segment::PieceCutter::new(&spec, config.chunk_seconds);
+        let mut first_window = 0;
+        cutter
+            .push(&samples, |w| {
+                if w.plan.index == 0 {
+                    first_window = w.samples.len();
+                }
+                Ok::<(), std::convert::Infallible>(())
+            })
+            .unwrap();
+        assert!(first_window > 0);
         let device = Flaky {
             fits: 2,
+            huge: first_window,
             lose_after: Some(2),
             ..Flaky::new(&spec, Precision::F64)
         };
@@ -460,6 +483,77 @@ mod tests {
             out.push(row);
             Ok(())
         }
+    }
+
+    /// A stage that drops or doubles a row would leave an item forever undone or write a
+    /// piece twice: the item fails instead, naming the stage, and the job completes.
+    #[test]
+    fn a_stage_that_drops_or_doubles_fails_the_item_not_the_job() {
+        struct Drop1;
+        impl RowStage for Drop1 {
+            fn name(&self) -> &str {
+                "drop"
+            }
+            fn process(&mut self, row: RowMsg, out: &mut Vec<RowMsg>) -> Result<(), String> {
+                if !row.row.id.starts_with('a') {
+                    out.push(row);
+                }
+                Ok(())
+            }
+        }
+        struct Double;
+        impl UnitStage for Double {
+            fn name(&self) -> &str {
+                "double"
+            }
+            fn process(&mut self, unit: Unit, out: &mut Vec<Unit>) -> Result<(), String> {
+                if unit.id.starts_with('b') {
+                    out.push(Unit {
+                        id: unit.id.clone(),
+                        source: unit.source.clone(),
+                        offset_s: unit.offset_s,
+                        samples: unit.samples.clone(),
+                        piece: unit.piece,
+                        _permit: None,
+                    });
+                }
+                out.push(unit);
+                Ok(())
+            }
+        }
+        let dir = scratch_corpus(
+            "stage-contract",
+            &[("a.wav", 1.0), ("b.wav", 1.0), ("c.wav", 1.0)],
+        );
+        let spec = FeatureSpec::whisper(80);
+        let config = JobConfig::new(dir.join("corpus"), dir.join("out"), spec.clone());
+        let cpu = CpuBackend::new(&spec, Precision::F64).unwrap();
+        let stages = Stages {
+            units: vec![Box::new(Double)],
+            rows: vec![Box::new(Drop1)],
+        };
+        let outcome = run_with(&config, vec![Box::new(cpu)], stages).unwrap();
+        let report = outcome.report();
+        assert_eq!((report.items_ok, report.items_failed), (1, 2));
+        let reasons: Vec<(&str, &str)> = report
+            .failures
+            .iter()
+            .map(|f| (f.id.as_str(), f.reason.as_str()))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                (
+                    "a.wav",
+                    "drop: gave 0 results for one input; a stage passes each on as exactly one"
+                ),
+                (
+                    "b.wav",
+                    "double: gave 2 results for one input; a stage passes each on as exactly one"
+                ),
+            ]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Stages inserted between segmentation and the executors, and between the executors and

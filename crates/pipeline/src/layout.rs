@@ -60,6 +60,8 @@ pub(crate) fn check_job_shape(
         "max_seconds": config.max_seconds,
         "chunk_seconds": config.chunk_seconds,
         "dtype": format!("{:?}", config.dtype),
+        // The spec does not fix the spectral core's precision: rows of both must not mix.
+        "precision": config.precision.name(),
         "mix": format!("{:?}", config.mix),
     });
     let text = format!("{shape}\n");

@@ -84,6 +84,8 @@ pub struct Report {
     pub core_utilisation: f64,
     pub devices: Vec<DeviceReport>,
     pub peak_rss_mb: f64,
+    /// The first 1,000 failures by item id (`items_failed` counts them all; the ledger's
+    /// `failures` table holds every one).
     pub failures: Vec<Failure>,
 }
 

@@ -47,19 +47,30 @@ impl ShardSource {
 
     /// Refuses a shard in which an id appears twice: the ledger keys rows by id, so the second
     /// item would be taken for the first one done. Compares 64-bit fingerprints (8 bytes an
-    /// item), then names the id with a second pass.
+    /// item); where two agree, a second pass compares the ids themselves (a fingerprint
+    /// collision between distinct ids is not a duplicate) and names the one repeated.
     pub fn check_unique_ids(&self) -> Result<(), JobError> {
         let mut prints = Vec::with_capacity(self.len());
         for entry in self.entries()? {
             prints.push(fingerprint(entry?.id()));
         }
         prints.sort_unstable();
-        let Some(dup) = prints.windows(2).find(|w| w[0] == w[1]).map(|w| w[0]) else {
+        let mut shared: Vec<u64> = prints
+            .windows(2)
+            .filter(|w| w[0] == w[1])
+            .map(|w| w[0])
+            .collect();
+        drop(prints);
+        if shared.is_empty() {
             return Ok(());
-        };
+        }
+        shared.dedup();
+        let mut seen = std::collections::HashSet::new();
         for entry in self.entries()? {
             let entry = entry?;
-            if fingerprint(entry.id()) == dup {
+            if shared.binary_search(&fingerprint(entry.id())).is_ok()
+                && !seen.insert(entry.id().to_string())
+            {
                 return Err(JobError::Source(SourceError::Format {
                     path: self.source.path().to_path_buf(),
                     reason: format!("id {:?} appears more than once", entry.id()),
@@ -99,7 +110,7 @@ impl ShardSource {
 }
 
 fn fingerprint(id: &str) -> u64 {
-    // SipHash with fixed keys: the same fingerprint on every run and machine.
+    // SipHash with fixed keys: the same fingerprint throughout a run, which is all it needs.
     let mut h = DefaultHasher::new();
     id.hash(&mut h);
     h.finish()

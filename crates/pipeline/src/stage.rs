@@ -5,9 +5,11 @@
 //! decode + segment ──▶ [unit stages] ──▶ prefetch queue ──▶ executors ──▶ [row stages] ──▶ writer
 //! ```
 //!
-//! A unit stage sees every unit (a whole item, or a piece of a long one) before it is batched:
-//! voice-activity segmentation goes there. A row stage sees every row of features before it is
-//! written: a model on the features goes there. Each runs on its own thread between two
+//! A unit stage sees every unit (a whole item, or a piece of a long one) before it is batched
+//! and transforms it (gain, filtering, a check that may fail the item). A row stage sees every
+//! row of features before it is written: a model on the features goes there. Both pass each
+//! input on as exactly one output: segmentation that turns one item into several rows (voice
+//! activity) is a segmenter in the decode stage, which numbers the pieces it cuts. Each runs on its own thread between two
 //! bounded queues, so inserting one changes neither its neighbours nor the job's wiring.
 
 use crossbeam_channel::{Receiver, Sender};
@@ -19,16 +21,31 @@ use crate::writer::{RowMsg, WriterMsg};
 /// A transform of units between segmentation and the executors.
 pub trait UnitStage: Send {
     fn name(&self) -> &str;
-    /// Passes `unit` on as zero or more units pushed to `out`; `Err(reason)` fails the unit's
-    /// item (recorded in the report, the job goes on).
+    /// Passes `unit` on as exactly one unit pushed to `out` (its samples transformed), or
+    /// fails its item with `Err(reason)` (recorded in the report; the job goes on). The job
+    /// counts an item done when the row of its last piece is written, so a stage that dropped
+    /// a unit would leave its item forever undone, and one that doubled it would write a
+    /// piece twice: either is recorded as the item's failure, naming the stage.
     fn process(&mut self, unit: Unit, out: &mut Vec<Unit>) -> Result<(), String>;
 }
 
 /// A transform of rows between the executors and the writer.
 pub trait RowStage: Send {
     fn name(&self) -> &str;
-    /// Passes `row` on as zero or more rows pushed to `out`; `Err(reason)` fails its item.
+    /// Passes `row` on as exactly one row pushed to `out`, or fails its item with
+    /// `Err(reason)`; any other count fails the item, as for a [`UnitStage`].
     fn process(&mut self, row: RowMsg, out: &mut Vec<RowMsg>) -> Result<(), String>;
+}
+
+/// The reason an item fails when a stage gave `outputs` results for one input.
+fn not_one(outputs: usize) -> Result<(), String> {
+    if outputs == 1 {
+        Ok(())
+    } else {
+        Err(format!(
+            "gave {outputs} results for one input; a stage passes each on as exactly one"
+        ))
+    }
 }
 
 /// The stages a job inserts, in order.
@@ -50,16 +67,21 @@ pub(crate) fn run_unit_stage(
     let mut out = Vec::new();
     for unit in input {
         let started = std::time::Instant::now();
-        let (id, source) = (unit.id.clone(), unit.source.clone());
-        let result = stage.process(unit, &mut out);
+        let (id, source, piece) = (unit.id.clone(), unit.source.clone(), unit.piece.is_some());
+        let result = stage
+            .process(unit, &mut out)
+            .and_then(|()| not_one(out.len()));
         busy += started.elapsed().as_secs_f64();
         if let Err(reason) = result {
             out.clear();
             let reason = format!("{}: {reason}", stage.name());
-            if writer
-                .send(WriterMsg::Failed(Failure { id, source, reason }))
-                .is_err()
-            {
+            let failure = Failure { id, source, reason };
+            let msg = if piece {
+                WriterMsg::FailedPiece(failure)
+            } else {
+                WriterMsg::Failed(failure)
+            };
+            if writer.send(msg).is_err() {
                 return busy;
             }
             continue;
@@ -85,17 +107,27 @@ pub(crate) fn run_row_stage(
     for msg in input {
         let started = std::time::Instant::now();
         let sent = match msg {
-            WriterMsg::Failed(f) => output.send(WriterMsg::Failed(f)).is_ok(),
+            failed @ (WriterMsg::Failed(_) | WriterMsg::FailedPiece(_)) => {
+                output.send(failed).is_ok()
+            }
             WriterMsg::Row(row) => {
                 let (id, source) = (row.row.id.clone(), row.row.source.clone());
-                let result = stage.process(*row, &mut out);
+                let whole = row.piece == 0 && row.last;
+                let result = stage
+                    .process(*row, &mut out)
+                    .and_then(|()| not_one(out.len()));
                 busy += started.elapsed().as_secs_f64();
                 match result {
                     Err(reason) => {
                         out.clear();
                         let reason = format!("{}: {reason}", stage.name());
+                        let failure = Failure { id, source, reason };
                         output
-                            .send(WriterMsg::Failed(Failure { id, source, reason }))
+                            .send(if whole {
+                                WriterMsg::Failed(failure)
+                            } else {
+                                WriterMsg::FailedPiece(failure)
+                            })
                             .is_ok()
                     }
                     Ok(()) => out

@@ -8,7 +8,7 @@ use crossbeam_channel::Receiver;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use sonograph_io::ledger::{Ledger, PieceRecord};
-use sonograph_io::parquet::{Dtype, FeatureRow, PartWriter};
+use sonograph_io::parquet::{Dtype, FeatureRow, PartMeta, PartWriter};
 
 use crate::error::JobError;
 use crate::report::Failure;
@@ -17,12 +17,19 @@ use crate::report::Failure;
 const FAILURES_PER_TRANSACTION: usize = 256;
 
 /// What the other stages send to the writer.
+#[derive(Debug)]
 pub(crate) enum WriterMsg {
     Row(Box<RowMsg>),
+    /// An item failed, and no row of it can follow (a whole item; or a long item streamed by
+    /// one decoder, whose rows came before).
     Failed(Failure),
+    /// An item failed while pieces of it may still be on their way (pieces of a long item run
+    /// on several executors in any order): the writer remembers it, to drop them.
+    FailedPiece(Failure),
 }
 
 /// A row of features on its way to the writer: piece `piece` of its item, the item's last.
+#[derive(Debug)]
 pub struct RowMsg {
     pub row: FeatureRow,
     pub piece: u32,
@@ -34,8 +41,7 @@ pub(crate) struct Writer {
     pub shard_index: usize,
     pub ledger: Ledger,
     pub dtype: Dtype,
-    pub spec_id: String,
-    pub spec_json: String,
+    pub meta: PartMeta,
     pub part_bytes: usize,
     pub next_part: u32,
     /// Rows committed by earlier runs of items not done yet: never written twice. (Done
@@ -45,7 +51,9 @@ pub(crate) struct Writer {
     /// item's last piece marks it done in the ledger, so it is written only after all the
     /// others: per item, the pieces written so far and a last piece that came early.
     pieces: HashMap<String, (u32, Option<Box<RowMsg>>)>,
-    /// Items that failed in this run: a piece of theirs that comes later is not their end.
+    /// Long items that failed in this run while pieces of theirs were still on their way: a
+    /// piece that comes later is not written, and is not their end. (Whole items are not kept:
+    /// memory grows with failed long items only.)
     failed: HashSet<String>,
     /// Failures not yet in the ledger (recorded in batches).
     unrecorded: Vec<Failure>,
@@ -76,8 +84,7 @@ impl Writer {
         shard_index: usize,
         ledger: Ledger,
         dtype: Dtype,
-        spec_id: String,
-        spec_json: String,
+        meta: PartMeta,
         part_bytes: usize,
     ) -> Result<Self, JobError> {
         let next_part = ledger.next_part()?;
@@ -87,8 +94,7 @@ impl Writer {
             shard_index,
             ledger,
             dtype,
-            spec_id,
-            spec_json,
+            meta,
             part_bytes,
             next_part,
             committed,
@@ -104,10 +110,22 @@ impl Writer {
 
     pub fn handle(&mut self, msg: WriterMsg) -> Result<(), JobError> {
         match msg {
+            WriterMsg::Failed(f) | WriterMsg::FailedPiece(f) if self.failed.contains(&f.id) => {
+                // Another piece of an item already failed: recorded once.
+                let _ = f;
+            }
             WriterMsg::Failed(f) => {
-                if self.failed.insert(f.id.clone()) {
-                    self.stats.items_failed += 1;
+                self.stats.items_failed += 1;
+                self.pieces.remove(&f.id);
+                self.unrecorded.push(f);
+                if self.unrecorded.len() >= FAILURES_PER_TRANSACTION {
+                    self.record_failures()?;
                 }
+            }
+            WriterMsg::FailedPiece(f) => {
+                // Remembered for the rest of the run (only failed long items are).
+                self.failed.insert(f.id.clone());
+                self.stats.items_failed += 1;
                 self.pieces.remove(&f.id);
                 self.unrecorded.push(f);
                 if self.unrecorded.len() >= FAILURES_PER_TRANSACTION {
@@ -172,7 +190,7 @@ impl Writer {
         if self.open.is_none() {
             let file = format!("part-{:05}-{:05}.parquet", self.shard_index, self.next_part);
             let path = self.parts_dir.join(&file);
-            let part = PartWriter::create(&path, self.dtype, &self.spec_id, &self.spec_json)?;
+            let part = PartWriter::create(&path, self.dtype, &self.meta)?;
             self.open = Some((part, file));
         }
         if let Some((part, _)) = &mut self.open {
@@ -265,7 +283,7 @@ pub(crate) fn writer_loop(
     for msg in rx {
         let finished_item = match &msg {
             WriterMsg::Row(r) => r.last,
-            WriterMsg::Failed(_) => true,
+            WriterMsg::Failed(_) | WriterMsg::FailedPiece(_) => true,
         };
         if let Err(e) = writer.handle(msg) {
             return (writer, Err(e));
@@ -325,8 +343,11 @@ mod tests {
             0,
             ledger,
             Dtype::F32,
-            "spec".into(),
-            "{}".into(),
+            PartMeta {
+                spec_id: "spec".into(),
+                spec_json: "{}".into(),
+                precision: "f64".into(),
+            },
             1,
         )
         .unwrap()
@@ -347,7 +368,7 @@ mod tests {
         assert!(w.ledger.done_items().unwrap().is_empty());
         assert_eq!(w.pieces_held(), 2);
         w.handle(row("a", 0, false)).unwrap(); // a's last piece follows it out
-        w.handle(WriterMsg::Failed(Failure {
+        w.handle(WriterMsg::FailedPiece(Failure {
             id: "b".into(),
             source: "/x/b.wav".into(),
             reason: "piece 0: sample 3 is NaN".into(),
@@ -356,20 +377,32 @@ mod tests {
         w.handle(row("b", 0, false)).unwrap(); // after its item failed: not written
         w.handle(row("c", 0, true)).unwrap(); // a whole item
         w.handle(row("d", 0, false)).unwrap();
-        w.handle(WriterMsg::Failed(Failure {
+        w.handle(WriterMsg::FailedPiece(Failure {
             id: "d".into(),
             source: "/x/d.wav".into(),
             reason: "piece 1: sample 9 is NaN".into(),
         }))
         .unwrap();
         w.handle(row("d", 2, true)).unwrap(); // after its item failed: not its end
+                                              // A whole item's failure: no row of it can follow, so it is not remembered.
+        w.handle(WriterMsg::Failed(Failure {
+            id: "e".into(),
+            source: "/x/e.wav".into(),
+            reason: "cannot open".into(),
+        }))
+        .unwrap();
+        assert_eq!(
+            w.failed.iter().map(String::as_str).collect::<HashSet<_>>(),
+            HashSet::from(["b", "d"])
+        );
         w.flush().unwrap();
         let done = w.ledger.done_items().unwrap();
         let mut done: Vec<_> = done.into_iter().collect();
         done.sort();
         assert_eq!(done, ["a", "c"]);
         assert_eq!(w.pieces_held(), 0);
-        assert_eq!((w.stats.items_ok, w.stats.items_failed), (2, 2));
+        assert_eq!((w.stats.items_ok, w.stats.items_failed), (2, 3));
+        assert_eq!(w.ledger.failures().unwrap().len(), 3);
         let committed = w.ledger.committed_pieces().unwrap();
         for p in 0..3 {
             assert!(committed.contains(&("a".to_string(), p)), "a piece {p}");
