@@ -93,19 +93,20 @@ impl AsrModel {
                 "no <blk> token (the blank) in the vocabulary".into(),
             )
         })?;
-        let kind =
-            match config.model_type.as_deref() {
-                Some("nemo-conformer-ctc") => AsrKind::Ctc,
-                Some("nemo-conformer-tdt" | "nemo-conformer-rnnt") => AsrKind::Transducer,
-                Some(other) => return Err(bad(
+        let kind = match config.model_type.as_deref() {
+            Some("nemo-conformer-ctc") => AsrKind::Ctc,
+            Some("nemo-conformer-tdt" | "nemo-conformer-rnnt") => AsrKind::Transducer,
+            Some(other) => {
+                return Err(bad(
                     config_path,
                     format!(
                         "model_type {other:?}: nemo-conformer-ctc, -tdt and -rnnt are supported"
                     ),
-                )),
-                None if dir.join("model.onnx").is_file() => AsrKind::Ctc,
-                None => AsrKind::Transducer,
-            };
+                ))
+            }
+            None if dir.join("model.onnx").is_file() => AsrKind::Ctc,
+            None => AsrKind::Transducer,
+        };
         let opts = RunnerOptions {
             threads,
             n_mels: Some(config.features_size),
