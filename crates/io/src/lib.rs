@@ -8,6 +8,7 @@ pub mod npy;
 pub mod parquet;
 pub mod resample;
 pub mod segment;
+pub mod transcripts;
 
 use std::path::Path;
 

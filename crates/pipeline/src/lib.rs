@@ -13,12 +13,16 @@
 pub mod batcher;
 mod executor;
 mod job;
+pub mod model;
 mod report;
 #[cfg(test)]
 mod testing;
 mod writer;
 
-pub use batcher::{AdaptiveBatcher, BatchStats, BatcherConfig};
+pub use batcher::{
+    AdaptiveBatcher, BatchDevice, BatchError, BatchInput, BatchOutput, BatchStats, BatcherConfig,
+};
+pub use model::FeatureRows;
 pub use job::{run, JobConfig, JobError, JobOutcome, OutputLayout, META_DIR};
 pub use report::{DeviceReport, Failure, Report, StageTimes};
 
