@@ -40,7 +40,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "crates", "model", "tests", "data", "asr")
-BIN = os.path.join(ROOT, "target", "release", "sonograph")
+# The binary that computes the features (SONOGRAPH_BIN, else the release build).
+BIN = os.environ.get("SONOGRAPH_BIN", os.path.join(ROOT, "target", "release", "sonograph"))
 OPSET = 17
 SUB = 8
 VOCAB = ["<unk>", "\u2581the", "\u2581a", "s", "ing", "\u2581c", "at", "\u2581s", "t", "e",

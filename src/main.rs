@@ -9,6 +9,7 @@ use std::time::Instant;
 
 mod extract;
 mod gpu_cli;
+mod model_cli;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -43,6 +44,10 @@ enum Command {
     Extract(extract::ExtractArgs),
     /// List the compute devices (GPUs through wgpu, and the CPU) with their scores and health.
     Devices(gpu_cli::DevicesArgs),
+    /// Speech segments of audio files (Silero VAD), as JSON lines.
+    Vad(model_cli::VadArgs),
+    /// Transcribe audio with a NeMo Parakeet/FastConformer ONNX export (CTC or TDT).
+    Transcribe(model_cli::TranscribeArgs),
 }
 
 #[derive(Args)]
@@ -186,6 +191,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench(&args).map(|()| 0),
         Command::Extract(args) => extract::extract(&args),
         Command::Devices(args) => gpu_cli::devices(&args).map(|()| 0),
+        Command::Vad(args) => model_cli::vad(&args).map(|()| 0),
+        Command::Transcribe(args) => model_cli::transcribe(&args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

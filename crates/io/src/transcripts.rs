@@ -148,7 +148,8 @@ mod tests {
 
     #[test]
     fn rows_read_back_with_their_lists() {
-        let dir = std::env::temp_dir().join(format!("sonograph-transcripts-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("sonograph-transcripts-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.parquet");
         let rows = [

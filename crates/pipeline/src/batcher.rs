@@ -50,8 +50,8 @@ pub trait BatchOutput {
 /// (health check, then retry or take the device out).
 pub trait BatchError: Clone + std::fmt::Display {
     fn is_out_of_memory(&self) -> bool;
-    /// The error of a device that panicked.
-    fn panicked(message: String) -> Self;
+    /// The error of a device that was lost (or panicked, or is not there).
+    fn lost(message: String) -> Self;
 }
 
 /// A device that runs batches of `I` into `O`: appends one result per item, or returns `Err`
@@ -101,7 +101,7 @@ impl BatchError for ExtractError {
     fn is_out_of_memory(&self) -> bool {
         matches!(self, ExtractError::OutOfMemory(_))
     }
-    fn panicked(message: String) -> Self {
+    fn lost(message: String) -> Self {
         ExtractError::DeviceLost(message)
     }
 }
@@ -302,7 +302,7 @@ impl AdaptiveBatcher {
                 primary.run(&part, &mut scratch)
             }))
             .unwrap_or_else(|payload| {
-                Err(O::Error::panicked(format!(
+                Err(O::Error::lost(format!(
                     "{} panicked: {}",
                     key.0,
                     crate::job::panic_text(&*payload)

@@ -22,8 +22,8 @@ mod writer;
 pub use batcher::{
     AdaptiveBatcher, BatchDevice, BatchError, BatchInput, BatchOutput, BatchStats, BatcherConfig,
 };
-pub use model::FeatureRows;
 pub use job::{run, JobConfig, JobError, JobOutcome, OutputLayout, META_DIR};
+pub use model::{FeatureRows, NoFallback};
 pub use report::{DeviceReport, Failure, Report, StageTimes};
 
 /// Resolves the shard from the flags, or from the environment of the batch system: Kubernetes

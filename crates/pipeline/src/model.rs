@@ -65,7 +65,7 @@ impl BatchError for RunError {
     fn is_out_of_memory(&self) -> bool {
         matches!(self, RunError::OutOfMemory(_))
     }
-    fn panicked(message: String) -> Self {
+    fn lost(message: String) -> Self {
         RunError::Failed(message)
     }
 }
@@ -81,5 +81,22 @@ impl BatchDevice<FeatureRows<'_>, ModelBatch> for ModelRunner {
         let batch = self.run_batch(input.rows(), input.n_mels())?;
         out.append(&batch);
         Ok(())
+    }
+}
+
+/// A fallback where there is none (one model device): what it is given fails with `why`, so
+/// that an item that does not fit even alone, or the rest of a batch after the device failed,
+/// gets an error of its own instead of a result.
+pub struct NoFallback(pub String);
+
+impl<I: BatchInput, O: BatchOutput> BatchDevice<I, O> for NoFallback {
+    fn name(&self) -> String {
+        "no fallback".into()
+    }
+    fn workload(&self) -> String {
+        String::new()
+    }
+    fn run(&mut self, _: &I, _: &mut O) -> Result<(), O::Error> {
+        Err(O::Error::lost(self.0.clone()))
     }
 }

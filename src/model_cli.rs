@@ -1,0 +1,556 @@
+//! `sonograph vad` and `sonograph transcribe`: Silero VAD and NeMo ASR exports through
+//! sonograph-model (onnxruntime, loaded at run time).
+//!
+//! Both stream: a file is decoded chunk by chunk, the VAD consumes each chunk at once, and
+//! `transcribe` keeps only the audio a segment not yet given out can still need. Bad input (a
+//! file that does not decode, NaN samples, a model folder that is not one) stops the command
+//! with one line naming the file and the reason (exit 2); outputs are written under a
+//! temporary name and renamed when complete, so a failed run leaves none.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context, Result};
+use clap::{Args, ValueEnum};
+use rayon::prelude::*;
+use sonograph_dsp::{CpuExtractor, FeatureSpec};
+use sonograph_io::manifest::{read_source, Entry, SourceItem};
+use sonograph_io::transcripts::{TranscriptRow, TranscriptWriter};
+use sonograph_io::{AudioReader, ChannelMix, DecodeOptions, StreamError};
+use sonograph_model::{
+    AsrModel, ModelBatch, ModelError, Runtime, Segment, VadParams, VadSegmenter,
+};
+use sonograph_pipeline::{AdaptiveBatcher, BatcherConfig, FeatureRows, NoFallback};
+
+use crate::user;
+
+/// Timestamps are given in samples at this rate, whatever the file's.
+const OUT_RATE: u32 = 16_000;
+
+#[derive(Args)]
+pub(crate) struct OrtArgs {
+    /// The onnxruntime library (libonnxruntime.so, .dylib, onnxruntime.dll) or its folder.
+    /// Default: next to the binary, else python3's onnxruntime package
+    /// (pip install onnxruntime==1.31.1).
+    #[arg(long, env = "SONOGRAPH_ORT_LIB")]
+    ort_lib: Option<PathBuf>,
+}
+
+/// `get_speech_timestamps`' parameters, with its defaults.
+#[derive(Args)]
+pub(crate) struct VadFlags {
+    /// Speech where the probability is at least this.
+    #[arg(long, default_value_t = 0.5)]
+    threshold: f64,
+    /// Silence (within speech) below this; default max(threshold − 0.15, 0.01).
+    #[arg(long)]
+    neg_threshold: Option<f64>,
+    /// Segments must be longer than this.
+    #[arg(long, default_value_t = 250.0)]
+    min_speech_ms: f64,
+    /// Segments longer than this are cut (inf: never).
+    #[arg(long, default_value_t = f64::INFINITY)]
+    max_speech_s: f64,
+    /// Silence this long ends a segment.
+    #[arg(long, default_value_t = 100.0)]
+    min_silence_ms: f64,
+    /// Padding on each side of a segment.
+    #[arg(long, default_value_t = 30.0)]
+    speech_pad_ms: f64,
+    /// Silences longer than this are where a segment over --max-speech-s may be cut.
+    #[arg(long, default_value_t = 98.0)]
+    min_silence_at_max_speech_ms: f64,
+    /// Cut a segment over --max-speech-s at its longest silence (false: at its last one).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    use_max_poss_sil_at_max_speech: bool,
+}
+
+impl VadFlags {
+    fn params(&self) -> Result<VadParams> {
+        let p = VadParams {
+            threshold: self.threshold,
+            neg_threshold: self.neg_threshold,
+            min_speech_duration_ms: self.min_speech_ms,
+            max_speech_duration_s: self.max_speech_s,
+            min_silence_duration_ms: self.min_silence_ms,
+            speech_pad_ms: self.speech_pad_ms,
+            min_silence_at_max_speech_ms: self.min_silence_at_max_speech_ms,
+            use_max_poss_sil_at_max_speech: self.use_max_poss_sil_at_max_speech,
+        };
+        p.validate().map_err(|e| user(e.to_string()))?;
+        Ok(p)
+    }
+}
+
+#[derive(Args)]
+pub(crate) struct VadArgs {
+    /// Audio files, or folders walked for audio files.
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+    /// Output JSON lines, one per segment: source, start and end (samples at 16 kHz),
+    /// start_s, end_s.
+    #[arg(long)]
+    out: PathBuf,
+    #[command(flatten)]
+    vad: VadFlags,
+    /// Use one channel (0-based) instead of the mean of all channels.
+    #[arg(long)]
+    channel: Option<usize>,
+    #[command(flatten)]
+    ort: OrtArgs,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SegmentMode {
+    /// Speech segments of Silero VAD (the --vad flags apply).
+    Vad,
+    /// Consecutive windows of --window-s seconds.
+    Fixed,
+}
+
+#[derive(Args)]
+pub(crate) struct TranscribeArgs {
+    /// An audio file, a folder (walked), or a manifest (NeMo .jsonl, or .csv).
+    source: PathBuf,
+    /// The model folder: a NeMo Parakeet/FastConformer export as onnx-asr reads it (CTC:
+    /// model.onnx; TDT/RNN-T: encoder-model.onnx + decoder_joint-model.onnx; vocab.txt,
+    /// config.json).
+    #[arg(long)]
+    model: PathBuf,
+    /// Output: JSON lines, or Parquet when it ends in .parquet (id, source, start_s, end_s,
+    /// text, tokens, timestamps).
+    #[arg(long)]
+    out: PathBuf,
+    /// How long files are cut.
+    #[arg(long, value_enum, default_value_t = SegmentMode::Vad)]
+    segment: SegmentMode,
+    /// Window length of --segment fixed, in seconds.
+    #[arg(long, default_value_t = 30.0)]
+    window_s: f64,
+    #[command(flatten)]
+    vad: VadFlags,
+    /// Segments per model batch (the batcher splits a batch that runs out of memory).
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    /// onnxruntime threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Use one channel (0-based) instead of the mean of all channels.
+    #[arg(long)]
+    channel: Option<usize>,
+    #[command(flatten)]
+    ort: OrtArgs,
+}
+
+fn runtime(args: &OrtArgs) -> Result<&'static Runtime> {
+    Runtime::get(args.ort_lib.as_deref()).map_err(|e| user(e.to_string()))
+}
+
+/// `path` written under a temporary name beside it, renamed by [`Staged::commit`].
+struct Staged {
+    path: PathBuf,
+    tmp: PathBuf,
+}
+
+impl Staged {
+    fn new(path: &Path) -> Self {
+        Staged {
+            path: path.to_path_buf(),
+            tmp: sonograph_io::parquet::part_tmp_path(path),
+        }
+    }
+    fn create(&self) -> Result<BufWriter<File>> {
+        let f = File::create(&self.tmp)
+            .map_err(|e| user(format!("{}: cannot write: {e}", self.path.display())))?;
+        Ok(BufWriter::new(f))
+    }
+    fn commit(self, w: BufWriter<File>) -> Result<()> {
+        let f = w
+            .into_inner()
+            .map_err(|e| anyhow!("{}: cannot write: {e}", self.path.display()))?;
+        f.sync_all()
+            .with_context(|| format!("{}: cannot write", self.path.display()))?;
+        std::fs::rename(&self.tmp, &self.path)
+            .with_context(|| format!("{}: cannot write", self.path.display()))
+    }
+}
+
+/// The audio items of the inputs: files as given, folders walked, manifests read.
+fn items(inputs: &[PathBuf], manifests: bool) -> Result<Vec<SourceItem>> {
+    let mut out = Vec::new();
+    for input in inputs {
+        if input.is_dir() || (manifests && input.is_file() && is_manifest(input)) {
+            for entry in read_source(input).map_err(|e| user(e.to_string()))? {
+                match entry {
+                    Entry::Item(item) => out.push(item),
+                    Entry::Invalid { id, reason } => {
+                        return Err(user(format!("{}: {id}: {reason}", input.display())))
+                    }
+                }
+            }
+        } else {
+            out.push(SourceItem {
+                id: input.display().to_string(),
+                path: input.clone(),
+                offset_s: 0.0,
+                duration_s: None,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn is_manifest(p: &Path) -> bool {
+    matches!(
+        p.extension().and_then(|e| e.to_str()),
+        Some("jsonl" | "json" | "csv")
+    )
+}
+
+fn decode_options(item: &SourceItem, channel: Option<usize>) -> DecodeOptions {
+    DecodeOptions {
+        mix: channel.map_or(ChannelMix::Mean, ChannelMix::Select),
+        offset_s: item.offset_s,
+        duration_s: item.duration_s,
+        ..Default::default()
+    }
+}
+
+/// A stream error as the CLI reports it: the file's fault (exit 2) unless onnxruntime failed.
+fn stream_error(e: StreamError<ModelError>) -> anyhow::Error {
+    match e {
+        StreamError::Sink {
+            path,
+            source: ModelError::Runtime(msg),
+        } => anyhow!("{}: onnxruntime: {msg}", path.display()),
+        other => user(other.to_string()),
+    }
+}
+
+/// What [`stream_vad`] reports, in order: the samples of a chunk, the segments they complete,
+/// then the segmenter after the chunk.
+enum VadEvent<'a> {
+    Samples(&'a [f32]),
+    Segment(Segment),
+    Pushed(&'a VadSegmenter),
+}
+
+/// Streams `item` through Silero VAD: at the file's rate where silero-vad takes it (8 kHz, or
+/// a multiple of 16 kHz, decimated as it does), else resampled to 16 kHz (or always at
+/// `force_rate`); returns that rate, in whose samples the segments are.
+fn stream_vad(
+    rt: &Runtime,
+    params: &VadParams,
+    item: &SourceItem,
+    channel: Option<usize>,
+    force_rate: Option<u32>,
+    mut on: impl FnMut(VadEvent<'_>),
+) -> Result<u32> {
+    let reader = AudioReader::open(&item.path, &decode_options(item, channel))
+        .map_err(|e| user(e.to_string()))?;
+    let native = reader.info().sample_rate;
+    let rate = force_rate.unwrap_or(match VadSegmenter::model_rate(native) {
+        Some(_) => native,
+        None => OUT_RATE,
+    });
+    let mut seg = VadSegmenter::new(rt, params, rate).map_err(|e| user(e.to_string()))?;
+    let mut found = Vec::new();
+    sonograph_io::stream_reader(reader, rate, |chunk| {
+        on(VadEvent::Samples(chunk));
+        seg.push(chunk, &mut found)?;
+        for s in found.drain(..) {
+            on(VadEvent::Segment(s));
+        }
+        on(VadEvent::Pushed(&seg));
+        Ok::<(), ModelError>(())
+    })
+    .map_err(stream_error)?;
+    seg.finish(&mut found)
+        .map_err(|e| user(format!("{}: {e}", item.path.display())))?;
+    for s in found.drain(..) {
+        on(VadEvent::Segment(s));
+    }
+    Ok(rate)
+}
+
+/// Samples at `rate` as samples at 16 kHz: exact for 8 kHz (× 2) and for multiples of 16 kHz
+/// (segments there are multiples of the decimation step).
+fn at_16k(samples: u64, rate: u32) -> u64 {
+    samples * u64::from(OUT_RATE) / u64::from(rate)
+}
+
+pub(crate) fn vad(args: &VadArgs) -> Result<()> {
+    let params = args.vad.params()?;
+    let items = items(&args.inputs, false)?;
+    let rt = runtime(&args.ort)?;
+    let staged = Staged::new(&args.out);
+    let mut w = staged.create()?;
+    let mut written: std::io::Result<()> = Ok(());
+    for item in &items {
+        let mut lines = Vec::new();
+        let rate = stream_vad(rt, &params, item, args.channel, None, |event| {
+            if let VadEvent::Segment(s) = event {
+                lines.push(s);
+            }
+        })?;
+        for s in lines {
+            let (start, end) = (at_16k(s.start, rate), at_16k(s.end, rate));
+            let line = serde_json::json!({
+                "source": item.id,
+                "start": start,
+                "end": end,
+                "start_s": start as f64 / f64::from(OUT_RATE),
+                "end_s": end as f64 / f64::from(OUT_RATE),
+            });
+            written = written.and_then(|()| writeln!(w, "{line}"));
+        }
+    }
+    written.map_err(|e| user(format!("{}: cannot write: {e}", args.out.display())))?;
+    staged.commit(w)
+}
+
+/// A segment waiting for its batch.
+struct Pending {
+    source: String,
+    index: usize,
+    start: u64,
+    end: u64,
+    samples: Vec<f32>,
+}
+
+/// Where transcripts go.
+enum Sink {
+    Jsonl(Staged, BufWriter<File>),
+    Parquet(TranscriptWriter),
+}
+
+impl Sink {
+    fn open(path: &Path) -> Result<Self> {
+        if path.extension().and_then(|e| e.to_str()) == Some("parquet") {
+            Ok(Sink::Parquet(
+                TranscriptWriter::create(path).map_err(|e| user(e.to_string()))?,
+            ))
+        } else {
+            let staged = Staged::new(path);
+            let w = staged.create()?;
+            Ok(Sink::Jsonl(staged, w))
+        }
+    }
+
+    fn write(&mut self, row: TranscriptRow, start: u64, end: u64) -> Result<()> {
+        match self {
+            Sink::Jsonl(staged, w) => {
+                let line = serde_json::json!({
+                    "id": row.id,
+                    "source": row.source,
+                    "start": start,
+                    "end": end,
+                    "start_s": row.start_s,
+                    "end_s": row.end_s,
+                    "text": row.text,
+                    "tokens": row.tokens,
+                    "timestamps": row.timestamps,
+                });
+                writeln!(w, "{line}")
+                    .with_context(|| format!("{}: cannot write", staged.path.display()))
+            }
+            Sink::Parquet(p) => p.push(row).map_err(|e| anyhow!(e.to_string())),
+        }
+    }
+
+    fn finish(self) -> Result<()> {
+        match self {
+            Sink::Jsonl(staged, w) => staged.commit(w),
+            Sink::Parquet(p) => p.finish().map_err(|e| anyhow!(e.to_string())),
+        }
+    }
+}
+
+/// The model, its features and the batcher, turning pending segments into rows.
+struct Transcriber<'m> {
+    model: &'m mut AsrModel,
+    spec: FeatureSpec,
+    batcher: AdaptiveBatcher,
+    failed: usize,
+}
+
+impl Transcriber<'_> {
+    fn flush(&mut self, pending: &mut Vec<Pending>, sink: &mut Sink) -> Result<()> {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let spec = &self.spec;
+        // NeMo normalises each segment over its own frames, as it does each utterance.
+        let features: Vec<Result<Vec<f32>, String>> = pending
+            .par_iter()
+            .map_init(
+                || CpuExtractor::new(spec).expect("validated when the model was opened"),
+                |ex, p| {
+                    let mut rows = Vec::new();
+                    ex.extract(&p.samples, &mut rows)
+                        .map(|_| rows)
+                        .map_err(|e| e.to_string())
+                },
+            )
+            .collect();
+        let valid: Vec<usize> = (0..pending.len())
+            .filter(|&i| features[i].is_ok())
+            .collect();
+        let rows = FeatureRows::new(
+            valid
+                .iter()
+                .map(|&i| features[i].as_deref().unwrap_or_default())
+                .collect(),
+            self.spec.n_mels,
+        );
+        let mut outputs = ModelBatch::new();
+        self.batcher.run_on(
+            &rows,
+            self.model.runner(),
+            &mut NoFallback("the model's only device failed".into()),
+            &mut outputs,
+        );
+        let mut results = valid.iter().zip(outputs.into_items());
+        for (i, p) in pending.drain(..).enumerate() {
+            let decoded = match &features[i] {
+                Err(e) => Err(e.clone()),
+                Ok(_) => {
+                    let (_, out) = results.next().expect("one output per valid segment");
+                    out.map_err(|e| e.to_string())
+                        .and_then(|o| self.model.decode(&o).map_err(|e| e.to_string()))
+                }
+            };
+            let (start_s, end_s) = (
+                p.start as f64 / f64::from(OUT_RATE),
+                p.end as f64 / f64::from(OUT_RATE),
+            );
+            let id = format!("{}#{}", p.source, p.index);
+            let t = match decoded {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("sonograph: warning: {id}: {e}");
+                    self.failed += 1;
+                    continue;
+                }
+            };
+            let row = TranscriptRow {
+                id,
+                source: p.source,
+                start_s,
+                end_s,
+                text: t.text,
+                tokens: t.tokens,
+                timestamps: t.timestamps.iter().map(|x| start_s + x).collect(),
+            };
+            sink.write(row, p.start, p.end)?;
+        }
+        Ok(())
+    }
+}
+
+/// Transcribes; returns the exit code (3 when some segments failed; they were named on
+/// stderr).
+pub(crate) fn transcribe(args: &TranscribeArgs) -> Result<u8> {
+    let params = args.vad.params()?;
+    if args.segment == SegmentMode::Fixed && !(args.window_s.is_finite() && args.window_s > 0.0) {
+        return Err(user(format!(
+            "--window-s must be > 0, not {}",
+            args.window_s
+        )));
+    }
+    let batch = args.batch.max(1);
+    let rt = runtime(&args.ort)?;
+    let mut model =
+        AsrModel::open(rt, &args.model, args.threads).map_err(|e| user(e.to_string()))?;
+    let n_mels = model.n_mels();
+    let mut spec = FeatureSpec::preset(if n_mels == 128 { "nemo-128" } else { "nemo" })
+        .map_err(|e| anyhow!(e.to_string()))?;
+    spec.n_mels = n_mels;
+    spec.validate()
+        .map_err(|e| user(format!("{}: {e}", args.model.display())))?;
+    let items = items(std::slice::from_ref(&args.source), true)?;
+    let mut sink = Sink::open(&args.out)?;
+    let mut tr = Transcriber {
+        model: &mut model,
+        spec,
+        batcher: AdaptiveBatcher::new(BatcherConfig {
+            initial: batch,
+            max: batch,
+            ..Default::default()
+        }),
+        failed: 0,
+    };
+    let window = (args.window_s * f64::from(OUT_RATE)).round().max(1.0) as u64;
+    let mut pending: Vec<Pending> = Vec::new();
+    for item in &items {
+        // Samples from `base` on: what a segment not yet given out may still need.
+        let mut buf: Vec<f32> = Vec::new();
+        let mut base = 0u64;
+        let mut index = 0usize;
+        let mut cut = |start: u64, end: u64, buf: &[f32], base: u64, pending: &mut Vec<Pending>| {
+            let (a, b) = ((start - base) as usize, (end - base) as usize);
+            pending.push(Pending {
+                source: item.id.clone(),
+                index,
+                start,
+                end,
+                samples: buf[a..b.min(buf.len())].to_vec(),
+            });
+            index += 1;
+        };
+        match args.segment {
+            SegmentMode::Vad => {
+                stream_vad(
+                    rt,
+                    &params,
+                    item,
+                    args.channel,
+                    Some(OUT_RATE),
+                    |event| match event {
+                        VadEvent::Samples(chunk) => buf.extend_from_slice(chunk),
+                        VadEvent::Segment(s) => cut(s.start, s.end, &buf, base, &mut pending),
+                        VadEvent::Pushed(seg) => {
+                            // Drop what no segment still to come can start at.
+                            let keep = seg.earliest_open_sample().max(base);
+                            buf.drain(..(keep - base) as usize);
+                            base = keep;
+                        }
+                    },
+                )?;
+            }
+            SegmentMode::Fixed => {
+                let mut total = 0u64;
+                sonograph_io::stream_mono(
+                    &item.path,
+                    &decode_options(item, args.channel),
+                    OUT_RATE,
+                    |chunk| {
+                        buf.extend_from_slice(chunk);
+                        total += chunk.len() as u64;
+                        while total - base >= window {
+                            cut(base, base + window, &buf, base, &mut pending);
+                            buf.drain(..window as usize);
+                            base += window;
+                        }
+                        Ok::<(), ModelError>(())
+                    },
+                )
+                .map_err(stream_error)?;
+                if total > base {
+                    cut(base, total, &buf, base, &mut pending);
+                }
+            }
+        }
+        // Batches across files: flush when full, and at the end.
+        while pending.len() >= batch {
+            let rest = pending.split_off(batch);
+            tr.flush(&mut pending, &mut sink)?;
+            pending = rest;
+        }
+    }
+    tr.flush(&mut pending, &mut sink)?;
+    let failed = tr.failed;
+    sink.finish()?;
+    Ok(if failed > 0 { 3 } else { 0 })
+}
