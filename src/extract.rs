@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use sonograph_dsp::{CpuBackend, Extractor, FeatureSpec, Precision};
+use sonograph_dsp::Precision;
 use sonograph_io::decode::ChannelMix;
 use sonograph_pipeline::{JobConfig, JobOutcome};
 
@@ -59,63 +59,14 @@ pub struct ExtractArgs {
     #[arg(long, env = "SONOGRAPH_CHANNEL")]
     channel: Option<usize>,
     /// No progress bar even on a terminal.
-    #[arg(long)]
+    #[arg(long, env = "SONOGRAPH_NO_PROGRESS")]
     no_progress: bool,
+    #[command(flatten)]
+    limits: crate::LimitArgs,
 }
 
 /// Exit codes of `extract`, as documented in the README.
 pub const EXIT_SOME_FAILED: u8 = 3;
-
-/// Builds the executors `--device` names.
-pub fn devices(
-    spec: &FeatureSpec,
-    precision: Precision,
-    device: &str,
-    gpu_memory: Option<&str>,
-) -> Result<Vec<Box<dyn Extractor>>> {
-    let budget = gpu_memory
-        .map(|t| sonograph_gpu::Budget::parse(t).map_err(|e| user(format!("--gpu-memory: {e}"))))
-        .transpose()?;
-    let cpu = || -> Result<Box<dyn Extractor>> {
-        Ok(Box::new(
-            CpuBackend::new(spec, precision).map_err(|e| user(e.to_string()))?,
-        ))
-    };
-    // `device` is what selected adapter `index`: `auto` may fall back to the CPU.
-    let gpu = |device: &str, index: usize| -> Result<Box<dyn Extractor>> {
-        let options = sonograph_gpu::GpuOptions {
-            adapter: Some(index),
-            budget,
-            precision,
-            ..Default::default()
-        };
-        match crate::gpu_cli::open_selected(device, spec, &options)? {
-            Some(backend) => Ok(Box::new(backend)),
-            None => cpu(),
-        }
-    };
-    if device.trim() == "all" {
-        let registry = crate::gpu_cli::registry()?;
-        let mut out = Vec::new();
-        for info in registry.devices().iter().filter(|d| d.usable()) {
-            if let Some(index) = info.index {
-                match gpu(&info.id, index) {
-                    Ok(d) => out.push(d),
-                    Err(e) => tracing::warn!("{} left out: {e}", info.id),
-                }
-            }
-        }
-        out.push(cpu()?);
-        return Ok(out);
-    }
-    device
-        .split(',')
-        .map(|one| match crate::gpu_cli::select(one.trim())? {
-            sonograph_gpu::Selected::Cpu => cpu(),
-            sonograph_gpu::Selected::Gpu(index) => gpu(one, index),
-        })
-        .collect()
-}
 
 /// Runs the job; returns the process exit code.
 pub fn extract(args: &ExtractArgs) -> Result<u8> {
@@ -129,6 +80,7 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
     let mut config = JobConfig::new(args.source.clone(), args.out.clone(), spec.clone());
     config.precision = precision;
     config.mix = args.channel.map_or(ChannelMix::Mean, ChannelMix::Select);
+    config.limits = args.limits.limits()?;
     if let Some(w) = args.workers {
         config.workers = w;
     }
@@ -141,7 +93,13 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
     config.dtype = args.dtype.into();
     config.part_mb = args.part_mb;
     config.progress = !args.no_progress && std::io::stderr().is_terminal();
-    let devices = devices(&spec, precision, &args.device, args.gpu_memory.as_deref())?;
+    let options = sonograph_gpu::OpenOptions {
+        precision,
+        budget: crate::gpu_cli::budget(args.gpu_memory.as_deref())?,
+        cpu_threads: None,
+    };
+    let set = crate::gpu_cli::device_set(&args.device)?;
+    let devices = crate::gpu_cli::open(&set, &spec, &options)?;
     let outcome = sonograph_pipeline::run(&config, devices).map_err(|e| {
         if e.is_usage() {
             user(e.to_string())

@@ -7,7 +7,8 @@ use anyhow::Result;
 use clap::Args;
 use sonograph_dsp::{AudioBatch, CpuBackend, Extractor, FeatureBatch, FeatureSpec, Precision};
 use sonograph_gpu::{
-    Budget, DeviceRegistry, DeviceSelection, DeviceState, GpuBackend, GpuOptions, Selected,
+    Budget, DeviceRegistry, DeviceRequest, DeviceSelection, DeviceSet, GpuError, OpenError,
+    OpenOptions, ProbePolicy, Selected,
 };
 use sonograph_pipeline::{AdaptiveBatcher, BatchStats, BatcherConfig};
 
@@ -19,38 +20,68 @@ const PROBE_DEADLINE: Duration = Duration::from_secs(5);
 #[derive(Args)]
 pub struct DevicesArgs {
     /// Print JSON instead of a table.
-    #[arg(long)]
+    #[arg(long, env = "SONOGRAPH_JSON")]
     json: bool,
     /// Skip the health probe (a tiny kernel on each adapter, 5 s deadline, 2 tries).
-    #[arg(long)]
+    #[arg(long, env = "SONOGRAPH_NO_PROBE")]
     no_probe: bool,
 }
 
-/// Every device, those named in `SONOGRAPH_DISABLE_DEVICES` (comma-separated ids such as
-/// "gpu:1") marked `Disabled`: never selected, left out of `all`.
+/// The ids `SONOGRAPH_DISABLE_DEVICES` names (comma-separated, such as "gpu:1"): never
+/// selected, left out of `all`, not probed.
+fn disabled_devices() -> Vec<String> {
+    std::env::var("SONOGRAPH_DISABLE_DEVICES")
+        .map(|list| list.split(',').map(|id| id.trim().to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Every device, with the disabled ones marked.
 pub fn registry() -> Result<DeviceRegistry> {
     let mut registry = DeviceRegistry::discover();
-    let Ok(list) = std::env::var("SONOGRAPH_DISABLE_DEVICES") else {
-        return Ok(registry);
-    };
-    for id in list.split(',').map(str::trim).filter(|id| !id.is_empty()) {
-        if id == "cpu" {
-            return Err(user(
-                "SONOGRAPH_DISABLE_DEVICES: the CPU cannot be disabled (it is every device's fallback)",
-            ));
-        }
-        if registry.get(id).is_none() {
-            return Err(user(format!(
-                "SONOGRAPH_DISABLE_DEVICES: no device {id} (see `sonograph devices`)"
-            )));
-        }
-        registry.set_state(
-            id,
-            DeviceState::Disabled,
-            Some("disabled by SONOGRAPH_DISABLE_DEVICES".into()),
-        );
-    }
+    registry
+        .disable(&disabled_devices())
+        .map_err(|e| user(format!("SONOGRAPH_DISABLE_DEVICES: {e}")))?;
     Ok(registry)
+}
+
+/// Resolves `--device` once: parsed, disabled devices left out, candidates probed (a device
+/// that fails its probe is not used, and the run says so on stderr).
+pub fn device_set(device: &str) -> Result<DeviceSet> {
+    let request: DeviceRequest = device.parse().map_err(|e| user(format!("--device: {e}")))?;
+    let set =
+        DeviceSet::resolve(&request, &disabled_devices(), ProbePolicy::default()).map_err(|e| {
+            match e {
+                GpuError::CannotDisable(..) => user(format!("SONOGRAPH_DISABLE_DEVICES: {e}")),
+                e => user(format!("--device {device}: {e}")),
+            }
+        })?;
+    for note in set.notes() {
+        eprintln!("sonograph: warning: {note}");
+    }
+    Ok(set)
+}
+
+/// Opens an executor per device of `set`: a device named outright that cannot open, or a bad
+/// spec, is a usage error (exit 2); a kernel that does not compile is a bug (exit 1).
+pub fn open(
+    set: &DeviceSet,
+    spec: &FeatureSpec,
+    options: &OpenOptions,
+) -> Result<Vec<Box<dyn Extractor>>> {
+    let opened = set.open(spec, options).map_err(|e| match e {
+        OpenError::Kernel(_) => anyhow::Error::new(e),
+        e => user(format!("--device: {e}")),
+    })?;
+    for note in &opened.notes {
+        eprintln!("sonograph: warning: {note}");
+    }
+    Ok(opened.executors)
+}
+
+/// `--gpu-memory`, parsed.
+pub fn budget(text: Option<&str>) -> Result<Option<Budget>> {
+    text.map(|t| Budget::parse(t).map_err(|e| user(format!("--gpu-memory: {e}"))))
+        .transpose()
 }
 
 pub fn devices(args: &DevicesArgs) -> Result<()> {
@@ -98,7 +129,7 @@ pub fn devices(args: &DevicesArgs) -> Result<()> {
     }
     println!("--device auto selects: {}", selected_id(auto));
     if !sonograph_gpu::GPU_BUILT {
-        println!("(built without the `gpu` feature: only the CPU is available)");
+        println!("GPU support was not built into this sonograph (cargo feature `gpu`): only the CPU is available");
     }
     Ok(())
 }
@@ -132,45 +163,17 @@ fn selected_id(s: Selected) -> String {
     }
 }
 
-/// Resolves `--device` for a command that runs on one device.
-pub fn select(device: &str) -> Result<Selected> {
-    let selection: DeviceSelection = device.parse().map_err(|e| user(format!("{e}")))?;
-    if selection == DeviceSelection::Cpu {
-        return Ok(Selected::Cpu);
-    }
-    registry()?
-        .select(selection)
-        .map_err(|e| user(e.to_string()))
-}
-
-/// Opens the GPU backend that `--device` (`device`) selected. `auto` means "the GPU if it
-/// can": where the backend cannot open or cannot take the spec, `Ok(None)` (and a warning)
-/// leaves the work to the CPU; a GPU named outright that cannot is an error.
-pub fn open_selected(
-    device: &str,
-    spec: &FeatureSpec,
-    options: &GpuOptions,
-) -> Result<Option<GpuBackend>> {
-    match GpuBackend::new(spec, options) {
-        Ok(gpu) => Ok(Some(gpu)),
-        Err(e) if device.trim() == "auto" => {
-            tracing::warn!("--device auto: {e}; computing on the CPU");
-            Ok(None)
-        }
-        Err(e) => {
-            let name = options.adapter.map_or("gpu".into(), |i| format!("gpu:{i}"));
-            Err(user(format!("--device {name}: {e}")))
-        }
-    }
-}
-
 /// `features --device gpu...`: the whole file decoded, then one item on the GPU, through the
 /// adaptive batcher: a file that does not fit on the device (or a device lost on it) is
 /// computed on the CPU, with a warning.
-pub fn features(args: &FeaturesArgs, spec: &FeatureSpec, mut gpu: GpuBackend) -> Result<()> {
+pub fn features(
+    args: &FeaturesArgs,
+    spec: &FeatureSpec,
+    mut gpu: Box<dyn Extractor>,
+) -> Result<()> {
     let samples = sonograph_io::decode_mono(
         &args.input,
-        &super::decode_options(args.channel),
+        &super::decode_options(args.channel, &args.limits)?,
         spec.sample_rate,
     )
     .map_err(|e| user(e.to_string()))?;
@@ -184,7 +187,7 @@ pub fn features(args: &FeaturesArgs, spec: &FeatureSpec, mut gpu: GpuBackend) ->
     let mut out = FeatureBatch::new(spec.n_bins());
     batcher.run(
         &AudioBatch::from_items([samples.as_slice()]),
-        &mut gpu,
+        gpu.as_mut(),
         &mut cpu,
         &mut out,
     );
@@ -246,68 +249,36 @@ pub fn bench(args: &BenchArgs, device: &str) -> Result<()> {
         args.inputs
             .iter()
             .map(|p| {
-                sonograph_io::decode_mono(p, &Default::default(), spec.sample_rate)
-                    .map_err(|e| user(e.to_string()))
+                sonograph_io::decode_mono(
+                    p,
+                    &super::decode_options(None, &args.limits)?,
+                    spec.sample_rate,
+                )
+                .map_err(|e| user(e.to_string()))
             })
             .collect::<Result<_>>()?
     };
     let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
     let seconds = batch.samples().len() as f64 / f64::from(spec.sample_rate);
-    let registry = registry()?;
-    let targets: Vec<Selected> = if device == "all" {
-        registry
-            .devices()
-            .iter()
-            .filter(|d| d.usable())
-            .map(|d| d.index.map_or(Selected::Cpu, Selected::Gpu))
-            .collect()
-    } else {
-        let selection: DeviceSelection = device.parse().map_err(|e| user(format!("{e}")))?;
-        vec![registry
-            .select(selection)
-            .map_err(|e| user(e.to_string()))?]
-    };
-    let budget = args
-        .gpu_memory
-        .as_deref()
-        .map(|text| Budget::parse(text).map_err(|e| user(format!("--gpu-memory: {e}"))))
-        .transpose()?;
     let precision: Precision = args.spec.precision.into();
+    let options = OpenOptions {
+        precision,
+        budget: budget(args.gpu_memory.as_deref())?,
+        cpu_threads: (args.threads > 0).then_some(args.threads),
+    };
+    let executors = open(&device_set(device)?, &spec, &options)?;
     let longest = clips.iter().map(|c| c.len()).max().unwrap_or(0);
-    for target in targets {
+    for mut executor in executors {
         let mut fallback = CpuBackend::new(&spec, precision).map_err(|e| user(e.to_string()))?;
-        let (name, timing, memory) = match target {
-            Selected::Cpu => {
-                let mut cpu = if args.threads == 0 {
-                    CpuBackend::new(&spec, precision)
-                } else {
-                    CpuBackend::with_threads(&spec, precision, args.threads)
-                }
-                .map_err(|e| user(e.to_string()))?;
-                let config = BatcherConfig::for_device(&cpu, longest, clips.len());
-                let timing = time_backend(&mut cpu, &mut fallback, &batch, config, args.repeat)?;
-                (cpu.device(), timing, None)
-            }
-            Selected::Gpu(i) => {
-                let options = GpuOptions {
-                    adapter: Some(i),
-                    budget,
-                    precision,
-                    ..Default::default()
-                };
-                let mut gpu = match GpuBackend::new(&spec, &options) {
-                    Ok(g) => g,
-                    Err(e) => {
-                        let report = serde_json::json!({"device": format!("gpu:{i}"), "error": e.to_string()});
-                        println!("{report}");
-                        continue;
-                    }
-                };
-                let config = BatcherConfig::for_device(&gpu, longest, clips.len());
-                let timing = time_backend(&mut gpu, &mut fallback, &batch, config, args.repeat)?;
-                (gpu.device(), timing, Some(gpu.memory_stats()))
-            }
-        };
+        let config = BatcherConfig::for_device(executor.as_ref(), longest, clips.len());
+        let timing = time_backend(
+            executor.as_mut(),
+            &mut fallback,
+            &batch,
+            config,
+            args.repeat,
+        )?;
+        let (name, memory) = (executor.device(), executor.memory_stats());
         let (times, failed, batcher) = timing;
         let median = times[times.len() / 2];
         let report = serde_json::json!({

@@ -11,12 +11,12 @@ mod extract;
 mod gpu_cli;
 mod model_cli;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use sonograph_dsp::{
     AudioBatch, CpuBackend, CpuExtractor, Extractor, FeatureBatch, FeatureSpec, Precision,
 };
-use sonograph_io::{ChannelMix, DecodeOptions, StreamError};
+use sonograph_io::{ChannelMix, DecodeOptions, Limits, StreamError};
 
 #[derive(Parser)]
 #[command(
@@ -82,6 +82,33 @@ impl From<PrecisionArg> for Precision {
     }
 }
 
+/// Resource limits against hostile files, for every command that decodes.
+#[derive(Args)]
+pub(crate) struct LimitArgs {
+    /// Longest file accepted, in seconds of audio; a header that declares more is refused
+    /// before anything is decoded, and a stream that runs longer stops with an error.
+    #[arg(long, env = "SONOGRAPH_MAX_DURATION", default_value_t = 86_400.0)]
+    max_duration: f64,
+    /// Most channels accepted.
+    #[arg(long, env = "SONOGRAPH_MAX_CHANNELS", default_value_t = 64)]
+    max_channels: usize,
+    /// Highest sample rate accepted, in Hz.
+    #[arg(long, env = "SONOGRAPH_MAX_SAMPLE_RATE", default_value_t = 768_000)]
+    max_sample_rate: u32,
+}
+
+impl LimitArgs {
+    pub(crate) fn limits(&self) -> Result<Limits> {
+        let limits = Limits {
+            max_seconds: self.max_duration,
+            max_channels: self.max_channels,
+            max_sample_rate: self.max_sample_rate,
+        };
+        limits.validate().map_err(user)?;
+        Ok(limits)
+    }
+}
+
 /// Storage type of written features (computed in f32 either way).
 #[derive(Clone, Copy, ValueEnum)]
 pub(crate) enum DtypeArg {
@@ -120,6 +147,8 @@ struct FeaturesArgs {
     /// 2 GiB); a file over it is computed on the CPU.
     #[arg(long, env = "SONOGRAPH_GPU_MEMORY")]
     gpu_memory: Option<String>,
+    #[command(flatten)]
+    limits: LimitArgs,
 }
 
 #[derive(Args)]
@@ -130,28 +159,30 @@ struct BenchArgs {
     #[command(flatten)]
     spec: SpecArgs,
     /// Worker threads (1 = single-threaded; 0 = all cores).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, env = "SONOGRAPH_THREADS", default_value_t = 0)]
     threads: usize,
     /// Time decoding at the files' own rates instead of extraction.
-    #[arg(long)]
+    #[arg(long, env = "SONOGRAPH_DECODE_ONLY")]
     decode_only: bool,
     /// Timed repetitions; the median is reported.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, env = "SONOGRAPH_REPEAT", default_value_t = 5)]
     repeat: usize,
-    /// Time on devices (all, cpu, gpu, gpu:N) through the adaptive batcher, on the files or on
-    /// a generated batch (--clips of --seconds); prints one JSON line per device.
-    #[arg(long)]
+    /// Time on devices (all, cpu, gpu, gpu:N, lists) through the adaptive batcher, on the files
+    /// or on a generated batch (--clips of --seconds); prints one JSON line per device.
+    #[arg(long, env = "SONOGRAPH_DEVICE")]
     device: Option<String>,
     /// GPU memory budget for --device ("6GiB", "80%"; default: 90% of the free memory NVML
     /// reports, else 2 GiB).
     #[arg(long, env = "SONOGRAPH_GPU_MEMORY")]
     gpu_memory: Option<String>,
     /// Clips in the generated batch of --device (without files).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, env = "SONOGRAPH_CLIPS", default_value_t = 8)]
     clips: usize,
     /// Seconds per generated clip.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, env = "SONOGRAPH_SECONDS", default_value_t = 10.0)]
     seconds: f64,
+    #[command(flatten)]
+    limits: LimitArgs,
 }
 
 /// An error caused by the input or the invocation (exit code 2), as opposed to a bug.
@@ -184,7 +215,21 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    // Fault injection for tests (`FAILPOINTS=name=action;...`); compiled out of every build
+    // without the `failpoints` feature, so no environment variable can crash a release binary.
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version print in full; a usage error is one line, like every other.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("bad usage");
+            eprintln!("sonograph: {first} (see --help)");
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
         Command::Features(args) => features(&args).map(|()| 0),
         Command::Presets { name } => presets(name.as_deref()).map(|()| 0),
@@ -246,30 +291,36 @@ pub(crate) fn load_spec(args: &SpecArgs) -> Result<FeatureSpec> {
     Ok(spec)
 }
 
-fn decode_options(channel: Option<usize>) -> DecodeOptions {
-    DecodeOptions {
+fn decode_options(channel: Option<usize>, limits: &LimitArgs) -> Result<DecodeOptions> {
+    Ok(DecodeOptions {
         mix: channel.map_or(ChannelMix::Mean, ChannelMix::Select),
+        limits: limits.limits()?,
         ..Default::default()
-    }
+    })
 }
 
 fn features(args: &FeaturesArgs) -> Result<()> {
     let spec = load_spec(&args.spec)?;
-    if let sonograph_gpu::Selected::Gpu(adapter) = gpu_cli::select(&args.device)? {
-        let budget = args
-            .gpu_memory
-            .as_deref()
-            .map(|t| {
-                sonograph_gpu::Budget::parse(t).map_err(|e| user(format!("--gpu-memory: {e}")))
-            })
-            .transpose()?;
-        let options = sonograph_gpu::GpuOptions {
-            adapter: Some(adapter),
-            budget,
+    let request: sonograph_gpu::DeviceRequest = args
+        .device
+        .parse()
+        .map_err(|e| user(format!("--device: {e}")))?;
+    if request.single().is_none() {
+        return Err(user(format!(
+            "--device {}: `features` runs on one device: cpu, auto, gpu or gpu:N",
+            args.device
+        )));
+    }
+    if !request.cpu_only() {
+        let options = sonograph_gpu::OpenOptions {
             precision: args.spec.precision.into(),
-            ..Default::default()
+            budget: gpu_cli::budget(args.gpu_memory.as_deref())?,
+            cpu_threads: None,
         };
-        if let Some(gpu) = gpu_cli::open_selected(&args.device, &spec, &options)? {
+        let set = gpu_cli::device_set(&args.device)?;
+        let device = gpu_cli::open(&set, &spec, &options)?.pop();
+        // `auto` without a usable GPU is the CPU, which streams the file below.
+        if let Some(gpu) = device.filter(|d| !d.is_cpu()) {
             return gpu_cli::features(args, &spec, gpu);
         }
     }
@@ -279,7 +330,7 @@ fn features(args: &FeaturesArgs) -> Result<()> {
     // Frames are computed while the file is still being decoded.
     let summary = sonograph_io::stream_mono(
         &args.input,
-        &decode_options(args.channel),
+        &decode_options(args.channel, &args.limits)?,
         spec.sample_rate,
         |chunk| extractor.push(chunk),
     )
@@ -343,7 +394,7 @@ fn bench(args: &BenchArgs) -> Result<()> {
         .build()
         .context("cannot start the thread pool")?;
     let threads = pool.current_num_threads();
-    let opts = DecodeOptions::default();
+    let opts = decode_options(None, &args.limits)?;
     let (audio_seconds, times) = if args.decode_only {
         let mut seconds = 0.0;
         for path in &args.inputs {
@@ -421,7 +472,7 @@ fn decode_native(path: &Path, opts: &DecodeOptions) -> Result<u64> {
 /// Runs `f` once to warm up, then `repeat` times; returns the sorted durations in seconds.
 fn timed(repeat: usize, mut f: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
     if repeat == 0 {
-        bail!("--repeat must be at least 1");
+        return Err(user("--repeat must be at least 1"));
     }
     f()?;
     let mut times = Vec::with_capacity(repeat);

@@ -15,15 +15,15 @@ use anyhow::{anyhow, Context, Result};
 use clap::{Args, ValueEnum};
 use rayon::prelude::*;
 use sonograph_dsp::{CpuExtractor, FeatureSpec};
-use sonograph_io::manifest::{read_source, Entry, SourceItem};
+use sonograph_io::manifest::{Entry, Source, SourceItem};
 use sonograph_io::transcripts::{TranscriptRow, TranscriptWriter};
-use sonograph_io::{AudioReader, ChannelMix, DecodeOptions, StreamError};
+use sonograph_io::{AudioReader, DecodeOptions, StreamError};
 use sonograph_model::{
     AsrModel, ModelBatch, ModelError, Runtime, Segment, VadParams, VadSegmenter,
 };
 use sonograph_pipeline::{AdaptiveBatcher, BatcherConfig, FeatureRows, NoFallback};
 
-use crate::user;
+use crate::{user, LimitArgs};
 
 /// Timestamps are given in samples at this rate, whatever the file's.
 const OUT_RATE: u32 = 16_000;
@@ -98,6 +98,8 @@ pub(crate) struct VadArgs {
     #[arg(long)]
     channel: Option<usize>,
     #[command(flatten)]
+    limits: LimitArgs,
+    #[command(flatten)]
     ort: OrtArgs,
 }
 
@@ -140,6 +142,8 @@ pub(crate) struct TranscribeArgs {
     #[arg(long)]
     channel: Option<usize>,
     #[command(flatten)]
+    limits: LimitArgs,
+    #[command(flatten)]
     ort: OrtArgs,
 }
 
@@ -176,55 +180,82 @@ impl Staged {
     }
 }
 
-/// The audio items of the inputs: files as given, folders walked, manifests read.
-fn items(inputs: &[PathBuf], manifests: bool) -> Result<Vec<SourceItem>> {
-    let mut out = Vec::new();
+/// Calls `each` with the audio items of the inputs, in order: files as given, folders walked
+/// (sorted), manifests (with `manifests`) streamed line by line. A manifest line that cannot be
+/// used stops the command with its id and reason.
+fn for_each_item(
+    inputs: &[PathBuf],
+    manifests: bool,
+    mut each: impl FnMut(&SourceItem) -> Result<()>,
+) -> Result<()> {
     for input in inputs {
         if input.is_dir() || (manifests && input.is_file() && is_manifest(input)) {
-            for entry in read_source(input).map_err(|e| user(e.to_string()))? {
-                match entry {
-                    Entry::Item(item) => out.push(item),
+            let source = Source::open(input).map_err(|e| user(e.to_string()))?;
+            for entry in source.entries().map_err(|e| user(e.to_string()))? {
+                match entry.map_err(|e| user(e.to_string()))? {
+                    Entry::Item(item) => each(&item)?,
                     Entry::Invalid { id, reason } => {
                         return Err(user(format!("{}: {id}: {reason}", input.display())))
                     }
                 }
             }
         } else {
-            out.push(SourceItem {
+            each(&SourceItem {
                 id: input.display().to_string(),
                 path: input.clone(),
                 offset_s: 0.0,
                 duration_s: None,
-            });
+            })?;
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 fn is_manifest(p: &Path) -> bool {
     matches!(
         p.extension().and_then(|e| e.to_str()),
-        Some("jsonl" | "json" | "csv")
+        Some("jsonl" | "json" | "ndjson" | "csv")
     )
 }
 
-fn decode_options(item: &SourceItem, channel: Option<usize>) -> DecodeOptions {
-    DecodeOptions {
-        mix: channel.map_or(ChannelMix::Mean, ChannelMix::Select),
+/// The decoding of `item`: the command's channel and limits, the item's offset and duration.
+fn item_options(
+    item: &SourceItem,
+    channel: Option<usize>,
+    limits: &LimitArgs,
+) -> Result<DecodeOptions> {
+    Ok(DecodeOptions {
         offset_s: item.offset_s,
         duration_s: item.duration_s,
-        ..Default::default()
+        ..crate::decode_options(channel, limits)?
+    })
+}
+
+/// An error that stops a stream from inside its sink, carried out of sonograph-io unchanged
+/// (it names its file already; a bad-input error stays one).
+#[derive(Debug)]
+struct Stop(anyhow::Error);
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.0)
     }
 }
 
-/// A stream error as the CLI reports it: the file's fault (exit 2) unless onnxruntime failed.
-fn stream_error(e: StreamError<ModelError>) -> anyhow::Error {
+impl std::error::Error for Stop {}
+
+fn stream_error(e: StreamError<Stop>) -> anyhow::Error {
     match e {
-        StreamError::Sink {
-            path,
-            source: ModelError::Runtime(msg),
-        } => anyhow!("{}: onnxruntime: {msg}", path.display()),
+        StreamError::Sink { source, .. } => source.0,
         other => user(other.to_string()),
+    }
+}
+
+/// A model error on `path`: the input's fault (exit 2) unless onnxruntime failed.
+fn model_error(path: &Path, e: ModelError) -> anyhow::Error {
+    match e {
+        ModelError::Runtime(msg) => anyhow!("{}: onnxruntime: {msg}", path.display()),
+        other => user(format!("{}: {other}", path.display())),
     }
 }
 
@@ -238,38 +269,38 @@ enum VadEvent<'a> {
 
 /// Streams `item` through Silero VAD: at the file's rate where silero-vad takes it (8 kHz, or
 /// a multiple of 16 kHz, decimated as it does), else resampled to 16 kHz (or always at
-/// `force_rate`); returns that rate, in whose samples the segments are.
+/// `force_rate`); returns that rate, in whose samples the segments are. An error from `on`
+/// stops the stream.
 fn stream_vad(
     rt: &Runtime,
     params: &VadParams,
     item: &SourceItem,
-    channel: Option<usize>,
+    opts: &DecodeOptions,
     force_rate: Option<u32>,
-    mut on: impl FnMut(VadEvent<'_>),
+    mut on: impl FnMut(VadEvent<'_>) -> Result<()>,
 ) -> Result<u32> {
-    let reader = AudioReader::open(&item.path, &decode_options(item, channel))
-        .map_err(|e| user(e.to_string()))?;
+    let reader = AudioReader::open(&item.path, opts).map_err(|e| user(e.to_string()))?;
     let native = reader.info().sample_rate;
     let rate = force_rate.unwrap_or(match VadSegmenter::model_rate(native) {
         Some(_) => native,
         None => OUT_RATE,
     });
-    let mut seg = VadSegmenter::new(rt, params, rate).map_err(|e| user(e.to_string()))?;
+    let mut seg = VadSegmenter::new(rt, params, rate).map_err(|e| model_error(&item.path, e))?;
     let mut found = Vec::new();
     sonograph_io::stream_reader(reader, rate, |chunk| {
-        on(VadEvent::Samples(chunk));
-        seg.push(chunk, &mut found)?;
+        on(VadEvent::Samples(chunk)).map_err(Stop)?;
+        seg.push(chunk, &mut found)
+            .map_err(|e| Stop(model_error(&item.path, e)))?;
         for s in found.drain(..) {
-            on(VadEvent::Segment(s));
+            on(VadEvent::Segment(s)).map_err(Stop)?;
         }
-        on(VadEvent::Pushed(&seg));
-        Ok::<(), ModelError>(())
+        on(VadEvent::Pushed(&seg)).map_err(Stop)
     })
     .map_err(stream_error)?;
     seg.finish(&mut found)
-        .map_err(|e| user(format!("{}: {e}", item.path.display())))?;
+        .map_err(|e| model_error(&item.path, e))?;
     for s in found.drain(..) {
-        on(VadEvent::Segment(s));
+        on(VadEvent::Segment(s))?;
     }
     Ok(rate)
 }
@@ -282,17 +313,19 @@ fn at_16k(samples: u64, rate: u32) -> u64 {
 
 pub(crate) fn vad(args: &VadArgs) -> Result<()> {
     let params = args.vad.params()?;
-    let items = items(&args.inputs, false)?;
+    args.limits.limits()?;
     let rt = runtime(&args.ort)?;
     let staged = Staged::new(&args.out);
     let mut w = staged.create()?;
     let mut written: std::io::Result<()> = Ok(());
-    for item in &items {
+    for_each_item(&args.inputs, false, |item| {
+        let opts = item_options(item, args.channel, &args.limits)?;
         let mut lines = Vec::new();
-        let rate = stream_vad(rt, &params, item, args.channel, None, |event| {
+        let rate = stream_vad(rt, &params, item, &opts, None, |event| {
             if let VadEvent::Segment(s) = event {
                 lines.push(s);
             }
+            Ok(())
         })?;
         for s in lines {
             let (start, end) = (at_16k(s.start, rate), at_16k(s.end, rate));
@@ -303,9 +336,10 @@ pub(crate) fn vad(args: &VadArgs) -> Result<()> {
                 "start_s": start as f64 / f64::from(OUT_RATE),
                 "end_s": end as f64 / f64::from(OUT_RATE),
             });
-            written = written.and_then(|()| writeln!(w, "{line}"));
+            written = std::mem::replace(&mut written, Ok(())).and_then(|()| writeln!(w, "{line}"));
         }
-    }
+        Ok(())
+    })?;
     written.map_err(|e| user(format!("{}: cannot write: {e}", args.out.display())))?;
     staged.commit(w)
 }
@@ -355,7 +389,7 @@ impl Sink {
                 writeln!(w, "{line}")
                     .with_context(|| format!("{}: cannot write", staged.path.display()))
             }
-            Sink::Parquet(p) => p.push(row).map_err(|e| anyhow!(e.to_string())),
+            Sink::Parquet(p) => p.push(row).map_err(|e| user(e.to_string())),
         }
     }
 
@@ -373,9 +407,18 @@ struct Transcriber<'m> {
     spec: FeatureSpec,
     batcher: AdaptiveBatcher,
     failed: usize,
+    batch: usize,
 }
 
 impl Transcriber<'_> {
+    /// Runs the pending segments once there is a batch of them.
+    fn flush_full(&mut self, pending: &mut Vec<Pending>, sink: &mut Sink) -> Result<()> {
+        if pending.len() >= self.batch {
+            self.flush(pending, sink)?;
+        }
+        Ok(())
+    }
+
     fn flush(&mut self, pending: &mut Vec<Pending>, sink: &mut Sink) -> Result<()> {
         if pending.is_empty() {
             return Ok(());
@@ -469,7 +512,7 @@ pub(crate) fn transcribe(args: &TranscribeArgs) -> Result<u8> {
     spec.n_mels = n_mels;
     spec.validate()
         .map_err(|e| user(format!("{}: {e}", args.model.display())))?;
-    let items = items(std::slice::from_ref(&args.source), true)?;
+    args.limits.limits()?;
     let mut sink = Sink::open(&args.out)?;
     let mut tr = Transcriber {
         model: &mut model,
@@ -480,75 +523,70 @@ pub(crate) fn transcribe(args: &TranscribeArgs) -> Result<u8> {
             ..Default::default()
         }),
         failed: 0,
+        batch,
     };
     let window = (args.window_s * f64::from(OUT_RATE)).round().max(1.0) as u64;
+    // Segments wait here for a full batch, across files: at most `batch` at a time.
     let mut pending: Vec<Pending> = Vec::new();
-    for item in &items {
+    for_each_item(std::slice::from_ref(&args.source), true, |item| {
+        let opts = item_options(item, args.channel, &args.limits)?;
         // Samples from `base` on: what a segment not yet given out may still need.
         let mut buf: Vec<f32> = Vec::new();
         let mut base = 0u64;
         let mut index = 0usize;
-        let mut cut = |start: u64, end: u64, buf: &[f32], base: u64, pending: &mut Vec<Pending>| {
+        let mut cut = |start: u64, end: u64, buf: &[f32], base: u64| {
             let (a, b) = ((start - base) as usize, (end - base) as usize);
-            pending.push(Pending {
+            let p = Pending {
                 source: item.id.clone(),
                 index,
                 start,
                 end,
                 samples: buf[a..b.min(buf.len())].to_vec(),
-            });
+            };
             index += 1;
+            p
         };
         match args.segment {
             SegmentMode::Vad => {
-                stream_vad(
-                    rt,
-                    &params,
-                    item,
-                    args.channel,
-                    Some(OUT_RATE),
-                    |event| match event {
+                stream_vad(rt, &params, item, &opts, Some(OUT_RATE), |event| {
+                    match event {
                         VadEvent::Samples(chunk) => buf.extend_from_slice(chunk),
-                        VadEvent::Segment(s) => cut(s.start, s.end, &buf, base, &mut pending),
+                        VadEvent::Segment(s) => {
+                            pending.push(cut(s.start, s.end, &buf, base));
+                            tr.flush_full(&mut pending, &mut sink)?;
+                        }
                         VadEvent::Pushed(seg) => {
                             // Drop what no segment still to come can start at.
                             let keep = seg.earliest_open_sample().max(base);
                             buf.drain(..(keep - base) as usize);
                             base = keep;
                         }
-                    },
-                )?;
+                    }
+                    Ok(())
+                })?;
             }
             SegmentMode::Fixed => {
                 let mut total = 0u64;
-                sonograph_io::stream_mono(
-                    &item.path,
-                    &decode_options(item, args.channel),
-                    OUT_RATE,
-                    |chunk| {
-                        buf.extend_from_slice(chunk);
-                        total += chunk.len() as u64;
-                        while total - base >= window {
-                            cut(base, base + window, &buf, base, &mut pending);
-                            buf.drain(..window as usize);
-                            base += window;
-                        }
-                        Ok::<(), ModelError>(())
-                    },
-                )
+                sonograph_io::stream_mono(&item.path, &opts, OUT_RATE, |chunk| {
+                    buf.extend_from_slice(chunk);
+                    total += chunk.len() as u64;
+                    while total - base >= window {
+                        pending.push(cut(base, base + window, &buf, base));
+                        buf.drain(..window as usize);
+                        base += window;
+                        tr.flush_full(&mut pending, &mut sink).map_err(Stop)?;
+                    }
+                    Ok::<(), Stop>(())
+                })
                 .map_err(stream_error)?;
                 if total > base {
-                    cut(base, total, &buf, base, &mut pending);
+                    pending.push(cut(base, total, &buf, base));
+                    tr.flush_full(&mut pending, &mut sink)?;
                 }
             }
         }
-        // Batches across files: flush when full, and at the end.
-        while pending.len() >= batch {
-            let rest = pending.split_off(batch);
-            tr.flush(&mut pending, &mut sink)?;
-            pending = rest;
-        }
-    }
+        Ok(())
+    })?;
     tr.flush(&mut pending, &mut sink)?;
     let failed = tr.failed;
     sink.finish()?;

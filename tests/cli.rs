@@ -72,6 +72,7 @@ fn features_dtype_f16_rounds_the_f32_output() {
 
 /// `features --device gpu` (lavapipe here) writes the CPU's array within 1e-4, Kaldi's deep
 /// bands included (the GPU computes in f64 where the adapter can).
+#[cfg(feature = "gpu")]
 #[test]
 fn features_on_the_gpu_match_the_cpu() {
     if !common::has_gpu_adapter() {
@@ -102,6 +103,7 @@ fn features_on_the_gpu_match_the_cpu() {
 
 /// A file over the GPU's memory budget is computed on the CPU (same array), with a warning
 /// that says why.
+#[cfg(feature = "gpu")]
 #[test]
 fn features_over_the_gpu_budget_fall_back_to_the_cpu() {
     if !common::has_gpu_adapter() {
@@ -139,6 +141,7 @@ fn features_over_the_gpu_budget_fall_back_to_the_cpu() {
 
 /// `SONOGRAPH_DISABLE_DEVICES` takes a device out: shown `disabled` (the probe does not revive
 /// it), refused by name, skipped by `gpu`; the CPU cannot be disabled.
+#[cfg(feature = "gpu")]
 #[test]
 fn disabled_devices_are_never_selected() {
     if !common::has_gpu_adapter() {
@@ -192,7 +195,303 @@ fn disabled_devices_are_never_selected() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("cannot be disabled"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot disable cpu"), "{}", stderr(&o));
+}
+
+/// A CPU-only build (`cargo test --no-default-features`): `devices` says GPU support was not
+/// built, a GPU asked for by name is a usage error saying so, and `auto` runs on the CPU.
+#[cfg(not(feature = "gpu"))]
+#[test]
+fn a_cpu_only_build_says_so_and_runs_on_the_cpu() {
+    let o = bin().args(["devices"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("GPU support was not built"), "{text}");
+    let o = bin().args(["devices", "--json"]).output().unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(listed["gpu_built"], false);
+    assert_eq!(listed["devices"].as_array().unwrap().len(), 1);
+    let tmp = Tmp::new("cpu-only");
+    let input = data("speech_16000_mono_s16.wav");
+    for device in ["gpu", "gpu:0", "gpu:0,cpu"] {
+        let o = bin()
+            .args(["features", input.to_str().unwrap(), "--device", device])
+            .arg("--out")
+            .arg(tmp.path("x.npy"))
+            .output()
+            .unwrap();
+        if device.contains(',') {
+            // `features` runs on one device; a list is refused before anything else.
+            assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+            continue;
+        }
+        assert_eq!(o.status.code(), Some(2), "{device}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("built without GPU support"),
+            "{}",
+            stderr(&o)
+        );
+    }
+    let o = bin()
+        .args([
+            "extract",
+            input.to_str().unwrap(),
+            "--device",
+            "gpu",
+            "--out",
+        ])
+        .arg(tmp.path("ds"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("built without GPU support"));
+    let o = bin()
+        .args([
+            "features",
+            input.to_str().unwrap(),
+            "--device",
+            "auto",
+            "--out",
+        ])
+        .arg(tmp.path("auto.npy"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// Devices are health-probed before `features`, `extract` and `bench` choose them: one that
+/// fails its probe (injected) is not used, and the run says so.
+#[cfg(all(feature = "failpoints", feature = "gpu"))]
+#[test]
+fn a_device_that_fails_its_probe_is_not_used_and_the_run_says_so() {
+    if !common::has_gpu_adapter() {
+        return;
+    }
+    const FAILING: &str = "gpu::probe_fails=return";
+    let tmp = Tmp::new("probe");
+    let input = data("speech_16000_mono_s16.wav");
+    let input = input.to_str().unwrap();
+    for (device, why) in [("gpu", "no usable"), ("gpu:0", "Failed")] {
+        let o = bin()
+            .args(["features", input, "--device", device, "--out"])
+            .arg(tmp.path("x.npy"))
+            .env("FAILPOINTS", FAILING)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{device}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains("failed its health probe"), "{err}");
+        assert!(err.contains(why) && err.contains("injected"), "{err}");
+    }
+    // `all`: the GPU is left out, the job runs on the CPU and says why.
+    let corpus = tmp.path("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    std::fs::copy(input, corpus.join("a.wav")).unwrap();
+    let out = tmp.path("ds");
+    let o = bin()
+        .args([
+            "extract",
+            corpus.to_str().unwrap(),
+            "--device",
+            "all",
+            "--out",
+        ])
+        .arg(&out)
+        .env("FAILPOINTS", FAILING)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("failed its health probe"),
+        "{}",
+        stderr(&o)
+    );
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("__sonograph/report.json")).unwrap(),
+    )
+    .unwrap();
+    let devices: Vec<&str> = report["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["device"].as_str().unwrap())
+        .collect();
+    assert!(devices.iter().all(|d| d.starts_with("cpu")), "{devices:?}");
+    let o = bin()
+        .args(["bench", "--device", "all", "--clips", "1", "--seconds", "1"])
+        .args(["--repeat", "1"])
+        .env("FAILPOINTS", FAILING)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0]["device"].as_str().unwrap().starts_with("cpu"));
+    // A kernel that does not compile is a bug: exit 1, saying so, whatever chose the device.
+    let o = bin()
+        .args(["features", input, "--device", "gpu", "--out"])
+        .arg(tmp.path("k.npy"))
+        .env("FAILPOINTS", "gpu::broken_kernel=return")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("GPU kernel error"), "{}", stderr(&o));
+    let o = bin()
+        .args([
+            "extract",
+            corpus.to_str().unwrap(),
+            "--device",
+            "all",
+            "--out",
+        ])
+        .arg(tmp.path("ds2"))
+        .env("FAILPOINTS", "gpu::broken_kernel=return")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("GPU kernel error"), "{}", stderr(&o));
+}
+
+/// A FLAC whose STREAMINFO claims 2^36 - 1 samples (about 50 days at 16 kHz).
+fn flac_claiming_forever(path: &Path) {
+    let mut flac = std::fs::read(data("speech_16000_mono_s16.flac")).unwrap();
+    assert_eq!(&flac[..4], b"fLaC");
+    // STREAMINFO starts at byte 8; bytes 18..26 hold rate (20 bits), channels - 1 (3),
+    // bits - 1 (5) and the total sample count (36), big-endian.
+    let mut word = u64::from_be_bytes(flac[18..26].try_into().unwrap());
+    word |= (1u64 << 36) - 1;
+    flac[18..26].copy_from_slice(&word.to_be_bytes());
+    std::fs::write(path, flac).unwrap();
+}
+
+/// Resource limits hold on every path that decodes, with flags and variables to change them:
+/// a header claiming 2^36 samples is refused before anything is decoded, by `features` and by
+/// `extract` alike; duration, channel and rate limits are settable.
+#[test]
+fn limits_refuse_hostile_headers_on_every_path() {
+    let tmp = Tmp::new("limits");
+    let forever = tmp.path("forever.flac");
+    flac_claiming_forever(&forever);
+    let out = tmp.path("o.npy");
+    let out = out.to_str().unwrap();
+    let started = std::time::Instant::now();
+    expect_user_error(
+        &["features", forever.to_str().unwrap(), "--out", out],
+        "declares 68719476735 frames",
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    let stereo = data("speech_44100_stereo.flac");
+    let stereo = stereo.to_str().unwrap();
+    expect_user_error(
+        &["features", stereo, "--max-channels", "1", "--out", out],
+        "2 channels is outside 1..=1",
+    );
+    expect_user_error(
+        &[
+            "features",
+            stereo,
+            "--max-sample-rate",
+            "16000",
+            "--out",
+            out,
+        ],
+        "44100 Hz is outside",
+    );
+    expect_user_error(
+        &["features", stereo, "--max-duration", "1.5", "--out", out],
+        "the limit is 1.5 s",
+    );
+    expect_user_error(
+        &["features", stereo, "--max-duration", "0", "--out", out],
+        "duration limit",
+    );
+    let o = bin()
+        .args(["features", stereo, "--out", out])
+        .env("SONOGRAPH_MAX_CHANNELS", "1")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    expect_user_error(
+        &["bench", stereo, "--max-channels", "1", "--repeat", "1"],
+        "channels",
+    );
+    // `extract` applies the same limits: each such file is a failed item with the reason.
+    let corpus = tmp.path("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    std::fs::copy(&forever, corpus.join("forever.flac")).unwrap();
+    std::fs::copy(stereo, corpus.join("stereo.flac")).unwrap();
+    std::fs::copy(data("speech_16000_mono_s16.wav"), corpus.join("mono.wav")).unwrap();
+    let ds = tmp.path("ds");
+    let o = bin()
+        .args([
+            "extract",
+            corpus.to_str().unwrap(),
+            "--max-channels",
+            "1",
+            "--out",
+        ])
+        .arg(&ds)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ds.join("__sonograph/report.json")).unwrap())
+            .unwrap();
+    assert_eq!(report["items_ok"], 1);
+    let reasons: Vec<String> = report["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["reason"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("declares 68719476735 frames")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("2 channels")),
+        "{reasons:?}"
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let input = data("speech_16000_mono_s16.wav");
+    let input = input.to_str().unwrap();
+    expect_user_error(&["bench", input, "--repeat", "0"], "--repeat");
+    // clap's own errors are one line too.
+    expect_user_error(
+        &["features", input, "--dtype", "f64", "--out", "x.npy"],
+        "f64",
+    );
+    expect_user_error(&["features", input, "--bogus"], "--bogus");
+    let o = bin()
+        .args(["features", input, "--spec", "s.json", "--out", "x.npy"])
+        .env("SONOGRAPH_PRESET", "kaldi")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(stderr(&o).trim_end().lines().count(), 1, "{}", stderr(&o));
+    expect_user_error(
+        &["features", input, "--device", "tpu", "--out", "x.npy"],
+        "tpu",
+    );
+    expect_user_error(
+        &["features", input, "--device", "all", "--out", "x.npy"],
+        "one device",
+    );
+    let o = bin()
+        .args(["bench", input])
+        .env("SONOGRAPH_REPEAT", "0")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
 
 #[test]
@@ -209,7 +508,8 @@ fn n_mels_spec_files_and_environment_variables() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(read_npy_f32(&out).unwrap().0, vec![32_000 / 160 + 1, 64]);
+    // NeMo ≥ 2.5: len / hop valid frames.
+    assert_eq!(read_npy_f32(&out).unwrap().0, vec![32_000 / 160, 64]);
     // A TOML spec gives the same result as the preset it was printed from.
     let json = bin().args(["presets", "whisper-128"]).output().unwrap();
     assert!(json.status.success());
@@ -327,6 +627,19 @@ fn bad_input_exits_2_with_one_line_naming_the_file() {
     expect_user_error(
         &["features", input, "--channel", "3", "--out", out],
         "channel 3",
+    );
+    // An item the preset's reference refuses: NeMo <= 2.4 cannot reflect-pad 1 sample.
+    let short = repo("tests/golden/audio/short1_16000.wav");
+    expect_user_error(
+        &[
+            "features",
+            short.to_str().unwrap(),
+            "--preset",
+            "nemo-legacy",
+            "--out",
+            out,
+        ],
+        "needs at least 257",
     );
     assert!(!Path::new(out).exists(), "nothing is written on error");
 }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use sonograph_dsp::{CpuExtractor, ExtractError, Precision};
+use sonograph_dsp::{CpuExtractor, ItemError, Precision};
 use sonograph_io::{decode_mono, read_npy_f32, DecodeOptions};
 
 #[path = "shared/golden_keys.rs"]
@@ -183,7 +183,7 @@ fn inputs_the_reference_refuses_are_refused() {
             .unwrap_err();
         assert_eq!(
             err,
-            ExtractError::TooShort {
+            ItemError::TooShort {
                 samples: samples.len(),
                 min: 257
             },

@@ -3,6 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+#[cfg(feature = "gpu")]
+#[path = "../shared/skip.rs"]
+mod skip;
+
 /// The binary, with none of the environment variables that would change what it does
 /// (flags from `SONOGRAPH_*`, shards from Kubernetes or Slurm).
 pub fn bin() -> Command {
@@ -46,7 +50,9 @@ impl Drop for Tmp {
     }
 }
 
-/// True when `sonograph devices` lists a wgpu adapter; otherwise prints why the caller skips.
+/// True when `sonograph devices` lists a wgpu adapter; otherwise records the caller's skip
+/// (a failure under `SONOGRAPH_REQUIRE_GPU=1`).
+#[cfg(feature = "gpu")]
 pub fn has_gpu_adapter() -> bool {
     let devices = bin()
         .args(["devices", "--json", "--no-probe"])
@@ -58,7 +64,7 @@ pub fn has_gpu_adapter() -> bool {
             .any(|x| x["id"].as_str().is_some_and(|id| id.starts_with("gpu")))
     });
     if !has_gpu {
-        eprintln!("skipped: no wgpu adapter (install mesa-vulkan-drivers for lavapipe)");
+        skip::skip("no wgpu adapter (install mesa-vulkan-drivers for lavapipe)");
     }
     has_gpu
 }

@@ -4,7 +4,7 @@
 
 use rayon::prelude::*;
 
-use crate::error::{ExtractError, SpecError};
+use crate::error::{DeviceError, ItemError, SpecError};
 use crate::extractor::{CpuExtractor, Precision};
 use crate::span::Span;
 use crate::spec::FeatureSpec;
@@ -108,7 +108,7 @@ pub struct FeatureBatch {
     bins: usize,
     data: Vec<f32>,
     offsets: Vec<usize>,
-    results: Vec<Result<usize, ExtractError>>,
+    results: Vec<Result<usize, ItemError>>,
 }
 
 impl FeatureBatch {
@@ -160,7 +160,7 @@ impl FeatureBatch {
     }
 
     /// Appends an item that failed.
-    pub fn push_error(&mut self, error: ExtractError) {
+    pub fn push_error(&mut self, error: ItemError) {
         self.offsets.push(self.data.len());
         self.results.push(Err(error));
     }
@@ -176,7 +176,7 @@ impl FeatureBatch {
     }
 
     /// Item `i`: its frame count and rows, or its error.
-    pub fn item(&self, i: usize) -> Result<(usize, &[f32]), &ExtractError> {
+    pub fn item(&self, i: usize) -> Result<(usize, &[f32]), &ItemError> {
         match &self.results[i] {
             Ok(frames) => Ok((*frames, &self.data[self.offsets[i]..self.offsets[i + 1]])),
             Err(e) => Err(e),
@@ -205,7 +205,7 @@ pub trait Extractor: Send {
         &mut self,
         batch: &AudioBatch,
         out: &mut FeatureBatch,
-    ) -> Result<(), ExtractError>;
+    ) -> Result<(), DeviceError>;
     /// How many items of `item_samples` samples the device expects to fit in one batch (its
     /// memory budget over the bytes one item needs): the batcher's first size. `None` (the
     /// CPU) sets no limit.
@@ -218,6 +218,34 @@ pub trait Extractor: Send {
     fn recover(&mut self) -> bool {
         false
     }
+    /// The device memory pool's statistics; `None` for a device without one (the CPU).
+    fn memory_stats(&self) -> Option<MemoryStats> {
+        None
+    }
+}
+
+/// Pool statistics, named after `torch.cuda.memory_stats()` (current values, bytes).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct MemoryStats {
+    /// Bytes in blocks handed out.
+    pub allocated_bytes: u64,
+    /// Bytes held from the device: handed out plus cached.
+    pub reserved_bytes: u64,
+    /// Bytes the callers asked for (allocated less size-class rounding).
+    pub requested_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// Allocations that succeeded only after the cache was released.
+    pub num_alloc_retries: u64,
+    pub num_ooms: u64,
+    /// Allocations served from the cache.
+    pub num_cache_hits: u64,
+    pub num_device_allocs: u64,
+    pub budget_bytes: u64,
+    /// 1 − allocated / reserved (0 when nothing is reserved).
+    pub fragmentation: f64,
+    /// The largest cached (free) block.
+    pub largest_free_block: u64,
 }
 
 /// The CPU backend: items in parallel on a rayon pool, one [`CpuExtractor`] per worker.
@@ -252,7 +280,7 @@ impl CpuBackend {
         Ok(b)
     }
 
-    fn run(&self, batch: &AudioBatch) -> Vec<Result<Vec<f32>, ExtractError>> {
+    fn run(&self, batch: &AudioBatch) -> Vec<Result<Vec<f32>, ItemError>> {
         let spec = &self.spec;
         let precision = self.precision;
         let work = || {
@@ -295,7 +323,7 @@ impl Extractor for CpuBackend {
         &mut self,
         batch: &AudioBatch,
         out: &mut FeatureBatch,
-    ) -> Result<(), ExtractError> {
+    ) -> Result<(), DeviceError> {
         let bins = self.spec.n_bins();
         for result in self.run(batch) {
             match result {
@@ -329,8 +357,8 @@ mod tests {
             let frames = ex.extract(item, &mut expect).unwrap();
             assert_eq!(out.item(i).unwrap(), (frames, &expect[..]));
         }
-        assert!(matches!(out.item(1), Err(ExtractError::NonFinite { .. })));
-        assert_eq!(out.item(3), Err(&ExtractError::Empty));
+        assert!(matches!(out.item(1), Err(ItemError::NonFinite { .. })));
+        assert_eq!(out.item(3), Err(&ItemError::Empty));
         let half = batch.slice(2..4);
         assert_eq!(half.item(0), &b[..]);
     }

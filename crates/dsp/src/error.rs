@@ -12,10 +12,11 @@ pub enum SpecError {
     Parse(String),
 }
 
-/// Why an item could not be turned into features.
+/// Why one item could not be turned into features: recorded with the item, and the rest of
+/// its batch (and the job) goes on.
 #[derive(Debug, Error, Clone, PartialEq)]
 #[non_exhaustive]
-pub enum ExtractError {
+pub enum ItemError {
     #[error("sample {index} is {value} (NaN or infinite)")]
     NonFinite { index: usize, value: f32 },
     #[error("the item has no samples")]
@@ -26,6 +27,16 @@ pub enum ExtractError {
     /// A piece of an item whose window does not hold what its frames read (a caller's bug).
     #[error("bad piece: {0}")]
     BadSpan(String),
+    /// Every device that could compute it failed, the CPU fallback included.
+    #[error("no device could compute the item: {0}")]
+    NoDevice(String),
+}
+
+/// Why a device could not run a batch (or could not be opened): the batcher splits the batch,
+/// retries it or moves it to another device; none of its items is lost.
+#[derive(Debug, Error, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum DeviceError {
     /// The batch did not fit in the device's memory; the message says what was asked, the
     /// budget, what is in use and what will be tried next.
     #[error("out of memory: {0}")]

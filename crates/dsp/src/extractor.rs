@@ -16,10 +16,11 @@ use rustfft::FftNum;
 
 use crate::dct::Dct;
 use crate::dither::unit_noise;
-use crate::error::{ExtractError, SpecError};
+use crate::error::{ItemError, SpecError};
 use crate::fastlog;
 use crate::mel::MelBank;
-use crate::span::{check_span, frame_start, padded_index, prepare_span, Span};
+use crate::signal::{padded_index, reflect_index, scale_and_preemphasize};
+use crate::span::{check_span, prepare_span, Span};
 use crate::spec::{
     FeatureSpec, Framing, LogGuard, LogKind, Normalize, OutputKind, PadMode, PreemphasisScope,
 };
@@ -195,47 +196,6 @@ fn frame_kernel<T: Real>(
     }
 }
 
-/// Appends `samples` to `dst` as the spectral core sees them: times `input_scale`, and, with
-/// signal-scope pre-emphasis, `y[i] = x[i] − c·x[i−1]`, keeping the item's first sample as is
-/// (NeMo). `prev` is the last scaled input of the previous chunk (ignored `at_start`); returns
-/// the last scaled input of this one. One definition for the CPU and the GPU path.
-pub fn scale_and_preemphasize(
-    spec: &FeatureSpec,
-    samples: &[f32],
-    at_start: bool,
-    prev: f32,
-    dst: &mut Vec<f32>,
-) -> f32 {
-    let scale = spec.input_scale;
-    let c = if spec.preemphasis_scope == PreemphasisScope::Signal {
-        spec.preemphasis
-    } else {
-        0.0
-    };
-    dst.reserve(samples.len());
-    let Some(&last) = samples.last() else {
-        return prev;
-    };
-    if c == 0.0 && scale == 1.0 {
-        dst.extend_from_slice(samples);
-        return last;
-    }
-    let mut rest = samples;
-    let mut prev = prev;
-    if at_start {
-        prev = samples[0] * scale;
-        dst.push(prev);
-        rest = &samples[1..];
-    }
-    dst.extend(rest.iter().map(|&s| {
-        let x = s * scale;
-        let y = x - c * prev;
-        prev = x;
-        y
-    }));
-    prev
-}
-
 /// Applies the spec's guard and log to a row of energies and appends it to `out` as f32.
 #[inline(always)]
 pub fn log_row(spec: &FeatureSpec, row: &mut [f64], out: &mut Vec<f32>) {
@@ -324,17 +284,13 @@ impl CpuExtractor {
             Precision::F32 => Engine::F32(Core::new(spec, bank.as_ref())),
             Precision::F64 => Engine::F64(Core::new(spec, bank.as_ref())),
         };
-        let (pad_left, window_offset) = match spec.framing {
-            Framing::Center => (spec.n_fft / 2, (spec.n_fft - spec.win_length) / 2),
-            Framing::SnipEdges => (0, 0),
-        };
         Ok(CpuExtractor {
             dct: (spec.output == OutputKind::Mfcc)
                 .then(|| Dct::new(spec.n_mels, spec.n_mfcc, f64::from(spec.lifter))),
             spec: spec.clone(),
             engine,
-            pad_left,
-            window_offset,
+            pad_left: spec.pad_left(),
+            window_offset: spec.window_offset(),
             pending: Vec::new(),
             pending_start: 0,
             signal_len: 0,
@@ -354,7 +310,7 @@ impl CpuExtractor {
 
     /// Computes the features of one whole item and appends them (row-major, frames × bins)
     /// to `out`; returns the frame count.
-    pub fn extract(&mut self, samples: &[f32], out: &mut Vec<f32>) -> Result<usize, ExtractError> {
+    pub fn extract(&mut self, samples: &[f32], out: &mut Vec<f32>) -> Result<usize, ItemError> {
         self.begin();
         self.push(samples)?;
         self.finish(out)
@@ -368,7 +324,7 @@ impl CpuExtractor {
         window: &[f32],
         span: &Span,
         out: &mut Vec<f32>,
-    ) -> Result<usize, ExtractError> {
+    ) -> Result<usize, ItemError> {
         if self.spec.output == OutputKind::Psd {
             // Only a whole item passes the check: Welch averages all its frames.
             check_span(&self.spec, window.len(), span)?;
@@ -381,7 +337,7 @@ impl CpuExtractor {
         let spec = &self.spec;
         let mut segment = vec![0f32; spec.win_length];
         for j in span.first_frame..span.first_frame + span.frames {
-            let start = frame_start(spec, j);
+            let start = spec.frame_start(j);
             let end = start + spec.win_length as isize;
             if start >= base as isize && end <= span.signal_len as isize {
                 // Inside the signal (all but the edge frames): a plain copy.
@@ -428,14 +384,14 @@ impl CpuExtractor {
 
     /// Feeds the next samples of the current item (at the spec's rate, float scale) and
     /// computes every frame they complete.
-    pub fn push(&mut self, samples: &[f32]) -> Result<(), ExtractError> {
+    pub fn push(&mut self, samples: &[f32]) -> Result<(), ItemError> {
         if !self.in_item {
             self.begin();
         }
         if let Some(i) = samples.iter().position(|s| !s.is_finite()) {
             let index = self.signal_len + i;
             self.in_item = false;
-            return Err(ExtractError::NonFinite {
+            return Err(ItemError::NonFinite {
                 index,
                 value: samples[i],
             });
@@ -461,14 +417,14 @@ impl CpuExtractor {
 
     /// Completes the item: computes the frames that need the right padding, applies the
     /// item-level steps and appends the rows to `out`. Returns the frame count.
-    pub fn finish(&mut self, out: &mut Vec<f32>) -> Result<usize, ExtractError> {
+    pub fn finish(&mut self, out: &mut Vec<f32>) -> Result<usize, ItemError> {
         if !self.in_item || self.signal_len == 0 {
             self.in_item = false;
-            return Err(ExtractError::Empty);
+            return Err(ItemError::Empty);
         }
         self.in_item = false;
         if self.signal_len < self.spec.min_samples {
-            return Err(ExtractError::TooShort {
+            return Err(ItemError::TooShort {
                 samples: self.signal_len,
                 min: self.spec.min_samples,
             });
@@ -515,7 +471,7 @@ impl CpuExtractor {
         } else {
             match self.spec.pad_mode {
                 PadMode::Constant => return 0.0,
-                PadMode::Reflect => crate::span::reflect_index(i, n),
+                PadMode::Reflect => reflect_index(i, n),
             }
         };
         let pos = self.pad_left + idx - self.pending_start;
@@ -917,14 +873,14 @@ mod tests {
         let mut out = Vec::new();
         let short = &x[w.start + 1..w.end];
         let err = ex.extract_span(short, &span(w.start + 1, x.len(), false), &mut out);
-        assert!(matches!(err, Err(ExtractError::BadSpan(_))), "{err:?}");
+        assert!(matches!(err, Err(ItemError::BadSpan(_))), "{err:?}");
         let err = ex.extract_span(&x[w.clone()], &span(w.start, x.len(), true), &mut out);
-        assert!(matches!(err, Err(ExtractError::BadSpan(_))), "{err:?}");
+        assert!(matches!(err, Err(ItemError::BadSpan(_))), "{err:?}");
         let mut bad = x[w.clone()].to_vec();
         bad[5] = f32::NAN;
         let err = ex.extract_span(&bad, &span(w.start, x.len(), false), &mut out);
         match err {
-            Err(ExtractError::NonFinite { index, .. }) => assert_eq!(index, w.start + 5),
+            Err(ItemError::NonFinite { index, .. }) => assert_eq!(index, w.start + 5),
             other => panic!("{other:?}"),
         }
         assert!(out.is_empty());
@@ -958,10 +914,10 @@ mod tests {
         x[321] = f32::NAN;
         let err = ex.extract(&x, &mut Vec::new()).unwrap_err();
         assert!(
-            matches!(err, ExtractError::NonFinite { index: 321, .. }),
+            matches!(err, ItemError::NonFinite { index: 321, .. }),
             "{err:?}"
         );
-        assert_eq!(ex.extract(&[], &mut Vec::new()), Err(ExtractError::Empty));
+        assert_eq!(ex.extract(&[], &mut Vec::new()), Err(ItemError::Empty));
         // The extractor is usable again after an error.
         assert!(ex.extract(&[0.0; 800], &mut Vec::new()).is_ok());
     }
@@ -1000,7 +956,7 @@ mod tests {
             CpuExtractor::new(&spec)
                 .unwrap()
                 .extract(&[0.5, -0.25, 0.125], &mut out),
-            Err(ExtractError::TooShort {
+            Err(ItemError::TooShort {
                 samples: 3,
                 min: 257
             })

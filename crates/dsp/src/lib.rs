@@ -10,12 +10,13 @@ pub mod error;
 pub mod extractor;
 pub mod fastlog;
 pub mod mel;
+pub mod signal;
 pub mod span;
 pub mod spec;
 pub mod window;
 
-pub use backend::{AudioBatch, CpuBackend, Extractor, FeatureBatch};
-pub use error::{ExtractError, SpecError};
+pub use backend::{AudioBatch, CpuBackend, Extractor, FeatureBatch, MemoryStats};
+pub use error::{DeviceError, ItemError, SpecError};
 pub use extractor::{CpuExtractor, Precision};
 pub use span::Span;
 pub use spec::{FeatureSpec, OutputKind, Preset};

@@ -6,9 +6,9 @@
 
 use std::ops::Range;
 
-use crate::error::ExtractError;
-use crate::extractor::scale_and_preemphasize;
-use crate::spec::{FeatureSpec, Framing, OutputKind, PadMode};
+use crate::error::ItemError;
+use crate::signal::{reflects, scale_and_preemphasize};
+use crate::spec::{FeatureSpec, OutputKind};
 
 /// Frames `first_frame..first_frame + frames` of an item, from the window of its samples that
 /// starts at signal index `sample_start`.
@@ -38,38 +38,18 @@ impl Span {
     }
 }
 
-/// Where frames sit in the padded signal: the left padding, and the offset of the window
-/// inside the `n_fft` frame (centred when `win_length < n_fft`).
-fn geometry(spec: &FeatureSpec) -> (usize, usize) {
-    match spec.framing {
-        Framing::Center => (spec.n_fft / 2, (spec.n_fft - spec.win_length) / 2),
-        Framing::SnipEdges => (0, 0),
-    }
-}
-
-/// Signal index (negative inside the left padding) of the first sample frame `j` reads.
-pub fn frame_start(spec: &FeatureSpec, j: usize) -> isize {
-    let (pad_left, window_offset) = geometry(spec);
-    (j * spec.hop_length + window_offset) as isize - pad_left as isize
-}
-
-fn reflects(spec: &FeatureSpec) -> bool {
-    spec.framing == Framing::Center && spec.pad_mode == PadMode::Reflect
-}
-
 /// Frames whose samples all lie within the first `n` samples (or the left padding): those a
 /// stream can compute before it knows where the item ends.
 pub fn frames_ready(spec: &FeatureSpec, n: usize) -> usize {
     // The left edge's reflection reads samples up to -frame_start(0).
-    if reflects(spec) && n as isize <= -frame_start(spec, 0) {
+    if reflects(spec) && n as isize <= -spec.frame_start(0) {
         return 0;
     }
-    let (pad_left, window_offset) = geometry(spec);
-    let need = window_offset + spec.win_length;
-    if pad_left + n < need {
+    let need = spec.window_offset() + spec.win_length;
+    if spec.pad_left() + n < need {
         0
     } else {
-        (pad_left + n - need) / spec.hop_length + 1
+        (spec.pad_left() + n - need) / spec.hop_length + 1
     }
 }
 
@@ -80,8 +60,8 @@ pub fn span_window(spec: &FeatureSpec, frames: Range<usize>, signal_len: usize) 
     if frames.is_empty() || n == 0 {
         return 0..0;
     }
-    let first = frame_start(spec, frames.start);
-    let end = frame_start(spec, frames.end - 1) + spec.win_length as isize;
+    let first = spec.frame_start(frames.start);
+    let end = spec.frame_start(frames.end - 1) + spec.win_length as isize;
     // Beyond one reflection (items shorter than the padding) numpy's reflection is periodic:
     // such an item is read whole.
     if reflects(spec) && (first < -(n - 1) || end - 1 > 2 * (n - 1)) {
@@ -102,14 +82,14 @@ pub fn span_window(spec: &FeatureSpec, frames: Range<usize>, signal_len: usize) 
 
 /// Checks that `window_len` samples at `span.sample_start` hold everything the span's frames
 /// read, and that the frames exist.
-pub fn check_span(spec: &FeatureSpec, window_len: usize, span: &Span) -> Result<(), ExtractError> {
-    let bad = |reason: String| Err(ExtractError::BadSpan(reason));
+pub fn check_span(spec: &FeatureSpec, window_len: usize, span: &Span) -> Result<(), ItemError> {
+    let bad = |reason: String| Err(ItemError::BadSpan(reason));
     // A last piece of no frames (an item shorter than a frame) reads nothing.
     if span.signal_len == 0 || (window_len == 0 && span.frames > 0) {
-        return Err(ExtractError::Empty);
+        return Err(ItemError::Empty);
     }
     if span.signal_len < spec.min_samples {
-        return Err(ExtractError::TooShort {
+        return Err(ItemError::TooShort {
             samples: span.signal_len,
             min: spec.min_samples,
         });
@@ -159,10 +139,10 @@ pub fn prepare_span(
     window: &[f32],
     span: &Span,
     dst: &mut Vec<f32>,
-) -> Result<usize, ExtractError> {
+) -> Result<usize, ItemError> {
     check_span(spec, window.len(), span)?;
     if let Some(i) = window.iter().position(|s| !s.is_finite()) {
-        return Err(ExtractError::NonFinite {
+        return Err(ItemError::NonFinite {
             index: span.sample_start + i,
             value: window[i],
         });
@@ -178,34 +158,10 @@ pub fn prepare_span(
     }
 }
 
-/// The signal index frame sample `idx` is read from under the spec's padding (`None`: zero).
-pub fn padded_index(spec: &FeatureSpec, idx: isize, signal_len: usize) -> Option<usize> {
-    if (0..signal_len as isize).contains(&idx) {
-        Some(idx as usize)
-    } else if reflects(spec) {
-        Some(reflect_index(idx, signal_len))
-    } else {
-        None
-    }
-}
-
-/// numpy's "reflect" index for any `i`, periodic beyond one reflection.
-pub(crate) fn reflect_index(i: isize, n: usize) -> usize {
-    if n == 1 {
-        return 0;
-    }
-    let period = 2 * (n as isize - 1);
-    let m = i.rem_euclid(period);
-    if m < n as isize {
-        m as usize
-    } else {
-        (period - m) as usize
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::signal::{padded_index, reflect_index};
 
     #[test]
     fn reflect_matches_numpy() {
@@ -227,17 +183,17 @@ mod tests {
             for n in [0, 1, 199, 200, 201, 399, 400, 401, 16_000, 16_161] {
                 let ready = frames_ready(&spec, n);
                 if ready > 0 {
-                    let end = frame_start(&spec, ready - 1) + spec.win_length as isize;
+                    let end = spec.frame_start(ready - 1) + spec.win_length as isize;
                     assert!(end <= n as isize, "{n}: frame {} ends at {end}", ready - 1);
                     // Reflections included: a long item has these samples where this one does.
                     let long = 10 * n + 1000;
                     for j in 0..ready {
                         for m in 0..spec.win_length as isize {
-                            let i = padded_index(&spec, frame_start(&spec, j) + m, long);
+                            let i = padded_index(&spec, spec.frame_start(j) + m, long);
                             assert!(i.is_none_or(|i| i < n), "{n}: frame {j} reads {i:?}");
                         }
                     }
-                    let next = frame_start(&spec, ready) + spec.win_length as isize;
+                    let next = spec.frame_start(ready) + spec.win_length as isize;
                     assert!(next > n as isize, "{n}: frame {ready} would fit too");
                 }
             }
@@ -253,7 +209,7 @@ mod tests {
             let w = span_window(&spec, frames.clone(), n);
             for j in frames.clone() {
                 for m in 0..spec.win_length as isize {
-                    let i = padded_index(&spec, frame_start(&spec, j) + m, n).unwrap();
+                    let i = padded_index(&spec, spec.frame_start(j) + m, n).unwrap();
                     assert!(
                         w.contains(&i),
                         "{frames:?}: frame {j} reads {i}, outside {w:?}"
@@ -263,7 +219,7 @@ mod tests {
         }
         // A frame inside the item gets one sample of context before it.
         let inner = span_window(&spec, 100..101, n);
-        assert_eq!(inner.start as isize, frame_start(&spec, 100) - 1);
+        assert_eq!(inner.start as isize, spec.frame_start(100) - 1);
     }
 
     #[test]
@@ -296,11 +252,11 @@ mod tests {
         assert_eq!(dst, [1.0, 0.5 - 0.97, -0.25 - 0.97 * 0.5]);
         assert_eq!(
             prepare_span(&spec, &[], &whole(0), &mut dst),
-            Err(ExtractError::Empty)
+            Err(ItemError::Empty)
         );
         assert!(matches!(
             prepare_span(&spec, &[0.0, f32::NAN], &whole(2), &mut dst),
-            Err(ExtractError::NonFinite { index: 1, .. })
+            Err(ItemError::NonFinite { index: 1, .. })
         ));
         assert_eq!(dst.len(), 3, "a refused item appends nothing");
         // A piece's first sample is context: it pre-emphasises the second and is dropped.

@@ -184,7 +184,7 @@ pub struct FeatureSpec {
     /// Leave out the Nyquist bin of power/magnitude outputs (Kaldi never uses it).
     pub drop_nyquist: bool,
     /// Shortest item accepted, in samples at `sample_rate`; a shorter one fails with
-    /// [`ExtractError::TooShort`](crate::ExtractError::TooShort), as the matched code fails
+    /// [`ItemError::TooShort`](crate::ItemError::TooShort), as the matched code fails
     /// (NeMo ≤ 2.4: torch's reflect padding needs more than `n_fft / 2` samples). 0 = any.
     /// Left out of the JSON when 0, so that specs without it keep their `spec_id`.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -478,6 +478,29 @@ impl FeatureSpec {
             _ if self.drop_last_frame => raw.saturating_sub(1),
             _ => raw,
         }
+    }
+
+    /// Samples of padding before the signal: `n_fft / 2` when frames are centred, else 0.
+    pub fn pad_left(&self) -> usize {
+        match self.framing {
+            Framing::Center => self.n_fft / 2,
+            Framing::SnipEdges => 0,
+        }
+    }
+
+    /// Where the window sits inside a centred `n_fft` frame (torch centres a shorter window);
+    /// 0 with Kaldi's framing, whose frames are `win_length` long.
+    pub fn window_offset(&self) -> usize {
+        match self.framing {
+            Framing::Center => (self.n_fft - self.win_length) / 2,
+            Framing::SnipEdges => 0,
+        }
+    }
+
+    /// Signal index (negative inside the left padding) of the first sample frame `j` reads.
+    /// The one definition of where frames sit, for every backend.
+    pub fn frame_start(&self, j: usize) -> isize {
+        (j * self.hop_length + self.window_offset()) as isize - self.pad_left() as isize
     }
 
     /// Frames the STFT computes before `drop_last_frame` and PSD averaging.

@@ -58,7 +58,7 @@ struct Item {
     first_start: i32,
     signal_len: u32,
     first_frame: u32,
-    pad: u32,
+    _pad: u32,
 }
 
 // ln(x) to about one ulp of `real` with +, *, / and ldexp only: SPIR-V has no f64 log, and its

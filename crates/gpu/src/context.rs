@@ -92,6 +92,9 @@ pub fn probe(adapter: wgpu::Adapter, deadline: Duration) -> Result<Duration, Str
                     std::thread::sleep(Duration::from_secs(3600));
                     Err("injected hang".to_string())
                 });
+                fail::fail_point!("gpu::probe_fails", |_| Err(
+                    "injected by failpoint gpu::probe_fails".to_string()
+                ));
                 let gpu = GpuDevice::open(&adapter)?;
                 run_probe(&gpu, deadline)
             })();

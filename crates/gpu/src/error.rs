@@ -1,7 +1,8 @@
 use thiserror::Error;
 
 /// Errors of the device registry and the memory pool. Extraction itself reports
-/// [`sonograph_dsp::ExtractError`], so that every backend fails the same way.
+/// [`sonograph_dsp::DeviceError`] and [`sonograph_dsp::ItemError`], so that every backend
+/// fails the same way.
 #[derive(Debug, Error, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum GpuError {
@@ -22,4 +23,10 @@ pub enum GpuError {
     /// The GPU backend is not built in or cannot run here.
     #[error("gpu unavailable: {0}")]
     Unavailable(String),
+    /// A GPU was asked for from a build without the `gpu` cargo feature.
+    #[error("this sonograph was built without GPU support (the `gpu` cargo feature); only the CPU is available")]
+    NotBuilt,
+    /// A device that cannot be disabled, or that does not exist, was named to be disabled.
+    #[error("cannot disable {0}: {1}")]
+    CannotDisable(String, String),
 }

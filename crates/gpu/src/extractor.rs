@@ -13,10 +13,10 @@ use std::time::Duration;
 use bytemuck::{Pod, Zeroable};
 use sonograph_dsp::dct::Dct;
 use sonograph_dsp::mel::MelBank;
-use sonograph_dsp::span::{frame_start, prepare_span, Span};
-use sonograph_dsp::spec::{FeatureSpec, Framing, OutputKind, PadMode, PreemphasisScope};
+use sonograph_dsp::span::{prepare_span, Span};
+use sonograph_dsp::spec::{FeatureSpec, OutputKind, PadMode, PreemphasisScope};
 use sonograph_dsp::window::window;
-use sonograph_dsp::{AudioBatch, ExtractError, Extractor, FeatureBatch, Precision};
+use sonograph_dsp::{AudioBatch, DeviceError, Extractor, FeatureBatch, ItemError, Precision};
 use wgpu::util::DeviceExt;
 
 use crate::context::{self, GpuDevice};
@@ -59,6 +59,7 @@ struct Params {
 }
 
 // A uniform is a whole number of 16-byte rows; the kernels' struct has no padding of its own.
+// (Every field's name, offset and type is checked against the WGSL in the tests below.)
 const _: () = assert!(std::mem::size_of::<Params>().is_multiple_of(16));
 
 /// Mirrors `Item` in kernels/common.wgsl.
@@ -116,6 +117,11 @@ impl BlockAllocator for WgpuAllocator {
             BlockKind::Uniform => wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             BlockKind::Readback => wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
         };
+        // Fault injection: the device refusing an allocation, as wgpu's OOM error scope would.
+        fail::fail_point!("gpu::device_alloc", |_| Err(format!(
+            "injected by failpoint gpu::device_alloc: {} refused",
+            human_bytes(size)
+        )));
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("sonograph pool block"),
@@ -161,14 +167,14 @@ enum Kernels {
     },
 }
 
-fn unavailable(msg: impl Into<String>) -> ExtractError {
-    ExtractError::Unavailable(msg.into())
+fn unavailable(msg: impl Into<String>) -> DeviceError {
+    DeviceError::Unavailable(msg.into())
 }
 
 impl GpuBackend {
     /// Opens the adapter `options` names (or the best one, software included: asking for the
     /// GPU backend is naming it) and prepares the kernels for `spec`.
-    pub fn new(spec: &FeatureSpec, options: &GpuOptions) -> Result<Self, ExtractError> {
+    pub fn new(spec: &FeatureSpec, options: &GpuOptions) -> Result<Self, DeviceError> {
         let adapters = context::adapters();
         if adapters.is_empty() {
             return Err(unavailable(
@@ -197,10 +203,10 @@ impl GpuBackend {
         gpu: GpuDevice,
         index: usize,
         options: &GpuOptions,
-    ) -> Result<Self, ExtractError> {
+    ) -> Result<Self, DeviceError> {
         let budget = crate::nvml::budget_for(options.budget, &gpu.info);
         spec.validate()
-            .map_err(|e| unavailable(format!("invalid spec: {e}")))?;
+            .map_err(|e| DeviceError::InvalidSpec(e.to_string()))?;
         let precision = match options.precision {
             Precision::F64 if !gpu.device.features().contains(wgpu::Features::SHADER_F64) => {
                 tracing::warn!(
@@ -216,7 +222,7 @@ impl GpuBackend {
         let d = &gpu.device;
         let scope = d.push_error_scope(wgpu::ErrorFilter::Validation);
         let pipeline = |name: &str, body: &str, entry: &str| {
-            let source = format!("{}\n{body}", COMMON.replace("@REAL@", real));
+            let source = kernel_source(real, body);
             let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(name),
                 source: wgpu::ShaderSource::Wgsl(source.into()),
@@ -300,7 +306,10 @@ impl GpuBackend {
             )
         });
         if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(unavailable(format!("the kernels do not compile here: {e}")));
+            return Err(DeviceError::Kernel(format!(
+                "on {} ({:?}): {e}",
+                gpu.info.name, gpu.info.backend
+            )));
         }
         let label = format!(
             "gpu:{index} {} ({:?}, {real})",
@@ -345,11 +354,6 @@ impl GpuBackend {
         self.precision
     }
 
-    /// The pool's statistics.
-    pub fn memory_stats(&self) -> MemoryStats {
-        self.pool.stats()
-    }
-
     /// How long a batch may run before the device counts as lost (default 60 s).
     pub fn set_deadline(&mut self, deadline: Duration) {
         self.deadline = deadline;
@@ -357,17 +361,12 @@ impl GpuBackend {
 
     fn params(&self, total_frames: usize, grid_y: u32, frame_row: u32) -> Params {
         let s = &self.spec;
-        let center = s.framing == Framing::Center;
         let (log_kind, guard_add, guard) = log_params(s);
         Params {
             n_fft: s.n_fft as u32,
             win_length: s.win_length as u32,
             hop: s.hop_length as u32,
-            window_offset: if center {
-                ((s.n_fft - s.win_length) / 2) as u32
-            } else {
-                0
-            },
+            window_offset: s.window_offset() as u32,
             reflect: u32::from(s.pad_mode == PadMode::Reflect),
             remove_dc: u32::from(s.remove_dc),
             preemph: if s.preemphasis_scope == PreemphasisScope::Frame {
@@ -399,13 +398,13 @@ impl GpuBackend {
         records: &[ItemRecord],
         frame_item: &[u32],
         n_items: usize,
-    ) -> Result<Vec<f32>, ExtractError> {
+    ) -> Result<Vec<f32>, DeviceError> {
         let spec = &self.spec;
         let total = frame_item.len();
         let max_dim = self.gpu.limits.max_compute_workgroups_per_dimension.max(1);
         let max_binding = self.gpu.limits.max_storage_buffer_binding_size;
         let too_big = |what: &str, bytes: u64| {
-            ExtractError::OutOfMemory(format!(
+            DeviceError::OutOfMemory(format!(
                 "a batch of {n_items} items ({total} frames) needs {} for its {what}, over the \
                  device's largest binding ({}); {}",
                 human_bytes(bytes),
@@ -475,11 +474,11 @@ impl GpuBackend {
         blocks: Vec<PoolBlock<wgpu::Buffer>>,
         msg: &str,
         n_items: usize,
-    ) -> ExtractError {
+    ) -> DeviceError {
         for b in blocks {
             self.pool.free(b);
         }
-        ExtractError::OutOfMemory(format!(
+        DeviceError::OutOfMemory(format!(
             "{msg}; a batch of {n_items} items; {}",
             next_step(n_items)
         ))
@@ -493,7 +492,7 @@ impl GpuBackend {
         records: &[ItemRecord],
         frame_item: &[u32],
         (grid_y, grid_z, frame_x, frame_y): (u32, u32, u32, u32),
-    ) -> Result<Vec<f32>, ExtractError> {
+    ) -> Result<Vec<f32>, DeviceError> {
         let spec = &self.spec;
         let total = frame_item.len();
         let d = &self.gpu.device;
@@ -602,20 +601,25 @@ impl GpuBackend {
         enc.copy_buffer_to_buffer(result_buf, 0, b_read, 0, result_bytes);
         let index = q.submit([enc.finish()]);
         if let Some(e) = pollster::block_on(val_scope.pop()) {
-            return Err(unavailable(format!("wgpu rejected the batch (a bug): {e}")));
+            return Err(DeviceError::Kernel(format!("wgpu rejected the batch: {e}")));
         }
+        // Fault injection: the device lost while the batch runs (its blocks go back to the
+        // pool in `run`, as after a real loss).
+        fail::fail_point!("gpu::device_lost", |_| Err(DeviceError::DeviceLost(
+            format!("{}: injected by failpoint gpu::device_lost", self.label)
+        )));
         if let Some(e) = pollster::block_on(oom_scope.pop()) {
-            return Err(ExtractError::OutOfMemory(format!(
+            return Err(DeviceError::OutOfMemory(format!(
                 "the device ran out of memory running a batch of {} items: {e}; {}",
                 records.len(),
                 next_step(records.len())
             )));
         }
         if self.gpu.is_lost() {
-            return Err(ExtractError::DeviceLost(self.label.clone()));
+            return Err(DeviceError::DeviceLost(self.label.clone()));
         }
         let bytes = context::read_buffer(&self.gpu, b_read, result_bytes, index, self.deadline)
-            .map_err(|e| ExtractError::DeviceLost(format!("{}: {e}", self.label)))?;
+            .map_err(|e| DeviceError::DeviceLost(format!("{}: {e}", self.label)))?;
         Ok(if spectrum_is_f64(spec, self.precision) {
             bytemuck::pod_collect_to_vec::<u8, f64>(&bytes)
                 .into_iter()
@@ -625,6 +629,16 @@ impl GpuBackend {
             bytemuck::pod_collect_to_vec(&bytes)
         })
     }
+}
+
+/// The WGSL of one kernel: the common declarations for scalar `real`, then `body`.
+fn kernel_source(real: &str, body: &str) -> String {
+    // Fault injection: a kernel that does not compile, which must never read as "no GPU".
+    fail::fail_point!("gpu::broken_kernel", |_| format!(
+        "{}\n{body}\nfn broken( {{",
+        COMMON.replace("@REAL@", real)
+    ));
+    format!("{}\n{body}", COMMON.replace("@REAL@", real))
 }
 
 /// What the batcher does after an out-of-memory error on a batch of `n_items`: the end of
@@ -699,6 +713,10 @@ impl Extractor for GpuBackend {
 
     /// Runs the health-probe kernel on this backend's own device (5 s deadline): a device the
     /// driver reports lost never recovers.
+    fn memory_stats(&self) -> Option<MemoryStats> {
+        Some(self.pool.stats())
+    }
+
     fn recover(&mut self) -> bool {
         fail::fail_point!("gpu::recover_fails", |_| false);
         if self.gpu.is_lost() {
@@ -740,23 +758,15 @@ impl Extractor for GpuBackend {
         &mut self,
         batch: &AudioBatch,
         out: &mut FeatureBatch,
-    ) -> Result<(), ExtractError> {
-        fail::fail_point!("gpu::device_lost", |_| Err(ExtractError::DeviceLost(
-            format!("{}: injected by failpoint gpu::device_lost", self.label)
-        )));
-        fail::fail_point!("gpu::oom", |_| Err(ExtractError::OutOfMemory(format!(
-            "injected by failpoint gpu::oom: a batch of {} items; {}",
-            batch.len(),
-            next_step(batch.len())
-        ))));
+    ) -> Result<(), DeviceError> {
         if self.gpu.is_lost() {
-            return Err(ExtractError::DeviceLost(self.label.clone()));
+            return Err(DeviceError::DeviceLost(self.label.clone()));
         }
         let spec = &self.spec;
         let mut samples: Vec<f32> = Vec::with_capacity(batch.samples().len());
         let mut records: Vec<ItemRecord> = Vec::with_capacity(batch.len());
         let mut frame_item: Vec<u32> = Vec::new();
-        let mut per_item: Vec<Result<usize, ExtractError>> = Vec::with_capacity(batch.len());
+        let mut per_item: Vec<Result<usize, ItemError>> = Vec::with_capacity(batch.len());
         let mut lasts: Vec<bool> = Vec::with_capacity(batch.len());
         for (i, item) in batch.items().enumerate() {
             let start = samples.len();
@@ -770,7 +780,7 @@ impl Extractor for GpuBackend {
                 Ok(base) => {
                     let frames = span.frames;
                     let first_start =
-                        i32::try_from(frame_start(spec, span.first_frame) - base as isize);
+                        i32::try_from(spec.frame_start(span.first_frame) - base as isize);
                     let fields = [
                         start,
                         samples.len() - start,
@@ -785,7 +795,7 @@ impl Extractor for GpuBackend {
                         Ok(first_start),
                     ) = (fields, first_start)
                     else {
-                        return Err(ExtractError::OutOfMemory(format!(
+                        return Err(DeviceError::OutOfMemory(format!(
                             "a batch of {} items holds more than 2^32 samples or frames; {}",
                             batch.len(),
                             next_step(batch.len())
@@ -840,7 +850,117 @@ impl Extractor for GpuBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::fft_radices;
+    use super::{fft_radices, kernel_source, FilterRecord, ItemRecord, Params, FRAME, FRAMING};
+    use std::mem::{offset_of, size_of};
+
+    /// A field of a Rust mirror: its name, byte offset and WGSL scalar type.
+    type Field = (&'static str, usize, &'static str);
+
+    macro_rules! fields {
+        ($ty:ty { $($name:ident: $wgsl:literal),* $(,)? }) => {
+            &[$((stringify!($name), offset_of!($ty, $name), $wgsl)),*]
+        };
+    }
+
+    /// Checks a Rust mirror field by field against the struct `name` of the kernels' common
+    /// declarations (in the frame kernel, as compiled), as naga — wgpu's own WGSL front end —
+    /// lays it out.
+    fn check_mirror(name: &str, rust: &[Field], rust_size: usize) {
+        let source = kernel_source("f32", &format!("{FRAMING}\n{FRAME}"));
+        let module = naga::front::wgsl::parse_str(&source).expect("the frame kernel parses");
+        let (members, span) = module
+            .types
+            .iter()
+            .find_map(|(_, ty)| match &ty.inner {
+                naga::TypeInner::Struct { members, span } if ty.name.as_deref() == Some(name) => {
+                    Some((members.clone(), *span))
+                }
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no struct {name} in common.wgsl"));
+        let wgsl: Vec<(String, usize, String)> = members
+            .iter()
+            .map(|m| {
+                let scalar = match &module.types[m.ty].inner {
+                    naga::TypeInner::Scalar(s) => match (s.kind, s.width) {
+                        (naga::ScalarKind::Uint, 4) => "u32",
+                        (naga::ScalarKind::Sint, 4) => "i32",
+                        (naga::ScalarKind::Float, 4) => "f32",
+                        other => panic!("{name}: unexpected scalar {other:?}"),
+                    },
+                    other => panic!("{name}: unexpected member type {other:?}"),
+                };
+                (
+                    m.name.clone().unwrap_or_default(),
+                    m.offset as usize,
+                    scalar.to_string(),
+                )
+            })
+            .collect();
+        let rust: Vec<(String, usize, String)> = rust
+            .iter()
+            .map(|(n, o, t)| (n.to_string(), *o, t.to_string()))
+            .collect();
+        assert_eq!(
+            rust, wgsl,
+            "{name}: the Rust mirror and the WGSL struct differ"
+        );
+        assert_eq!(rust_size, span as usize, "{name}: size");
+    }
+
+    #[test]
+    fn rust_mirrors_match_the_kernels_structs_field_by_field() {
+        check_mirror(
+            "Params",
+            fields!(Params {
+                n_fft: "u32",
+                win_length: "u32",
+                hop: "u32",
+                window_offset: "u32",
+                reflect: "u32",
+                remove_dc: "u32",
+                preemph: "f32",
+                total_frames: "u32",
+                n_freq: "u32",
+                out_bins: "u32",
+                n_mels: "u32",
+                magnitude: "u32",
+                log_kind: "u32",
+                guard_add: "u32",
+                guard: "f32",
+                grid_y: "u32",
+                frame_row: "u32",
+                dither: "f32",
+                dither_seed_lo: "u32",
+                dither_seed_hi: "u32",
+            }),
+            size_of::<Params>(),
+        );
+        check_mirror(
+            "Item",
+            fields!(ItemRecord {
+                sample_offset: "u32",
+                n_samples: "u32",
+                frame_offset: "u32",
+                n_frames: "u32",
+                first_start: "i32",
+                signal_len: "u32",
+                first_frame: "u32",
+                _pad: "u32",
+            }),
+            size_of::<ItemRecord>(),
+        );
+        check_mirror(
+            "Filter",
+            fields!(FilterRecord {
+                start: "u32",
+                len: "u32",
+                weight_offset: "u32",
+                _pad: "u32"
+            }),
+            size_of::<FilterRecord>(),
+        );
+    }
 
     #[test]
     fn radices_multiply_back_and_large_primes_fall_back() {

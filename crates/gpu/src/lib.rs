@@ -4,13 +4,14 @@
 //! adaptive batcher that recovers from its out-of-memory errors lives in sonograph-pipeline.
 //!
 //! Without the `gpu` feature the crate still builds: the registry lists only the CPU and
-//! [`GpuBackend::new`] returns [`ExtractError::Unavailable`](sonograph_dsp::ExtractError).
+//! [`GpuBackend::new`] returns [`DeviceError::Unavailable`](sonograph_dsp::DeviceError).
 
 pub mod device;
 pub mod error;
 pub mod nvml;
 pub mod plan;
 pub mod pool;
+pub mod set;
 
 #[cfg(feature = "gpu")]
 pub mod context;
@@ -23,6 +24,7 @@ pub use error::GpuError;
 pub use extractor::GpuBackend;
 pub use nvml::GpuTelemetry;
 pub use pool::{Budget, MemoryPool, MemoryStats};
+pub use set::{Choice, DeviceRequest, DeviceSet, OpenError, OpenOptions, Opened, ProbePolicy};
 
 /// How to open the GPU backend.
 #[derive(Debug, Clone, Default)]
@@ -46,9 +48,8 @@ pub const GPU_BUILT: bool = cfg!(feature = "gpu");
 
 #[cfg(not(feature = "gpu"))]
 mod standin {
-    use sonograph_dsp::{AudioBatch, ExtractError, Extractor, FeatureBatch, FeatureSpec};
+    use sonograph_dsp::{AudioBatch, DeviceError, Extractor, FeatureBatch, FeatureSpec};
 
-    use crate::pool::MemoryStats;
     use crate::GpuOptions;
 
     /// Stand-in for builds without the `gpu` feature: it cannot be constructed.
@@ -57,15 +58,11 @@ mod standin {
     }
 
     impl GpuBackend {
-        pub fn new(_spec: &FeatureSpec, _options: &GpuOptions) -> Result<Self, ExtractError> {
-            Err(ExtractError::Unavailable(
+        pub fn new(_spec: &FeatureSpec, _options: &GpuOptions) -> Result<Self, DeviceError> {
+            Err(DeviceError::Unavailable(
                 "this sonograph was built without the `gpu` feature; rebuild with `--features gpu`"
                     .into(),
             ))
-        }
-
-        pub fn memory_stats(&self) -> MemoryStats {
-            MemoryStats::default()
         }
 
         pub fn spectrum_kernel(&self) -> &'static str {
@@ -88,8 +85,8 @@ mod standin {
             &mut self,
             _: &AudioBatch,
             _: &mut FeatureBatch,
-        ) -> Result<(), ExtractError> {
-            Err(ExtractError::Unavailable(
+        ) -> Result<(), DeviceError> {
+            Err(DeviceError::Unavailable(
                 "built without the `gpu` feature".into(),
             ))
         }

@@ -7,8 +7,6 @@
 //! The pool is generic over what a block is ([`BlockAllocator`]), so its bookkeeping is tested
 //! without a GPU; the GPU backend plugs in wgpu buffers.
 
-use serde::Serialize;
-
 use crate::error::GpuError;
 
 /// Default budget when neither NVML nor `--gpu-memory` says otherwise: wgpu cannot report
@@ -45,29 +43,8 @@ pub struct PoolBlock<B> {
     pub kind: BlockKind,
 }
 
-/// Pool statistics, named after `torch.cuda.memory_stats()` (current values, bytes).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct MemoryStats {
-    /// Bytes in blocks handed out.
-    pub allocated_bytes: u64,
-    /// Bytes held from the device: handed out plus cached.
-    pub reserved_bytes: u64,
-    /// Bytes the callers asked for (allocated less size-class rounding).
-    pub requested_bytes: u64,
-    pub peak_allocated_bytes: u64,
-    pub peak_reserved_bytes: u64,
-    /// Allocations that succeeded only after the cache was released.
-    pub num_alloc_retries: u64,
-    pub num_ooms: u64,
-    /// Allocations served from the cache.
-    pub num_cache_hits: u64,
-    pub num_device_allocs: u64,
-    pub budget_bytes: u64,
-    /// 1 − allocated / reserved (0 when nothing is reserved).
-    pub fragmentation: f64,
-    /// The largest cached (free) block.
-    pub largest_free_block: u64,
-}
+/// Pool statistics (defined beside the `Extractor` trait, which reports them).
+pub use sonograph_dsp::MemoryStats;
 
 /// Size class of a request: powers of two up to 1 MiB, then multiples of 2 MiB, so that a
 /// batch of nearly the same shape reuses the previous batch's blocks.
@@ -190,6 +167,12 @@ impl<A: BlockAllocator> MemoryPool<A> {
     /// A block of at least `bytes` for `kind`.
     pub fn alloc(&mut self, bytes: u64, kind: BlockKind) -> Result<PoolBlock<A::Block>, GpuError> {
         let class = size_class(bytes);
+        // Fault injection: the pool's own out-of-memory error, counted and worded as a real one.
+        fail::fail_point!("gpu::oom", |_| Err(self.oom(
+            bytes,
+            class,
+            "injected by failpoint gpu::oom"
+        )));
         // Best fit among cached blocks of this kind, wasting at most a quarter.
         let hit = self
             .cached

@@ -1,16 +1,19 @@
 //! Fault injection on the GPU backend (`--features failpoints`): with out-of-memory errors
 //! injected at random and the device lost mid-run, the adaptive batcher still computes every
 //! item exactly once, in order, equal to the CPU. Needs a wgpu adapter (lavapipe counts);
-//! without one it prints why it skipped.
+//! without one it skips (a failure under `SONOGRAPH_REQUIRE_GPU=1`).
 #![cfg(feature = "failpoints")]
 
 use std::collections::HashMap;
 
 use sonograph_dsp::{
-    AudioBatch, CpuBackend, ExtractError, Extractor, FeatureBatch, FeatureSpec, Precision,
+    AudioBatch, CpuBackend, DeviceError, Extractor, FeatureBatch, FeatureSpec, Precision,
 };
 use sonograph_gpu::{GpuBackend, GpuOptions};
 use sonograph_pipeline::{AdaptiveBatcher, BatcherConfig};
+
+#[path = "../../../tests/shared/skip.rs"]
+mod skip;
 
 /// Counts how many times each item (told apart by length) came out of a successful batch.
 struct Counting {
@@ -25,11 +28,7 @@ impl Extractor for Counting {
     fn device(&self) -> String {
         self.inner.device()
     }
-    fn extract_batch(
-        &mut self,
-        b: &AudioBatch,
-        out: &mut FeatureBatch,
-    ) -> Result<(), ExtractError> {
+    fn extract_batch(&mut self, b: &AudioBatch, out: &mut FeatureBatch) -> Result<(), DeviceError> {
         self.inner.extract_batch(b, out)?;
         for i in b.items() {
             *self.computed.entry(i.len()).or_default() += 1;
@@ -72,10 +71,13 @@ fn setup(n: usize) -> Option<(Counting, AudioBatch, CpuBackend, FeatureBatch)> {
     let spec = FeatureSpec::whisper(80);
     let gpu = match GpuBackend::new(&spec, &GpuOptions::default()) {
         Ok(g) => g,
-        Err(e) => {
-            eprintln!("skipped: no wgpu adapter (install mesa-vulkan-drivers): {e}");
+        Err(DeviceError::Unavailable(e)) => {
+            skip::skip(&format!(
+                "no wgpu adapter (install mesa-vulkan-drivers): {e}"
+            ));
             return None;
         }
+        Err(e) => panic!("the GPU backend failed to start: {e}"),
     };
     let clips = clips(n);
     let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
@@ -97,8 +99,9 @@ fn injected_ooms_and_a_lost_device_lose_and_duplicate_nothing() {
     };
     let bins = expect.bins();
 
-    // 1. Out of memory on 40% of the calls, at random.
-    fail::cfg("gpu::oom", "40%return").unwrap();
+    // 1. The pool refuses 10% of its allocations, at random (about half the batches, each
+    // allocating eight blocks): the backend hands back what it took and reports the OOM.
+    fail::cfg("gpu::oom", "10%return").unwrap();
     let mut batcher = AdaptiveBatcher::new(BatcherConfig {
         initial: 8,
         max: 16,
@@ -118,6 +121,13 @@ fn injected_ooms_and_a_lost_device_lose_and_duplicate_nothing() {
         batch.len() as u64
     );
     eprintln!("injected OOMs: {:?}", batcher.stats());
+    assert!(batcher.stats().ooms > 0, "{:?}", batcher.stats());
+    let pool = primary.inner.memory_stats().unwrap();
+    assert_eq!(pool.num_ooms, batcher.stats().ooms, "{pool:?}");
+    assert_eq!(
+        pool.allocated_bytes, 0,
+        "every block is back in the pool: {pool:?}"
+    );
 
     // 2. The device is lost after two more batches.
     fail::cfg("gpu::oom", "off").unwrap();
@@ -184,7 +194,7 @@ fn a_hung_probe_fails_the_device_within_its_deadline() {
     let scenario = fail::FailScenario::setup();
     let mut registry = sonograph_gpu::DeviceRegistry::discover();
     let Some(index) = registry.devices().iter().find_map(|d| d.index) else {
-        eprintln!("skipped: no wgpu adapter (install mesa-vulkan-drivers)");
+        skip::skip("no wgpu adapter (install mesa-vulkan-drivers)");
         return;
     };
     fail::cfg("gpu::probe_hang", "return").unwrap();
@@ -197,5 +207,76 @@ fn a_hung_probe_fails_the_device_within_its_deadline() {
     fail::cfg("gpu::probe_hang", "off").unwrap();
     let state = registry.probe(index, std::time::Duration::from_secs(20), 1);
     assert_eq!(state, sonograph_gpu::DeviceState::Available);
+    scenario.teardown();
+}
+
+/// The device itself refusing an allocation (wgpu's out-of-memory error), on the backend's
+/// real allocation path: with blocks cached, the pool releases them and retries once; with
+/// none, the batch fails with an OOM that the batcher splits. Nothing is lost either way.
+#[test]
+fn a_device_that_refuses_allocations_is_retried_then_split() {
+    let scenario = fail::FailScenario::setup();
+    let Some((mut primary, batch, mut cpu, expect)) = setup(8) else {
+        return;
+    };
+    let bins = expect.bins();
+    let run = |primary: &mut Counting, cpu: &mut CpuBackend, initial: usize| {
+        let mut batcher = AdaptiveBatcher::new(BatcherConfig {
+            initial,
+            max: initial,
+            grow_after: 100,
+        });
+        let mut out = FeatureBatch::new(bins);
+        batcher.run(&batch, primary, cpu, &mut out);
+        close(&out, &expect);
+        batcher.stats().clone()
+    };
+    // Nothing cached yet: the first allocation is refused and cannot be retried.
+    fail::cfg("gpu::device_alloc", "1*return->off").unwrap();
+    let stats = run(&mut primary, &mut cpu, 8);
+    let pool = primary.inner.memory_stats().unwrap();
+    assert_eq!((stats.ooms, stats.splits), (1, 1), "{stats:?}");
+    assert_eq!((pool.num_ooms, pool.num_alloc_retries), (1, 0), "{pool:?}");
+    assert!(
+        pool.reserved_bytes > 0 && pool.largest_free_block > 0,
+        "{pool:?}"
+    );
+    // Blocks of the 4-item batches are cached; a batch of 8 needs bigger ones, the device
+    // refuses the first, the pool releases its cache and the retry succeeds.
+    fail::cfg("gpu::device_alloc", "1*return->off").unwrap();
+    let stats = run(&mut primary, &mut cpu, 8);
+    let pool = primary.inner.memory_stats().unwrap();
+    assert_eq!(stats.ooms, 0, "{stats:?}");
+    assert_eq!((pool.num_ooms, pool.num_alloc_retries), (1, 1), "{pool:?}");
+    assert!(
+        primary.computed.values().all(|&c| c == 2),
+        "{:?}",
+        primary.computed
+    );
+    fail::cfg("gpu::device_alloc", "off").unwrap();
+    scenario.teardown();
+}
+
+/// A kernel that does not compile is an error of its own kind, never "no adapter": a test
+/// (or `--device auto`) can never mistake a broken shader for a machine without a GPU.
+#[test]
+fn a_kernel_that_does_not_compile_is_a_kernel_error() {
+    let scenario = fail::FailScenario::setup();
+    if setup(1).is_none() {
+        return;
+    }
+    fail::cfg("gpu::broken_kernel", "return").unwrap();
+    for force_dft in [false, true] {
+        let options = GpuOptions {
+            force_dft,
+            ..Default::default()
+        };
+        match GpuBackend::new(&FeatureSpec::whisper(80), &options) {
+            Err(DeviceError::Kernel(msg)) => assert!(msg.contains("broken"), "{msg}"),
+            Err(e) => panic!("a broken kernel read as {e:?}"),
+            Ok(_) => panic!("a broken kernel compiled"),
+        }
+    }
+    fail::cfg("gpu::broken_kernel", "off").unwrap();
     scenario.teardown();
 }

@@ -13,11 +13,70 @@ use symphonia::core::probe::Hint;
 
 use crate::error::DecodeError;
 
-/// Channel counts above this are taken as a lying header, not a real recording.
-pub const MAX_CHANNELS: usize = 64;
-/// Sample rates outside `MIN_RATE..=MAX_RATE` are taken as a lying header.
+/// Sample rates under this are taken as a lying header (no audio format goes lower).
 pub const MIN_RATE: u32 = 1_000;
-pub const MAX_RATE: u32 = 1_536_000;
+
+/// Resource limits against hostile headers and streams. Every path that decodes (`features`,
+/// `extract`, `bench`) applies them: a header that declares more is refused before anything is
+/// decoded or allocated, and a stream that runs past `max_seconds` stops with an error.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Longest file, in seconds of audio (default 24 h).
+    pub max_seconds: f64,
+    /// Most channels (default 64).
+    pub max_channels: usize,
+    /// Highest sample rate in Hz (default 768 kHz).
+    pub max_sample_rate: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_seconds: 24.0 * 3600.0,
+            max_channels: 64,
+            max_sample_rate: 768_000,
+        }
+    }
+}
+
+impl Limits {
+    /// Checks the limits themselves (flags a user set).
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.max_seconds.is_finite() && self.max_seconds > 0.0) {
+            return Err(format!(
+                "the duration limit {} s must be finite and > 0",
+                self.max_seconds
+            ));
+        }
+        if self.max_channels == 0 {
+            return Err("the channel limit must be at least 1".into());
+        }
+        if self.max_sample_rate < MIN_RATE {
+            return Err(format!(
+                "the sample-rate limit {} Hz is under {MIN_RATE} Hz",
+                self.max_sample_rate
+            ));
+        }
+        Ok(())
+    }
+
+    /// Why a header's rate and channel count are refused, if they are.
+    fn check_format(&self, rate: u32, channels: usize) -> Result<(), String> {
+        if !(MIN_RATE..=self.max_sample_rate).contains(&rate) {
+            return Err(format!(
+                "sample rate {rate} Hz is outside {MIN_RATE}..={} (--max-sample-rate)",
+                self.max_sample_rate
+            ));
+        }
+        if channels == 0 || channels > self.max_channels {
+            return Err(format!(
+                "{channels} channels is outside 1..={} (--max-channels)",
+                self.max_channels
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// How channels become the one signal features are computed on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -32,8 +91,8 @@ pub enum ChannelMix {
 #[derive(Debug, Clone, Default)]
 pub struct DecodeOptions {
     pub mix: ChannelMix,
-    /// Refuse files longer than this (a resource limit against hostile headers and streams).
-    pub max_seconds: Option<f64>,
+    /// Resource limits (duration, channels, sample rate).
+    pub limits: Limits,
     /// Start this many seconds into the file (NeMo manifests' `offset`).
     pub offset_s: f64,
     /// Stop after this many seconds (NeMo manifests' `duration`); `None` = to the end.
@@ -67,11 +126,13 @@ pub struct AudioReader {
     take_left: Option<u64>,
     /// Frames decoded from the file, including skipped ones.
     frames_decoded: u64,
+    /// Frames decoded only to be dropped before the offset.
+    skipped: u64,
 }
 
 impl AudioReader {
     pub fn open(path: &Path, opts: &DecodeOptions) -> Result<Self, DecodeError> {
-        check_wav_header(path)?;
+        check_wav_header(path, &opts.limits)?;
         guard(path, || Self::open_unguarded(path, opts))
     }
 
@@ -109,19 +170,13 @@ impl AudioReader {
             })?;
         let params = &track.codec_params;
         let sample_rate = params.sample_rate.unwrap_or(0);
-        if !(MIN_RATE..=MAX_RATE).contains(&sample_rate) {
-            return Err(DecodeError::BadHeader {
-                path: path.to_path_buf(),
-                reason: format!("sample rate {sample_rate} Hz is outside {MIN_RATE}..={MAX_RATE}"),
-            });
-        }
         let channels = params.channels.map(|c| c.count()).unwrap_or(0);
-        if channels == 0 || channels > MAX_CHANNELS {
-            return Err(DecodeError::BadHeader {
+        opts.limits
+            .check_format(sample_rate, channels)
+            .map_err(|reason| DecodeError::BadHeader {
                 path: path.to_path_buf(),
-                reason: format!("{channels} channels is outside 1..={MAX_CHANNELS}"),
-            });
-        }
+                reason,
+            })?;
         if let ChannelMix::Select(c) = opts.mix {
             if c >= channels {
                 return Err(DecodeError::Unsupported {
@@ -147,12 +202,15 @@ impl AudioReader {
                 });
             }
         }
-        if let (Some(n), Some(max)) = (declared_frames, opts.max_seconds) {
+        if let Some(n) = declared_frames {
             let seconds = n as f64 / f64::from(sample_rate);
+            let max = opts.limits.max_seconds;
             if seconds > max {
                 return Err(DecodeError::ResourceLimit {
                     path: path.to_path_buf(),
-                    reason: format!("{seconds:.1} s declared, the limit is {max} s"),
+                    reason: format!(
+                        "the header declares {n} frames ({seconds:.0} s); the limit is {max} s (--max-duration)"
+                    ),
                 });
             }
         }
@@ -163,9 +221,10 @@ impl AudioReader {
         let decoder = symphonia::default::get_codecs()
             .make(params, &DecoderOptions::default())
             .map_err(|e| classify(path, e, "no decoder for this codec"))?;
-        Ok(AudioReader {
+        let track_id = track.id;
+        let mut reader = AudioReader {
             path: path.to_path_buf(),
-            track_id: track.id,
+            track_id,
             info: AudioInfo {
                 sample_rate,
                 channels,
@@ -183,7 +242,46 @@ impl AudioReader {
             mono: Vec::new(),
             frames_read: 0,
             frames_decoded: 0,
-        })
+            skipped: 0,
+        };
+        reader.seek_to_offset()?;
+        Ok(reader)
+    }
+
+    /// Reaches the offset by seeking instead of decoding everything before it, where that is
+    /// exact: PCM and FLAC decode each frame on its own, so the samples after a seek are those
+    /// of a decode from the start. symphonia's accurate seek lands at or before the offset;
+    /// the rest is skipped sample by sample as without a seek. Lossy codecs carry decoder
+    /// state across frames: they decode from the start.
+    fn seek_to_offset(&mut self) -> Result<(), DecodeError> {
+        use symphonia::core::formats::{SeekMode, SeekTo};
+        let lossless = self.info.codec == "flac" || self.info.codec.starts_with("pcm");
+        if self.skip_left == 0 || !lossless {
+            return Ok(());
+        }
+        let to = SeekTo::TimeStamp {
+            ts: self.skip_left,
+            track_id: self.track_id,
+        };
+        let path = self.path.clone();
+        let at = guard(&path, || {
+            self.format
+                .seek(SeekMode::Accurate, to)
+                .map_err(|e| classify(&path, e, "cannot seek to the offset"))
+        })?;
+        if at.actual_ts > at.required_ts {
+            return Err(DecodeError::Corrupt {
+                path,
+                reason: format!(
+                    "a seek to frame {} landed after it, at {}",
+                    at.required_ts, at.actual_ts
+                ),
+            });
+        }
+        self.decoder.reset();
+        self.skip_left = at.required_ts - at.actual_ts;
+        self.frames_decoded = at.actual_ts;
+        Ok(())
     }
 
     pub fn info(&self) -> &AudioInfo {
@@ -194,9 +292,15 @@ impl AudioReader {
         &self.path
     }
 
-    /// Frames per channel decoded so far.
+    /// Frames per channel delivered so far.
     pub fn frames_read(&self) -> u64 {
         self.frames_read
+    }
+
+    /// Frames per channel decoded and dropped to reach the offset: all of them for a lossy
+    /// file, at most one codec frame's worth after a seek.
+    pub fn frames_skipped(&self) -> u64 {
+        self.skipped
     }
 
     /// Seconds of audio this reader will deliver, when the header says: what is left after
@@ -229,6 +333,7 @@ impl AudioReader {
             let n = self.mono.len() as u64;
             let skip = self.skip_left.min(n);
             self.skip_left -= skip;
+            self.skipped += skip;
             let mut end = n;
             if let Some(left) = &mut self.take_left {
                 end = end.min(skip + *left);
@@ -306,14 +411,12 @@ impl AudioReader {
                 });
             }
             self.frames_decoded += self.mono.len() as u64;
-            if let Some(max) = self.opts.max_seconds {
-                let seconds = self.frames_decoded as f64 / f64::from(self.info.sample_rate);
-                if seconds > max {
-                    return Err(DecodeError::ResourceLimit {
-                        path: self.path.clone(),
-                        reason: format!("longer than the limit of {max} s"),
-                    });
-                }
+            let max = self.opts.limits.max_seconds;
+            if self.frames_decoded as f64 / f64::from(self.info.sample_rate) > max {
+                return Err(DecodeError::ResourceLimit {
+                    path: self.path.clone(),
+                    reason: format!("longer than the limit of {max} s (--max-duration)"),
+                });
             }
             return Ok(true);
         }
@@ -359,7 +462,7 @@ fn guard<T>(path: &Path, f: impl FnOnce() -> Result<T, DecodeError>) -> Result<T
 
 /// Reads a RIFF/WAVE `fmt ` chunk, if the file is one, and refuses the lies symphonia would
 /// trip over (zero or absurd rates and channel counts). Other formats pass untouched.
-fn check_wav_header(path: &Path) -> Result<(), DecodeError> {
+fn check_wav_header(path: &Path, limits: &Limits) -> Result<(), DecodeError> {
     use std::io::Read;
     let mut head = Vec::with_capacity(4096);
     if let Ok(f) = File::open(path) {
@@ -380,21 +483,12 @@ fn check_wav_header(path: &Path) -> Result<(), DecodeError> {
                 head[pos + 14],
                 head[pos + 15],
             ]);
-            let bad = |reason: String| DecodeError::BadHeader {
-                path: path.to_path_buf(),
-                reason,
-            };
-            if !(MIN_RATE..=MAX_RATE).contains(&rate) {
-                return Err(bad(format!(
-                    "sample rate {rate} Hz is outside {MIN_RATE}..={MAX_RATE}"
-                )));
-            }
-            if channels == 0 || usize::from(channels) > MAX_CHANNELS {
-                return Err(bad(format!(
-                    "{channels} channels is outside 1..={MAX_CHANNELS}"
-                )));
-            }
-            return Ok(());
+            return limits
+                .check_format(rate, usize::from(channels))
+                .map_err(|reason| DecodeError::BadHeader {
+                    path: path.to_path_buf(),
+                    reason,
+                });
         }
         pos += 8 + len as usize + (len as usize & 1);
     }

@@ -44,6 +44,80 @@ pub struct PieceRecord {
     pub audio_seconds: f64,
 }
 
+/// A read-only view of a ledger that a running job writes: the source stage asks it, a chunk
+/// of items at a time, which are settled (done or failed), so that the job never holds the
+/// set of all done items in memory.
+pub struct LedgerReader {
+    path: PathBuf,
+    conn: Connection,
+}
+
+/// Items per query: SQLite binds at most 32766 parameters; a few hundred keep each query
+/// short while amortising its cost.
+const SETTLED_CHUNK: usize = 500;
+
+/// Which of the items asked about are settled ([`LedgerReader::settled`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Settled {
+    pub done: std::collections::HashSet<String>,
+    pub failed: std::collections::HashSet<String>,
+}
+
+impl LedgerReader {
+    pub fn open(path: &Path) -> Result<Self, LedgerError> {
+        let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .map_err(|source| LedgerError::Sqlite {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(LedgerReader {
+            path: path.to_path_buf(),
+            conn,
+        })
+    }
+
+    /// Of `ids`, those done and those failed, through the tables' primary-key indexes.
+    pub fn settled(&self, ids: &[&str]) -> Result<Settled, LedgerError> {
+        let sql = |source| LedgerError::Sqlite {
+            path: self.path.clone(),
+            source,
+        };
+        let mut out = Settled::default();
+        for chunk in ids.chunks(SETTLED_CHUNK) {
+            let marks = vec!["?"; chunk.len()].join(",");
+            for (query, set) in [
+                (
+                    format!("SELECT item_id FROM pieces WHERE last = 1 AND item_id IN ({marks})"),
+                    &mut out.done,
+                ),
+                (
+                    format!("SELECT item_id FROM failures WHERE item_id IN ({marks})"),
+                    &mut out.failed,
+                ),
+            ] {
+                let mut stmt = self.conn.prepare_cached(&query).map_err(sql)?;
+                let rows = stmt
+                    .query_map(rusqlite::params_from_iter(chunk.iter()), |r| r.get(0))
+                    .map_err(sql)?;
+                for id in rows {
+                    set.insert(id.map_err(sql)?);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Counts of a ledger's parts and items ([`Ledger::inspect`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LedgerSummary {
+    pub committed_parts: u64,
+    /// Parts begun and not committed: a crash between writing a part and committing it.
+    pub pending_parts: u64,
+    /// Items whose last piece is committed.
+    pub done_items: u64,
+}
+
 pub struct Ledger {
     path: PathBuf,
     conn: Connection,
@@ -160,6 +234,27 @@ impl Ledger {
         Ok(())
     }
 
+    /// What a ledger holds, read without opening it for writing (nor settling its pending
+    /// parts): for tools and tests that watch a job from outside while it runs.
+    pub fn inspect(path: &Path) -> Result<LedgerSummary, LedgerError> {
+        let sql = |source| LedgerError::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        };
+        let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .map_err(sql)?;
+        let count = |query: &str| -> Result<u64, LedgerError> {
+            conn.query_row(query, [], |r| r.get::<_, i64>(0))
+                .map(|n| n as u64)
+                .map_err(sql)
+        };
+        Ok(LedgerSummary {
+            committed_parts: count("SELECT COUNT(*) FROM parts WHERE state = 'committed'")?,
+            pending_parts: count("SELECT COUNT(*) FROM parts WHERE state = 'pending'")?,
+            done_items: count("SELECT COUNT(*) FROM pieces WHERE last = 1")?,
+        })
+    }
+
     /// The number the next part should get.
     pub fn next_part(&self) -> Result<u32, LedgerError> {
         let max: Option<i64> = self
@@ -176,6 +271,41 @@ impl Ledger {
             .prepare("SELECT item_id FROM pieces WHERE last = 1")
             .map_err(self.sql())?;
         let rows = stmt.query_map([], |r| r.get(0)).map_err(self.sql())?;
+        rows.collect::<Result<_, _>>().map_err(self.sql())
+    }
+
+    /// How many items are done (their last piece committed).
+    pub fn done_count(&self) -> Result<u64, LedgerError> {
+        self.conn
+            .query_row("SELECT COUNT(*) FROM pieces WHERE last = 1", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map(|n| n as u64)
+            .map_err(self.sql())
+    }
+
+    /// How many items are recorded as failed.
+    pub fn failed_count(&self) -> Result<u64, LedgerError> {
+        self.conn
+            .query_row("SELECT COUNT(*) FROM failures", [], |r| r.get::<_, i64>(0))
+            .map(|n| n as u64)
+            .map_err(self.sql())
+    }
+
+    /// Pieces committed of the items not done yet (a long item cut short by a crash), as
+    /// (item, piece): what a resumed run must not write again. Done items are never resumed,
+    /// so this stays small however many items the ledger holds.
+    pub fn partial_pieces(&self) -> Result<std::collections::HashSet<(String, u32)>, LedgerError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT item_id, piece FROM pieces WHERE item_id IN
+                     (SELECT item_id FROM pieces GROUP BY item_id HAVING MAX(last) = 0)",
+            )
+            .map_err(self.sql())?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(self.sql())?;
         rows.collect::<Result<_, _>>().map_err(self.sql())
     }
 

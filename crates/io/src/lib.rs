@@ -7,12 +7,11 @@ pub mod manifest;
 pub mod npy;
 pub mod parquet;
 pub mod resample;
-pub mod segment;
 pub mod transcripts;
 
 use std::path::Path;
 
-pub use decode::{AudioInfo, AudioReader, ChannelMix, DecodeOptions};
+pub use decode::{AudioInfo, AudioReader, ChannelMix, DecodeOptions, Limits};
 pub use error::{DecodeError, StreamError, WriteError};
 pub use npy::{read_npy, read_npy_f32, write_npy};
 pub use resample::StreamResampler;

@@ -54,43 +54,119 @@ pub enum SourceError {
     Format { path: PathBuf, reason: String },
 }
 
-/// The entries of a directory or a manifest file, sorted by id (ids must be unique).
-pub fn read_source(path: &Path) -> Result<Vec<Entry>, SourceError> {
-    let io = |source| SourceError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let meta = std::fs::metadata(path).map_err(io)?;
-    let mut entries = if meta.is_dir() {
-        walk_dir(path)?
-    } else {
-        let text = std::fs::read_to_string(path).map_err(io)?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        // Ids of bad lines use the file's name only, so that every shard computes the same
-        // ids (and so the same shard ranges) however the path was spelled.
-        let name = path.file_name().map_or_else(
-            || path.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
-        );
-        match path.extension().and_then(|e| e.to_str()) {
-            Some("csv") => parse_csv(&text, base, &name)?,
-            Some("json" | "jsonl" | "ndjson") => parse_nemo(&text, base, &name),
-            _ => {
-                return Err(SourceError::Format {
-                    path: path.to_path_buf(),
-                    reason: "a source is a directory, a .jsonl (NeMo) or a .csv manifest".into(),
-                })
+/// A source of items, opened: a directory (walked and sorted by id at once), or a manifest
+/// (NeMo JSON lines or CSV) that is read as a stream, in its own order, each time its
+/// entries are asked for — a manifest of millions of lines is never held in memory.
+pub struct Source {
+    path: PathBuf,
+    kind: SourceKind,
+}
+
+enum SourceKind {
+    Dir(Vec<Entry>),
+    Nemo,
+    Csv,
+}
+
+/// A source's entries, in order; an error reading the source ends it.
+pub type Entries<'a> = Box<dyn Iterator<Item = Result<Entry, SourceError>> + 'a>;
+
+impl Source {
+    /// Opens a directory (walked now, sorted by id; ids are unique by construction) or a
+    /// `.jsonl` / `.csv` manifest (checked to be readable; read when iterated).
+    pub fn open(path: &Path) -> Result<Source, SourceError> {
+        let meta = std::fs::metadata(path).map_err(|source| SourceError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let kind = if meta.is_dir() {
+            let mut entries = walk_dir(path)?;
+            entries.sort_by(|a, b| a.id().cmp(b.id()));
+            SourceKind::Dir(entries)
+        } else {
+            match path.extension().and_then(|e| e.to_str()) {
+                Some("csv") => SourceKind::Csv,
+                Some("json" | "jsonl" | "ndjson") => SourceKind::Nemo,
+                _ => {
+                    return Err(SourceError::Format {
+                        path: path.to_path_buf(),
+                        reason: "a source is a directory, a .jsonl (NeMo) or a .csv manifest"
+                            .into(),
+                    })
+                }
+            }
+        };
+        Ok(Source {
+            path: path.to_path_buf(),
+            kind,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// How many entries there are, by a pass that parses no JSON: every non-empty line of a
+    /// NeMo manifest and every record of a CSV one is an entry (a bad one is an invalid entry).
+    pub fn count(&self) -> Result<usize, SourceError> {
+        let io = |source| SourceError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        match &self.kind {
+            SourceKind::Dir(entries) => Ok(entries.len()),
+            SourceKind::Nemo => {
+                use std::io::BufRead;
+                let file = std::fs::File::open(&self.path).map_err(io)?;
+                let mut n = 0;
+                for line in std::io::BufReader::new(file).lines() {
+                    n += usize::from(!line.map_err(io)?.trim().is_empty());
+                }
+                Ok(n)
+            }
+            SourceKind::Csv => {
+                let file = std::fs::File::open(&self.path).map_err(io)?;
+                let base = PathBuf::new();
+                Ok(parse_csv(std::io::BufReader::new(file), base, "")?.count())
             }
         }
-    };
-    entries.sort_by(|a, b| a.id().cmp(b.id()));
-    if let Some(w) = entries.windows(2).find(|w| w[0].id() == w[1].id()) {
-        return Err(SourceError::Format {
-            path: path.to_path_buf(),
-            reason: format!("id {:?} appears more than once", w[0].id()),
-        });
     }
-    Ok(entries)
+
+    /// The entries, streamed: a directory's in id order, a manifest's in line order.
+    pub fn entries(&self) -> Result<Entries<'_>, SourceError> {
+        let io = |source| SourceError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let base = self.path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        // Ids of bad lines use the file's name only, so that every shard computes the same
+        // ids however the path was spelled.
+        let name = self.path.file_name().map_or_else(
+            || self.path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        match &self.kind {
+            SourceKind::Dir(entries) => Ok(Box::new(entries.iter().cloned().map(Ok))),
+            SourceKind::Nemo => {
+                let file = std::fs::File::open(&self.path).map_err(io)?;
+                let path = self.path.clone();
+                Ok(Box::new(
+                    parse_nemo(std::io::BufReader::new(file), base, name).map(move |r| {
+                        r.map_err(|source| SourceError::Io {
+                            path: path.clone(),
+                            source,
+                        })
+                    }),
+                ))
+            }
+            SourceKind::Csv => {
+                let file = std::fs::File::open(&self.path).map_err(io)?;
+                Ok(Box::new(
+                    parse_csv(std::io::BufReader::new(file), base, &name)?.map(Ok),
+                ))
+            }
+        }
+    }
 }
 
 /// Audio files under `root` (recursively; symlinked directories are not followed, so a loop
@@ -176,48 +252,57 @@ fn check_span(offset: f64, duration: Option<f64>) -> Result<(), String> {
 }
 
 /// NeMo manifest: one JSON object per line with `audio_filepath`, optional `offset` and
-/// `duration` (seconds); other keys (`text`, …) are ignored. Relative paths are relative to the
-/// manifest's folder.
-pub fn parse_nemo(text: &str, base: &Path, name: &str) -> Vec<Entry> {
-    let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let line_id = format!("{name}:{}", n + 1);
-        let parsed: Result<NemoLine, _> = serde_json::from_str(line);
-        let entry = match parsed {
-            Err(e) => Entry::Invalid {
-                id: line_id,
-                reason: format!("line does not parse: {e}"),
-            },
-            Ok(l) => {
-                let offset = l.offset.unwrap_or(0.0);
-                match check_span(offset, l.duration) {
-                    Err(reason) => Entry::Invalid {
-                        id: line_id,
-                        reason,
+/// `duration` (seconds); other keys (`text`, …) are ignored. Relative paths are relative to
+/// `base` (the manifest's folder). Streams: one line at a time.
+pub fn parse_nemo(
+    reader: impl std::io::BufRead,
+    base: PathBuf,
+    name: String,
+) -> impl Iterator<Item = Result<Entry, std::io::Error>> {
+    reader
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| !matches!(line, Ok(l) if l.trim().is_empty()))
+        .map(move |(n, line)| Ok(nemo_entry(&line?, n + 1, &base, &name)))
+}
+
+fn nemo_entry(line: &str, number: usize, base: &Path, name: &str) -> Entry {
+    let line_id = format!("{name}:{number}");
+    let parsed: Result<NemoLine, _> = serde_json::from_str(line);
+    match parsed {
+        Err(e) => Entry::Invalid {
+            id: line_id,
+            reason: format!("line does not parse: {e}"),
+        },
+        Ok(l) => {
+            let offset = l.offset.unwrap_or(0.0);
+            match check_span(offset, l.duration) {
+                Err(reason) => Entry::Invalid {
+                    id: line_id,
+                    reason,
+                },
+                Ok(()) => Entry::Item(SourceItem {
+                    id: if l.offset.is_some() {
+                        format!("{}@{offset}", l.audio_filepath)
+                    } else {
+                        l.audio_filepath.clone()
                     },
-                    Ok(()) => Entry::Item(SourceItem {
-                        id: if l.offset.is_some() {
-                            format!("{}@{offset}", l.audio_filepath)
-                        } else {
-                            l.audio_filepath.clone()
-                        },
-                        path: resolve(base, &l.audio_filepath),
-                        offset_s: offset,
-                        duration_s: l.duration,
-                    }),
-                }
+                    path: resolve(base, &l.audio_filepath),
+                    offset_s: offset,
+                    duration_s: l.duration,
+                }),
             }
-        };
-        out.push(entry);
+        }
     }
-    out
 }
 
 /// CSV manifest with a header naming `id` and `path`, optionally `offset` and `duration`.
-pub fn parse_csv(text: &str, base: &Path, name: &str) -> Result<Vec<Entry>, SourceError> {
+/// The header is read now; the rows stream.
+pub fn parse_csv(
+    reader: impl std::io::Read,
+    base: PathBuf,
+    name: &str,
+) -> Result<impl Iterator<Item = Entry>, SourceError> {
     let format = |reason: String| SourceError::Format {
         path: PathBuf::from(name),
         reason,
@@ -225,7 +310,7 @@ pub fn parse_csv(text: &str, base: &Path, name: &str) -> Result<Vec<Entry>, Sour
     let mut reader = csv::ReaderBuilder::new()
         .flexible(true)
         .trim(csv::Trim::All)
-        .from_reader(text.as_bytes());
+        .from_reader(reader);
     let headers = reader
         .headers()
         .map_err(|e| format(format!("bad CSV header: {e}")))?
@@ -236,57 +321,68 @@ pub fn parse_csv(text: &str, base: &Path, name: &str) -> Result<Vec<Entry>, Sour
             "the CSV header must name the columns id and path".into(),
         ));
     };
-    let (offset_col, duration_col) = (col("offset"), col("duration"));
-    let mut out = Vec::new();
-    for (n, record) in reader.records().enumerate() {
+    let columns = CsvColumns {
+        id: id_col,
+        path: path_col,
+        offset: col("offset"),
+        duration: col("duration"),
+    };
+    let name = name.to_string();
+    Ok(reader.into_records().enumerate().map(move |(n, record)| {
         let line_id = format!("{name}:{}", n + 2);
-        let record = match record {
-            Ok(r) => r,
-            Err(e) => {
-                out.push(Entry::Invalid {
-                    id: line_id,
-                    reason: format!("row does not parse: {e}"),
-                });
-                continue;
-            }
-        };
-        let field = |c: Option<usize>| c.and_then(|c| record.get(c)).filter(|s| !s.is_empty());
-        let number = |c: Option<usize>, what: &str| -> Result<Option<f64>, String> {
-            field(c)
-                .map(|s| {
-                    s.parse::<f64>()
-                        .map_err(|_| format!("{what} {s:?} is not a number"))
-                })
-                .transpose()
-        };
-        let entry = match (field(Some(id_col)), field(Some(path_col))) {
-            (Some(id), Some(p)) => {
-                let span = number(offset_col, "offset").and_then(|o| {
-                    let d = number(duration_col, "duration")?;
-                    let o = o.unwrap_or(0.0);
-                    check_span(o, d).map(|()| (o, d))
-                });
-                match span {
-                    Ok((offset_s, duration_s)) => Entry::Item(SourceItem {
-                        id: id.to_string(),
-                        path: resolve(base, p),
-                        offset_s,
-                        duration_s,
-                    }),
-                    Err(reason) => Entry::Invalid {
-                        id: line_id,
-                        reason,
-                    },
-                }
-            }
-            _ => Entry::Invalid {
+        match record {
+            Ok(r) => csv_entry(&r, &columns, line_id, &base),
+            Err(e) => Entry::Invalid {
                 id: line_id,
-                reason: "id and path must not be empty".into(),
+                reason: format!("row does not parse: {e}"),
             },
-        };
-        out.push(entry);
+        }
+    }))
+}
+
+/// Where a CSV manifest keeps each field.
+struct CsvColumns {
+    id: usize,
+    path: usize,
+    offset: Option<usize>,
+    duration: Option<usize>,
+}
+
+fn csv_entry(record: &csv::StringRecord, c: &CsvColumns, line_id: String, base: &Path) -> Entry {
+    let field = |c: Option<usize>| c.and_then(|c| record.get(c)).filter(|s| !s.is_empty());
+    let number = |c: Option<usize>, what: &str| -> Result<Option<f64>, String> {
+        field(c)
+            .map(|s| {
+                s.parse::<f64>()
+                    .map_err(|_| format!("{what} {s:?} is not a number"))
+            })
+            .transpose()
+    };
+    match (field(Some(c.id)), field(Some(c.path))) {
+        (Some(id), Some(p)) => {
+            let span = number(c.offset, "offset").and_then(|o| {
+                let d = number(c.duration, "duration")?;
+                let o = o.unwrap_or(0.0);
+                check_span(o, d).map(|()| (o, d))
+            });
+            match span {
+                Ok((offset_s, duration_s)) => Entry::Item(SourceItem {
+                    id: id.to_string(),
+                    path: resolve(base, p),
+                    offset_s,
+                    duration_s,
+                }),
+                Err(reason) => Entry::Invalid {
+                    id: line_id,
+                    reason,
+                },
+            }
+        }
+        _ => Entry::Invalid {
+            id: line_id,
+            reason: "id and path must not be empty".into(),
+        },
     }
-    Ok(out)
 }
 
 /// The contiguous share `[n·i/N, n·(i+1)/N)` of `len` sorted items for shard `index` of `count`.
@@ -310,7 +406,9 @@ mod tests {
             "not json\n",
             "{\"audio_filepath\": \"c.wav\", \"offset\": -1}\n",
         );
-        let e = parse_nemo(text, Path::new("/m"), "m.jsonl");
+        let e: Vec<Entry> = parse_nemo(text.as_bytes(), "/m".into(), "m.jsonl".into())
+            .map(Result::unwrap)
+            .collect();
         assert_eq!(e.len(), 4);
         assert_eq!(
             e[0],
@@ -329,7 +427,9 @@ mod tests {
     #[test]
     fn csv_with_quotes_optional_columns_and_bad_rows() {
         let text = "id,path,offset,duration\nx,\"dir, with comma/x.wav\",0.5,\ny,y.wav,,2\nz,,1,1\nw,w.wav,abc,1\n";
-        let e = parse_csv(text, Path::new("/d"), "m.csv").unwrap();
+        let e: Vec<Entry> = parse_csv(text.as_bytes(), "/d".into(), "m.csv")
+            .unwrap()
+            .collect();
         assert_eq!(e.len(), 4);
         assert_eq!(
             e[0],
@@ -343,7 +443,7 @@ mod tests {
         assert!(matches!(&e[1], Entry::Item(i) if i.duration_s == Some(2.0)));
         assert!(matches!(&e[2], Entry::Invalid { .. }));
         assert!(matches!(&e[3], Entry::Invalid { reason, .. } if reason.contains("abc")));
-        assert!(parse_csv("name,file\na,b\n", Path::new("."), "m.csv").is_err());
+        assert!(parse_csv("name,file\na,b\n".as_bytes(), ".".into(), "m.csv").is_err());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use sonograph_io::{
-    decode_mono, read_npy_f32, AudioReader, ChannelMix, DecodeError, DecodeOptions,
+    decode_mono, read_npy_f32, AudioReader, ChannelMix, DecodeError, DecodeOptions, Limits,
 };
 
 fn data_dir() -> PathBuf {
@@ -220,4 +220,104 @@ fn bad_files_get_one_line_errors_naming_file_and_reason() {
     // A good file decodes, as a control.
     let ok = dir.write("ok.wav", &wav(16_000, 1, 16, &pcm, 6400));
     assert_eq!(decode(&ok, ChannelMix::Mean, 16_000).unwrap().len(), 3200);
+}
+
+/// A header that declares more audio than the duration limit is refused before anything is
+/// decoded or allocated; duration, channel and rate limits are the caller's to set.
+#[test]
+fn headers_beyond_the_limits_are_refused_up_front() {
+    let dir = TempDir::new("limits");
+    let pcm: Vec<u8> = (0..3200i16).flat_map(|i| (i * 7).to_le_bytes()).collect();
+    // 0xFFFF_FF00 bytes of 8-bit mono at 8 kHz: 149 hours declared, 6400 bytes present.
+    expect_err(
+        &dir.write("huge.wav", &wav(8_000, 1, 8, &pcm, 0xFFFF_FF00)),
+        "the limit is 86400 s",
+    );
+    let ok = dir.write("ok.wav", &wav(16_000, 2, 16, &pcm, 6400));
+    let with = |limits: Limits| {
+        let opts = DecodeOptions {
+            limits,
+            ..Default::default()
+        };
+        decode_mono(&ok, &opts, 16_000).map_err(|e| e.to_string())
+    };
+    assert_eq!(with(Limits::default()).unwrap().len(), 1600);
+    let err = with(Limits {
+        max_seconds: 0.05,
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(err.contains("the limit is 0.05 s"), "{err}");
+    let err = with(Limits {
+        max_channels: 1,
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(err.contains("2 channels is outside 1..=1"), "{err}");
+    let err = with(Limits {
+        max_sample_rate: 8_000,
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(err.contains("16000 Hz is outside"), "{err}");
+    assert!(Limits {
+        max_seconds: f64::NAN,
+        ..Default::default()
+    }
+    .validate()
+    .is_err());
+}
+
+/// Offsets into lossless files are reached by seeking, and the samples are exactly those of a
+/// decode from the start (the same samples, sliced), at any offset and in every format.
+#[test]
+fn offsets_by_seeking_equal_a_decode_from_the_start() {
+    for name in [
+        "speech_16000_mono_s16.wav",
+        "speech_16000_mono_s16.flac",
+        "speech_44100_stereo_s24.wav",
+        "speech_44100_stereo.flac",
+        "speech_44100_stereo.mp3",
+    ] {
+        let path = data_dir().join(name);
+        let whole = decode_mono(&path, &DecodeOptions::default(), 16_000).unwrap();
+        let native = AudioReader::open(&path, &DecodeOptions::default())
+            .unwrap()
+            .info()
+            .sample_rate;
+        let all = {
+            let mut r = AudioReader::open(&path, &DecodeOptions::default()).unwrap();
+            let mut v = Vec::new();
+            while let Some(c) = r.next_chunk().unwrap() {
+                v.extend_from_slice(c);
+            }
+            v
+        };
+        assert!(!whole.is_empty());
+        for offset_s in [0.0, 0.01, 0.3337, 1.25, 1.9] {
+            let opts = DecodeOptions {
+                offset_s,
+                duration_s: Some(0.05),
+                ..Default::default()
+            };
+            let mut r = AudioReader::open(&path, &opts).unwrap();
+            let mut got = Vec::new();
+            while let Some(c) = r.next_chunk().unwrap() {
+                got.extend_from_slice(c);
+            }
+            let start = (offset_s * f64::from(native)).round() as usize;
+            let len = (0.05 * f64::from(native)).round() as usize;
+            assert_eq!(got, all[start..start + len], "{name} at {offset_s} s");
+            // Lossless files seek: at most one codec frame is decoded to be dropped.
+            let skipped = r.frames_skipped() as usize;
+            if name.ends_with(".mp3") {
+                assert_eq!(skipped, start, "{name}: lossy files decode from the start");
+            } else {
+                assert!(
+                    skipped <= 4608.min(start),
+                    "{name} at {offset_s} s: {skipped}"
+                );
+            }
+        }
+    }
 }

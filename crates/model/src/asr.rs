@@ -17,7 +17,7 @@ use ort::value::{Tensor, TensorElementType};
 use serde::Deserialize;
 
 use crate::decode::{ctc_greedy, transducer_greedy, Joint, Vocab};
-use crate::error::{ModelError, RunError};
+use crate::error::{DeviceError, ItemError, ModelError};
 use crate::runner::{ModelOutput, ModelRunner, OutputKind, RunnerOptions};
 use crate::runtime::Runtime;
 
@@ -171,7 +171,7 @@ impl AsrModel {
     pub fn transcribe(
         &mut self,
         features: &[&[f32]],
-    ) -> Result<Vec<Result<Transcript, RunError>>, RunError> {
+    ) -> Result<Vec<Result<Transcript, ItemError>>, DeviceError> {
         let n_mels = self.n_mels();
         let batch = self.encoder.run_batch(features, n_mels)?;
         batch
@@ -185,12 +185,12 @@ impl AsrModel {
     }
 
     /// Decodes one item's encoder output (CTC: its log-probabilities).
-    pub fn decode(&mut self, out: &ModelOutput) -> Result<Transcript, RunError> {
+    pub fn decode(&mut self, out: &ModelOutput) -> Result<Transcript, DeviceError> {
         let v = self.vocab.len();
         let (ids, frames) = match (&mut self.joint, self.kind) {
             (None, _) | (_, AsrKind::Ctc) => {
                 if out.dim > v {
-                    return Err(RunError::Failed(format!(
+                    return Err(DeviceError::Failed(format!(
                         "logprobs over {} tokens, the vocabulary has {v}",
                         out.dim
                     )));
@@ -206,7 +206,7 @@ impl AsrModel {
                 self.blank,
                 self.config.max_tokens_per_step,
             )
-            .map_err(RunError::Failed)?,
+            .map_err(DeviceError::Failed)?,
         };
         // onnx-asr: window_step (0.01) × subsampling × index, in that order.
         let step = 0.01 * self.config.subsampling_factor as f64;

@@ -1,7 +1,7 @@
 //! Errors of the model crate: [`ModelError`] for setting up (the runtime library, model files,
-//! bad parameters) and for a VAD run; [`RunError`] for a batch of the model runner, whose
-//! variants are either one item's (recorded, the rest go on) or the whole batch's (split and
-//! retried, or moved elsewhere), as `sonograph_dsp::ExtractError` is for extractors.
+//! bad parameters) and for a VAD run; for the model runner, [`ItemError`] (one item's: recorded,
+//! the rest go on) apart from [`DeviceError`] (the whole batch's: split and retried, or moved
+//! elsewhere), as `sonograph_dsp` splits them for extractors.
 
 use std::path::PathBuf;
 
@@ -30,74 +30,79 @@ pub enum ModelError {
     Runtime(String),
 }
 
-/// Why an item, or a whole batch, of the model runner has no output.
+/// Why one item of the model runner has no output: recorded with the item, and the rest of
+/// its batch goes on (as `sonograph_dsp::ItemError` for features).
 #[derive(Debug, Error, Clone, PartialEq)]
 #[non_exhaustive]
-pub enum RunError {
-    /// Item error: no frames.
+pub enum ItemError {
     #[error("the item has no frames")]
     Empty,
-    /// Item error: the values are not whole frames of the model's mel bins.
+    /// The values are not whole frames of the model's mel bins.
     #[error("the item has {values} values, not a whole number of {n_mels}-bin frames")]
     Ragged { values: usize, n_mels: usize },
-    /// Item error: a NaN or infinite feature value.
     #[error("feature value {index} is {value} (NaN or infinite)")]
     NonFinite { index: usize, value: f32 },
-    /// Batch error: the batch did not fit in memory; a smaller one may.
+    /// Every device that could run it failed.
+    #[error("no device could run the model on the item: {0}")]
+    NoDevice(String),
+}
+
+/// Why the model could not run a batch: the batcher splits it (out of memory), or moves it to
+/// another device; none of its items is lost (as `sonograph_dsp::DeviceError`).
+#[derive(Debug, Error, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum DeviceError {
+    /// The batch did not fit in memory; a smaller one may.
     #[error("out of memory: {0}")]
     OutOfMemory(String),
-    /// Batch error: the model failed otherwise (a lost device, an output that is not what the
-    /// model declared); its work must move elsewhere.
+    /// The model failed otherwise (a lost device, an output that is not what the model
+    /// declared); its work must move elsewhere.
     #[error("model failed: {0}")]
     Failed(String),
 }
 
-impl RunError {
-    /// True for errors of one item, which never say anything about the batch or the device.
-    pub fn is_item_error(&self) -> bool {
-        matches!(
-            self,
-            RunError::Empty | RunError::Ragged { .. } | RunError::NonFinite { .. }
-        )
-    }
-
+impl DeviceError {
     /// An error of onnxruntime's `run`, out of memory or not. onnxruntime has no error code for
     /// allocation failures: its CPU arena says "Failed to allocate memory", std::bad_alloc
     /// surfaces as "bad_alloc", and the CUDA provider names cudaErrorMemoryAllocation or
     /// "out of memory" (CUDA, cuBLAS and cuDNN alike).
     pub(crate) fn from_ort(e: &ort::Error) -> Self {
         let msg = e.to_string();
-        let lower = msg.to_ascii_lowercase();
-        let oom = [
-            "failed to allocate memory",
-            "bad_alloc",
-            "out of memory",
-            "cudaerrormemoryallocation",
-            "alloc_failed",
-        ]
-        .iter()
-        .any(|p| lower.contains(p));
-        if oom {
-            RunError::OutOfMemory(msg)
+        if is_oom_message(&msg) {
+            DeviceError::OutOfMemory(msg)
         } else {
-            RunError::Failed(msg)
+            DeviceError::Failed(msg)
         }
     }
+}
+
+fn is_oom_message(msg: &str) -> bool {
+    let lower = msg.to_ascii_lowercase();
+    [
+        "failed to allocate memory",
+        "bad_alloc",
+        "out of memory",
+        "cudaerrormemoryallocation",
+        "alloc_failed",
+    ]
+    .iter()
+    .any(|p| lower.contains(p))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The messages onnxruntime gives for allocation failures (its CPU arena, and the CUDA
+    /// provider's) are out of memory; others are failures.
     #[test]
-    fn item_errors_are_told_from_batch_errors() {
-        assert!(RunError::Empty.is_item_error());
-        assert!(RunError::Ragged {
-            values: 3,
-            n_mels: 2
-        }
-        .is_item_error());
-        assert!(!RunError::OutOfMemory("x".into()).is_item_error());
-        assert!(!RunError::Failed("x".into()).is_item_error());
+    fn onnxruntime_messages_are_classified() {
+        let classify = is_oom_message;
+        assert!(classify(
+            "Failed to allocate memory for requested buffer of size 1048576"
+        ));
+        assert!(classify("CUDA failure 2: out of memory ; GPU=0"));
+        assert!(classify("CUBLAS failure 3: CUBLAS_STATUS_ALLOC_FAILED"));
+        assert!(!classify("Got invalid dimensions for input: audio_signal"));
     }
 }

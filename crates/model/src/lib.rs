@@ -20,7 +20,7 @@ pub mod runtime;
 pub mod vad;
 
 pub use asr::{AsrModel, Transcript};
-pub use error::{ModelError, RunError, INSTALL_HINT};
+pub use error::{DeviceError, ItemError, ModelError, INSTALL_HINT};
 pub use runner::{ModelBatch, ModelOutput, ModelRunner};
 pub use runtime::{Runtime, ORT_LIB_ENV};
 pub use vad::{Segment, VadParams, VadSegmenter};

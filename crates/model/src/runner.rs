@@ -22,7 +22,7 @@ use half::f16;
 use ort::session::Session;
 use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
 
-use crate::error::{ModelError, RunError};
+use crate::error::{DeviceError, ItemError, ModelError};
 use crate::runtime::Runtime;
 
 /// One item's output: `frames × dim` values, time-major.
@@ -43,7 +43,7 @@ impl ModelOutput {
 /// The outputs of a batch, one result per item, in order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelBatch {
-    items: Vec<Result<ModelOutput, RunError>>,
+    items: Vec<Result<ModelOutput, ItemError>>,
 }
 
 impl ModelBatch {
@@ -56,20 +56,24 @@ impl ModelBatch {
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
-    pub fn item(&self, i: usize) -> Result<&ModelOutput, &RunError> {
+    pub fn item(&self, i: usize) -> Result<&ModelOutput, &ItemError> {
         self.items[i].as_ref()
     }
-    pub fn push(&mut self, item: Result<ModelOutput, RunError>) {
+    pub fn push(&mut self, item: Result<ModelOutput, ItemError>) {
         self.items.push(item);
     }
     pub fn clear(&mut self) {
         self.items.clear();
     }
+    /// Records an item that no device could run.
+    pub fn push_no_device(&mut self, why: String) {
+        self.items.push(Err(ItemError::NoDevice(why)));
+    }
     /// Appends every item of `other`.
     pub fn append(&mut self, other: &ModelBatch) {
         self.items.extend(other.items.iter().cloned());
     }
-    pub fn into_items(self) -> Vec<Result<ModelOutput, RunError>> {
+    pub fn into_items(self) -> Vec<Result<ModelOutput, ItemError>> {
         self.items
     }
 }
@@ -262,8 +266,8 @@ impl ModelRunner {
         &mut self,
         features: &[&[f32]],
         n_mels: usize,
-    ) -> Result<ModelBatch, RunError> {
-        let mut results: Vec<Option<Result<ModelOutput, RunError>>> = features
+    ) -> Result<ModelBatch, DeviceError> {
+        let mut results: Vec<Option<Result<ModelOutput, ItemError>>> = features
             .iter()
             .map(|f| self.check(f, n_mels).err().map(Err))
             .collect();
@@ -271,7 +275,7 @@ impl ModelRunner {
             .filter(|&i| results[i].is_none())
             .collect();
         if !valid.is_empty() {
-            fail::fail_point!("model::lost", |_| Err(RunError::Failed(
+            fail::fail_point!("model::lost", |_| Err(DeviceError::Failed(
                 "injected: the model device was lost".into()
             )));
             #[cfg(feature = "failpoints")]
@@ -279,7 +283,7 @@ impl ModelRunner {
                 arg.and_then(|a| a.parse::<usize>().ok())
             }) {
                 if valid.len() > fits {
-                    return Err(RunError::OutOfMemory(format!(
+                    return Err(DeviceError::OutOfMemory(format!(
                         "injected: a batch of {} rows, {fits} fit",
                         valid.len()
                     )));
@@ -297,24 +301,24 @@ impl ModelRunner {
         Ok(batch)
     }
 
-    fn check(&self, item: &[f32], n_mels: usize) -> Result<(), RunError> {
+    fn check(&self, item: &[f32], n_mels: usize) -> Result<(), ItemError> {
         if n_mels != self.n_mels || item.len() % n_mels != 0 {
-            return Err(RunError::Ragged {
+            return Err(ItemError::Ragged {
                 values: item.len(),
                 n_mels: self.n_mels,
             });
         }
         if item.is_empty() {
-            return Err(RunError::Empty);
+            return Err(ItemError::Empty);
         }
         if let Some((index, &value)) = item.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-            return Err(RunError::NonFinite { index, value });
+            return Err(ItemError::NonFinite { index, value });
         }
         Ok(())
     }
 
     /// The model on items that passed [`check`](Self::check).
-    fn run_valid(&mut self, rows: &[&[f32]]) -> Result<Vec<ModelOutput>, RunError> {
+    fn run_valid(&mut self, rows: &[&[f32]]) -> Result<Vec<ModelOutput>, DeviceError> {
         let m = self.n_mels;
         let frames: Vec<usize> = rows.iter().map(|r| r.len() / m).collect();
         let t_max = frames.iter().copied().max().unwrap_or(0);
@@ -330,7 +334,7 @@ impl ModelRunner {
             }
         }
         let shape = [b, m, t_max];
-        let fail = |e: ort::Error| RunError::Failed(e.to_string());
+        let fail = |e: ort::Error| DeviceError::Failed(e.to_string());
         let signal: DynValue = match self.input {
             InputPrecision::F32 => Tensor::from_array((shape, signal))
                 .map_err(fail)?
@@ -352,8 +356,8 @@ impl ModelRunner {
         let outputs = self
             .session
             .run(ort::inputs!["audio_signal" => signal, "length" => length])
-            .map_err(|e| RunError::from_ort(&e))?;
-        let bad = |what: String| RunError::Failed(format!("the model gave {what}"));
+            .map_err(|e| DeviceError::from_ort(&e))?;
+        let bad = |what: String| DeviceError::Failed(format!("the model gave {what}"));
         match kind {
             OutputKind::Encoder => {
                 let (shape, data) = floats(&outputs["outputs"]).map_err(bad)?;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use sonograph_dsp::{CpuExtractor, FeatureSpec};
 use sonograph_model::runner::{InputPrecision, OutputKind, RunnerOptions};
-use sonograph_model::{AsrModel, ModelError, ModelRunner, RunError, Runtime};
+use sonograph_model::{AsrModel, ItemError, ModelError, ModelRunner, Runtime};
 
 fn data(p: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -224,13 +224,12 @@ fn bad_items_fail_alone() {
     let ragged = &good[..good.len() - 3];
     let rows: Vec<&[f32]> = vec![&[], good, &nan, ragged, &good[..80]];
     let out = m.run_batch(&rows, 80).unwrap();
-    assert_eq!(out.item(0), Err(&RunError::Empty));
+    assert_eq!(out.item(0), Err(&ItemError::Empty));
     assert!(matches!(
         out.item(2),
-        Err(RunError::NonFinite { index: 123, .. })
+        Err(ItemError::NonFinite { index: 123, .. })
     ));
-    assert!(matches!(out.item(3), Err(RunError::Ragged { .. })));
-    assert!(out.item(3).unwrap_err().is_item_error());
+    assert!(matches!(out.item(3), Err(ItemError::Ragged { .. })));
     let alone = m.run_batch(&rows[1..2], 80).unwrap();
     assert!(worst(&out.item(1).unwrap().data, &alone.item(0).unwrap().data) <= 1e-4);
     // One frame: one output frame.
@@ -239,7 +238,7 @@ fn bad_items_fail_alone() {
     let out = m.run_batch(&[&good[..128 * 3]], 128).unwrap();
     assert!(matches!(
         out.item(0),
-        Err(RunError::Ragged { n_mels: 80, .. })
+        Err(ItemError::Ragged { n_mels: 80, .. })
     ));
 }
 

@@ -10,7 +10,7 @@ mod skip_ort;
 use std::path::Path;
 
 use sonograph_model::runner::RunnerOptions;
-use sonograph_model::{ModelBatch, ModelRunner, RunError};
+use sonograph_model::{DeviceError, ItemError, ModelBatch, ModelRunner};
 use sonograph_pipeline::{AdaptiveBatcher, BatchDevice, BatcherConfig, FeatureRows, NoFallback};
 
 /// The fallback: another runner of the model, out of reach of the faults injected into the
@@ -21,13 +21,14 @@ struct Fallback {
 }
 
 impl BatchDevice<FeatureRows<'_>, ModelBatch> for Fallback {
+    type Error = DeviceError;
     fn name(&self) -> String {
         "cpu:fallback".into()
     }
     fn workload(&self) -> String {
         String::new()
     }
-    fn run(&mut self, input: &FeatureRows<'_>, out: &mut ModelBatch) -> Result<(), RunError> {
+    fn run(&mut self, input: &FeatureRows<'_>, out: &mut ModelBatch) -> Result<(), DeviceError> {
         for (name, _) in &self.faults {
             fail::cfg(*name, "off").unwrap();
         }
@@ -158,7 +159,7 @@ fn ooms_split_and_a_lost_device_loses_nothing() {
     assert_eq!(out.len(), 7);
     for k in 0..7 {
         assert!(
-            matches!(out.item(k), Err(RunError::Failed(m)) if m == "no other device"),
+            matches!(out.item(k), Err(ItemError::NoDevice(m)) if m == "no other device"),
             "{:?}",
             out.item(k)
         );

@@ -20,7 +20,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use serde::Serialize;
-use sonograph_dsp::{AudioBatch, ExtractError, Extractor, FeatureBatch};
+use sonograph_dsp::{AudioBatch, DeviceError, Extractor, FeatureBatch, ItemError};
 
 /// A batch the batcher can cut into contiguous parts.
 pub trait BatchInput: Sized {
@@ -37,18 +37,17 @@ pub trait BatchInput: Sized {
 
 /// Results of a batch, one per item, in order.
 pub trait BatchOutput {
-    /// What an item that failed holds.
-    type Error: BatchError;
     /// An empty output of the same kind (a scratch buffer).
     fn empty_like(&self) -> Self;
     fn clear(&mut self);
     fn append(&mut self, other: &Self);
-    fn push_error(&mut self, error: Self::Error);
+    /// Records an item that no device could compute, with why.
+    fn push_no_device(&mut self, why: String);
 }
 
 /// An error that cost a whole batch: out of memory (split and retry), or anything else
 /// (health check, then retry or take the device out).
-pub trait BatchError: Clone + std::fmt::Display {
+pub trait BatchError: std::fmt::Display {
     fn is_out_of_memory(&self) -> bool;
     /// The error of a device that was lost (or panicked, or is not there).
     fn lost(message: String) -> Self;
@@ -57,11 +56,12 @@ pub trait BatchError: Clone + std::fmt::Display {
 /// A device that runs batches of `I` into `O`: appends one result per item, or returns `Err`
 /// with `out` unchanged when the whole batch could not run.
 pub trait BatchDevice<I: BatchInput, O: BatchOutput> {
+    type Error: BatchError;
     /// Where it runs ("cpu", "gpu:0 ...").
     fn name(&self) -> String;
     /// What it runs (a spec id, a model): ceilings are remembered per (name, workload).
     fn workload(&self) -> String;
-    fn run(&mut self, input: &I, out: &mut O) -> Result<(), O::Error>;
+    fn run(&mut self, input: &I, out: &mut O) -> Result<(), Self::Error>;
     /// See [`Extractor::recover`].
     fn recover(&mut self) -> bool {
         false
@@ -81,7 +81,6 @@ impl BatchInput for AudioBatch {
 }
 
 impl BatchOutput for FeatureBatch {
-    type Error = ExtractError;
     fn empty_like(&self) -> Self {
         FeatureBatch::new(self.bins())
     }
@@ -92,28 +91,29 @@ impl BatchOutput for FeatureBatch {
     fn append(&mut self, other: &Self) {
         FeatureBatch::append(self, other)
     }
-    fn push_error(&mut self, error: ExtractError) {
-        FeatureBatch::push_error(self, error)
+    fn push_no_device(&mut self, why: String) {
+        self.push_error(ItemError::NoDevice(why))
     }
 }
 
-impl BatchError for ExtractError {
+impl BatchError for DeviceError {
     fn is_out_of_memory(&self) -> bool {
-        matches!(self, ExtractError::OutOfMemory(_))
+        matches!(self, DeviceError::OutOfMemory(_))
     }
     fn lost(message: String) -> Self {
-        ExtractError::DeviceLost(message)
+        DeviceError::DeviceLost(message)
     }
 }
 
 impl<E: Extractor + ?Sized> BatchDevice<AudioBatch, FeatureBatch> for E {
+    type Error = DeviceError;
     fn name(&self) -> String {
         self.device()
     }
     fn workload(&self) -> String {
         self.spec().spec_id()
     }
-    fn run(&mut self, input: &AudioBatch, out: &mut FeatureBatch) -> Result<(), ExtractError> {
+    fn run(&mut self, input: &AudioBatch, out: &mut FeatureBatch) -> Result<(), DeviceError> {
         self.extract_batch(input, out)
     }
     fn recover(&mut self) -> bool {
@@ -302,10 +302,10 @@ impl AdaptiveBatcher {
                 primary.run(&part, &mut scratch)
             }))
             .unwrap_or_else(|payload| {
-                Err(O::Error::lost(format!(
+                Err(P::Error::lost(format!(
                     "{} panicked: {}",
                     key.0,
-                    crate::job::panic_text(&*payload)
+                    crate::error::panic_text(&*payload)
                 )))
             });
             match attempt {
@@ -412,7 +412,7 @@ fn on_fallback<I: BatchInput, O: BatchOutput>(
         Ok(()) => out.append(scratch),
         Err(e) => {
             for _ in 0..part.len() {
-                out.push_error(e.clone());
+                out.push_no_device(e.to_string());
             }
         }
     }

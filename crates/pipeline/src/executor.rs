@@ -13,23 +13,24 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use sonograph_dsp::{AudioBatch, CpuBackend, Extractor, FeatureBatch, Precision};
 
 use crate::batcher::{AdaptiveBatcher, BatcherConfig};
+use crate::segment::PiecePlan;
 use sonograph_io::parquet::FeatureRow;
-use sonograph_io::segment::PiecePlan;
 
 use crate::report::{DeviceReport, Failure};
 use crate::writer::{RowMsg, WriterMsg};
 
-/// A decoded item waiting for an executor.
-pub(crate) struct Unit {
+/// A decoded item (or a piece of one) on its way to an executor.
+pub struct Unit {
     pub id: String,
     pub source: String,
+    /// Where the item starts in its source file, in seconds.
     pub offset_s: f64,
     /// The whole item, or a piece's window.
     pub samples: Vec<f32>,
     /// A piece of a long item; `None`: the whole item.
     pub piece: Option<PiecePlan>,
     /// Held while the unit is queued or computed (pieces of long items).
-    pub _permit: Option<Permit>,
+    pub(crate) _permit: Option<Permit>,
 }
 
 /// One of the slots that bound the pieces of a long item in flight: frees its slot when the
@@ -136,6 +137,9 @@ pub(crate) fn run_executor(
         stats.report.items += n;
         stats.report.min_batch = stats.report.min_batch.min(n);
         stats.report.max_batch = stats.report.max_batch.max(n);
+        // Fault injection: `executor::batch=sleep(ms)` stretches a job so that the
+        // kill-and-resume tests' kills land while it runs.
+        fail::fail_point!("executor::batch");
         batcher.run(&batch, device.as_mut(), &mut cpu, &mut out);
         stats.compute_s += compute.elapsed().as_secs_f64();
         for (i, unit) in meta.drain(..).enumerate() {

@@ -11,10 +11,17 @@
 //! bad item is a failure in the report, never a failed job.
 
 pub mod batcher;
+mod config;
+mod decode;
+mod error;
 mod executor;
 mod job;
+mod layout;
 pub mod model;
 mod report;
+pub mod segment;
+mod source;
+pub mod stage;
 #[cfg(test)]
 mod testing;
 mod writer;
@@ -22,9 +29,15 @@ mod writer;
 pub use batcher::{
     AdaptiveBatcher, BatchDevice, BatchError, BatchInput, BatchOutput, BatchStats, BatcherConfig,
 };
-pub use job::{run, JobConfig, JobError, JobOutcome, OutputLayout, META_DIR};
+pub use config::JobConfig;
+pub use error::JobError;
+pub use executor::Unit;
+pub use job::{run, run_with, JobOutcome};
+pub use layout::{OutputLayout, META_DIR};
 pub use model::{FeatureRows, NoFallback};
 pub use report::{DeviceReport, Failure, Report, StageTimes};
+pub use stage::{RowStage, Stages, UnitStage};
+pub use writer::RowMsg;
 
 /// Resolves the shard from the flags, or from the environment of the batch system: Kubernetes
 /// Indexed Jobs (`JOB_COMPLETION_INDEX`, with the count from `--shard-count`) or Slurm arrays

@@ -5,7 +5,7 @@
 
 use std::ops::Range;
 
-use sonograph_model::{ModelBatch, ModelRunner, RunError};
+use sonograph_model::{DeviceError, ModelBatch, ModelRunner};
 
 use crate::batcher::{BatchDevice, BatchError, BatchInput, BatchOutput};
 
@@ -46,7 +46,6 @@ impl BatchInput for FeatureRows<'_> {
 }
 
 impl BatchOutput for ModelBatch {
-    type Error = RunError;
     fn empty_like(&self) -> Self {
         ModelBatch::new()
     }
@@ -56,28 +55,29 @@ impl BatchOutput for ModelBatch {
     fn append(&mut self, other: &Self) {
         ModelBatch::append(self, other)
     }
-    fn push_error(&mut self, error: RunError) {
-        self.push(Err(error))
+    fn push_no_device(&mut self, why: String) {
+        ModelBatch::push_no_device(self, why)
     }
 }
 
-impl BatchError for RunError {
+impl BatchError for DeviceError {
     fn is_out_of_memory(&self) -> bool {
-        matches!(self, RunError::OutOfMemory(_))
+        matches!(self, DeviceError::OutOfMemory(_))
     }
     fn lost(message: String) -> Self {
-        RunError::Failed(message)
+        DeviceError::Failed(message)
     }
 }
 
 impl BatchDevice<FeatureRows<'_>, ModelBatch> for ModelRunner {
+    type Error = DeviceError;
     fn name(&self) -> String {
         self.device()
     }
     fn workload(&self) -> String {
         self.path().display().to_string()
     }
-    fn run(&mut self, input: &FeatureRows<'_>, out: &mut ModelBatch) -> Result<(), RunError> {
+    fn run(&mut self, input: &FeatureRows<'_>, out: &mut ModelBatch) -> Result<(), DeviceError> {
         let batch = self.run_batch(input.rows(), input.n_mels())?;
         out.append(&batch);
         Ok(())
@@ -86,17 +86,37 @@ impl BatchDevice<FeatureRows<'_>, ModelBatch> for ModelRunner {
 
 /// A fallback where there is none (one model device): what it is given fails with `why`, so
 /// that an item that does not fit even alone, or the rest of a batch after the device failed,
-/// gets an error of its own instead of a result.
+/// gets an item error (no device) instead of a result.
 pub struct NoFallback(pub String);
 
+/// The error of [`NoFallback`].
+#[derive(Debug)]
+pub struct NoDevice(String);
+
+impl std::fmt::Display for NoDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl BatchError for NoDevice {
+    fn is_out_of_memory(&self) -> bool {
+        false
+    }
+    fn lost(message: String) -> Self {
+        NoDevice(message)
+    }
+}
+
 impl<I: BatchInput, O: BatchOutput> BatchDevice<I, O> for NoFallback {
+    type Error = NoDevice;
     fn name(&self) -> String {
         "no fallback".into()
     }
     fn workload(&self) -> String {
         String::new()
     }
-    fn run(&mut self, _: &I, _: &mut O) -> Result<(), O::Error> {
-        Err(O::Error::lost(self.0.clone()))
+    fn run(&mut self, _: &I, _: &mut O) -> Result<(), NoDevice> {
+        Err(NoDevice(self.0.clone()))
     }
 }

@@ -20,6 +20,9 @@ pub struct StageTimes {
     pub compute_s: f64,
     /// Encoding and writing Parquet parts and the ledger.
     pub write_s: f64,
+    /// Stages inserted into the data path (`run_with`), summed.
+    #[serde(default)]
+    pub inserted_s: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

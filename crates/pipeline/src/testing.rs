@@ -1,9 +1,10 @@
-//! Test doubles shared by the batcher's and the executors' tests.
+//! Test doubles and scratch files shared by the pipeline's tests.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use sonograph_dsp::{
-    AudioBatch, CpuBackend, ExtractError, Extractor, FeatureBatch, FeatureSpec, Precision,
+    AudioBatch, CpuBackend, DeviceError, Extractor, FeatureBatch, FeatureSpec, Precision,
 };
 
 /// A CPU backend with faults: it runs out of memory on batches over `fits` items (or on
@@ -54,14 +55,10 @@ impl Extractor for Flaky {
     fn device(&self) -> String {
         "gpu:flaky".into()
     }
-    fn extract_batch(
-        &mut self,
-        b: &AudioBatch,
-        out: &mut FeatureBatch,
-    ) -> Result<(), ExtractError> {
+    fn extract_batch(&mut self, b: &AudioBatch, out: &mut FeatureBatch) -> Result<(), DeviceError> {
         self.calls += 1;
         if self.transient_on == Some(self.calls) {
-            return Err(ExtractError::DeviceLost("timed out".into()));
+            return Err(DeviceError::DeviceLost("timed out".into()));
         }
         if self.panic_on == Some(self.calls) {
             // Half a batch written, then a panic (as wgpu does on some device errors).
@@ -69,10 +66,10 @@ impl Extractor for Flaky {
             panic!("driver fault");
         }
         if self.lose_after.is_some_and(|n| self.done >= n) {
-            return Err(ExtractError::DeviceLost("flaky".into()));
+            return Err(DeviceError::DeviceLost("flaky".into()));
         }
         if b.len() > self.fits || b.items().any(|i| i.len() == self.huge) {
-            return Err(ExtractError::OutOfMemory(format!("{} items", b.len())));
+            return Err(DeviceError::OutOfMemory(format!("{} items", b.len())));
         }
         self.done += 1;
         for i in b.items() {
@@ -87,4 +84,40 @@ impl Extractor for Flaky {
     fn batch_hint(&self, item_samples: usize) -> Option<usize> {
         self.hint.map(|bytes| bytes / item_samples)
     }
+}
+
+/// A 16-bit mono WAV of a gliding tone.
+pub(crate) fn write_wav(path: &Path, rate: u32, seconds: f64) {
+    let n = (seconds * f64::from(rate)) as u32;
+    let mut bytes = Vec::with_capacity(44 + 2 * n as usize);
+    bytes.extend_from_slice(b"RIFF");
+    bytes.extend_from_slice(&(36 + 2 * n).to_le_bytes());
+    bytes.extend_from_slice(b"WAVEfmt ");
+    bytes.extend_from_slice(&16u32.to_le_bytes());
+    bytes.extend_from_slice(&1u16.to_le_bytes()); // PCM
+    bytes.extend_from_slice(&1u16.to_le_bytes()); // mono
+    bytes.extend_from_slice(&rate.to_le_bytes());
+    bytes.extend_from_slice(&(2 * rate).to_le_bytes());
+    bytes.extend_from_slice(&2u16.to_le_bytes());
+    bytes.extend_from_slice(&16u16.to_le_bytes());
+    bytes.extend_from_slice(b"data");
+    bytes.extend_from_slice(&(2 * n).to_le_bytes());
+    for i in 0..n {
+        let t = f64::from(i) / f64::from(rate);
+        let v = 0.3 * (std::f64::consts::TAU * (150.0 + 20.0 * t) * t).sin();
+        bytes.extend_from_slice(&((v * 32767.0) as i16).to_le_bytes());
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// A fresh folder `sono-job-NAME-PID` in the temp dir with `corpus/` holding 16 kHz WAVs
+/// of the given (file name, seconds).
+pub(crate) fn scratch_corpus(name: &str, wavs: &[(&str, f64)]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sono-job-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("corpus")).unwrap();
+    for (file, seconds) in wavs {
+        write_wav(&dir.join("corpus").join(file), 16_000, *seconds);
+    }
+    dir
 }

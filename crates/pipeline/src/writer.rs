@@ -2,12 +2,15 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use sonograph_io::ledger::{Ledger, PieceRecord};
 use sonograph_io::parquet::{Dtype, FeatureRow, PartWriter};
 
-use crate::job::JobError;
+use crate::error::JobError;
 use crate::report::Failure;
 
 /// What the other stages send to the writer.
@@ -16,7 +19,8 @@ pub(crate) enum WriterMsg {
     Failed(Failure),
 }
 
-pub(crate) struct RowMsg {
+/// A row of features on its way to the writer: piece `piece` of its item, the item's last.
+pub struct RowMsg {
     pub row: FeatureRow,
     pub piece: u32,
     pub last: bool,
@@ -31,7 +35,8 @@ pub(crate) struct Writer {
     pub spec_json: String,
     pub part_bytes: usize,
     pub next_part: u32,
-    /// Rows committed by earlier runs: never written twice.
+    /// Rows committed by earlier runs of items not done yet: never written twice. (Done
+    /// items never come back: the source stage leaves them out.)
     pub committed: HashSet<(String, u32)>,
     /// Pieces of long items run on several executors at once and arrive in any order. An
     /// item's last piece marks it done in the ledger, so it is written only after all the
@@ -68,7 +73,7 @@ impl Writer {
         part_bytes: usize,
     ) -> Result<Self, JobError> {
         let next_part = ledger.next_part()?;
-        let committed = ledger.committed_pieces()?;
+        let committed = ledger.partial_pieces()?;
         Ok(Writer {
             parts_dir,
             shard_index,
@@ -178,9 +183,10 @@ impl Writer {
         let part = self.next_part;
         let closed = part_writer.close()?;
         self.ledger.begin_part(part, &file, &self.records)?;
-        fail_point("writer-before-rename")?;
+        // Crash points (failpoints builds only): the process dies here as under kill -9.
+        fail::fail_point!("writer-before-rename", |_| crash());
         let size = closed.publish()?;
-        fail_point("writer-before-commit")?;
+        fail::fail_point!("writer-before-commit", |_| crash());
         self.ledger.commit_part(part, size)?;
         self.next_part += 1;
         self.stats.rows += self.records.len() as u64;
@@ -192,13 +198,71 @@ impl Writer {
     }
 }
 
-/// Test hook: `SONOGRAPH_FAIL_AT=<name>` makes the writer abort the process at that point, as
-/// a kill -9 would, so that tests can crash it at the two instants that matter for the ledger.
-fn fail_point(name: &str) -> Result<(), JobError> {
-    if std::env::var("SONOGRAPH_FAIL_AT").is_ok_and(|v| v == name) {
-        std::process::abort();
+/// Ends the process at once, as kill -9 would: the kill-and-resume tests crash the writer at
+/// the two instants that matter to the ledger (`FAILPOINTS=writer-before-rename=return`).
+/// (Compiled in whenever the `fail` crate's failpoints are, which another crate's tests may
+/// switch on; unused otherwise.)
+#[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
+fn crash() -> Result<(), JobError> {
+    std::process::abort()
+}
+
+pub(crate) fn progress_bar(enabled: bool, len: u64) -> ProgressBar {
+    if !enabled {
+        return ProgressBar::hidden();
     }
-    Ok(())
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} items  {msg}  ETA {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar
+}
+
+pub(crate) fn writer_loop(
+    mut writer: Writer,
+    rx: Receiver<WriterMsg>,
+    bar: ProgressBar,
+) -> (Writer, Result<WriterStats, JobError>) {
+    let started = Instant::now();
+    let mut last_log = Instant::now();
+    let hidden = bar.is_hidden();
+    for msg in rx {
+        let finished_item = match &msg {
+            WriterMsg::Row(r) => r.last,
+            WriterMsg::Failed(_) => true,
+        };
+        if let Err(e) = writer.handle(msg) {
+            return (writer, Err(e));
+        }
+        if finished_item {
+            bar.inc(1);
+            let hours = writer.stats.audio_seconds / 3600.0;
+            let rate = writer.stats.audio_seconds / started.elapsed().as_secs_f64().max(1e-9);
+            bar.set_message(format!("{hours:.2} h audio  {rate:.0}× real time"));
+            if hidden && last_log.elapsed() >= Duration::from_secs(10) {
+                last_log = Instant::now();
+                tracing::info!(
+                    items_ok = writer.stats.items_ok,
+                    items_failed = writer.stats.items_failed,
+                    audio_hours = hours,
+                    real_time_factor = rate,
+                    "progress"
+                );
+            }
+        }
+    }
+    if writer.pieces_held() > 0 {
+        tracing::warn!(
+            items = writer.pieces_held(),
+            "long items left undone: some of their pieces never arrived (a resume redoes them)"
+        );
+    }
+    let result = writer.flush().map(|()| std::mem::take(&mut writer.stats));
+    (writer, result)
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! One item, streamed: decode → resample → extract, cut into pieces of `chunk_seconds` as
+//! The segment stage. One item, streamed: decode → resample → extract, cut into pieces of `chunk_seconds` as
 //! the frames become available. Memory stays flat in the file's length: what is held is the
 //! samples the next piece reads and at most one piece of frames.
 //!
@@ -12,11 +12,11 @@ use std::path::Path;
 
 use sonograph_dsp::span::{frames_ready, span_window, Span};
 use sonograph_dsp::spec::{FeatureSpec, OutputKind};
-use sonograph_dsp::{CpuExtractor, ExtractError};
+use sonograph_dsp::{CpuExtractor, ItemError};
+use thiserror::Error;
 
-use crate::decode::{AudioReader, DecodeOptions};
-use crate::error::{DecodeError, StreamError};
-use crate::StreamSummary;
+use sonograph_io::decode::{AudioReader, DecodeOptions};
+use sonograph_io::{DecodeError, StreamError, StreamSummary};
 
 /// One row of output.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,6 +54,15 @@ pub fn extract_streaming<E: std::error::Error + 'static>(
         chunk_seconds,
         sink,
     )
+}
+
+/// Why computing the pieces of a streamed item stopped.
+#[derive(Debug, Error)]
+enum PieceStop {
+    #[error(transparent)]
+    Item(#[from] ItemError),
+    #[error("the sink stopped")]
+    SinkStopped,
 }
 
 /// Where a piece sits in its item: its index, its frames and window, and its time span.
@@ -188,7 +197,7 @@ pub fn extract_from_reader<E: std::error::Error + 'static>(
     let path = reader.path().to_path_buf();
     let path = path.as_path();
     let spec = extractor.spec().clone();
-    let corrupt = |reason: String| {
+    let corrupt = |reason: String| -> StreamError<E> {
         StreamError::Decode(DecodeError::Corrupt {
             path: path.to_path_buf(),
             reason,
@@ -198,10 +207,10 @@ pub fn extract_from_reader<E: std::error::Error + 'static>(
     let Some(chunk_seconds) = chunk_seconds else {
         // One piece: the extractor streams the whole item.
         extractor.begin();
-        let summary = crate::stream_reader(reader, spec.sample_rate, |c| extractor.push(c))
+        let summary = sonograph_io::stream_reader(reader, spec.sample_rate, |c| extractor.push(c))
             .map_err(|e| match e {
-                StreamError::Sink { source, .. } => corrupt(source.to_string()),
                 StreamError::Decode(d) => StreamError::Decode(d),
+                other => corrupt(other.to_string()),
             })?;
         let mut rows = Vec::new();
         let frames = extractor
@@ -224,7 +233,7 @@ pub fn extract_from_reader<E: std::error::Error + 'static>(
     };
     let mut cutter = PieceCutter::new(&spec, chunk_seconds);
     let mut failed: Option<E> = None;
-    let mut compute = |w: PieceWindow| -> Result<(), ExtractError> {
+    let mut compute = |w: PieceWindow| -> Result<(), PieceStop> {
         let mut rows = Vec::new();
         let frames = extractor.extract_span(&w.samples, &w.plan.span, &mut rows)?;
         let p = w.plan;
@@ -239,10 +248,11 @@ pub fn extract_from_reader<E: std::error::Error + 'static>(
         .map_err(|e| {
             failed = Some(e);
             // Stops decoding: nobody takes the pieces any more.
-            ExtractError::Unavailable("the sink stopped".into())
+            PieceStop::SinkStopped
         })
     };
-    let streamed = crate::stream_reader(reader, spec.sample_rate, |c| cutter.push(c, &mut compute));
+    let streamed =
+        sonograph_io::stream_reader(reader, spec.sample_rate, |c| cutter.push(c, &mut compute));
     let summary = match streamed {
         Ok(s) => s,
         Err(StreamError::Sink { source, .. }) => {
@@ -255,9 +265,10 @@ pub fn extract_from_reader<E: std::error::Error + 'static>(
             })
         }
         Err(StreamError::Decode(d)) => return Err(StreamError::Decode(d)),
+        Err(other) => return Err(corrupt(other.to_string())),
     };
     let Some(last) = cutter.finish() else {
-        return Err(corrupt(ExtractError::Empty.to_string()));
+        return Err(corrupt(ItemError::Empty.to_string()));
     };
     compute(last).map_err(|e| match failed.take() {
         Some(source) => StreamError::Sink {

@@ -1,0 +1,92 @@
+//! What a job is asked to do: every setting, checked once before anything runs.
+
+use std::path::PathBuf;
+
+use sonograph_dsp::{FeatureSpec, Precision};
+use sonograph_io::decode::{ChannelMix, Limits};
+use sonograph_io::parquet::Dtype;
+
+use crate::error::JobError;
+
+/// Everything a job needs to know.
+#[derive(Debug, Clone)]
+pub struct JobConfig {
+    /// A directory, a NeMo `.jsonl` or a `.csv` manifest.
+    pub source: PathBuf,
+    pub out: PathBuf,
+    pub spec: FeatureSpec,
+    pub precision: Precision,
+    pub mix: ChannelMix,
+    /// Resource limits every file is decoded under (as `features` applies them).
+    pub limits: Limits,
+    /// Decode threads.
+    pub workers: usize,
+    /// Depth of the prefetch queue, in batches.
+    pub prefetch: usize,
+    /// Items per executor batch.
+    pub batch_items: usize,
+    /// Items longer than this are streamed and cut into pieces.
+    pub max_seconds: f64,
+    /// Length of a piece of a long item.
+    pub chunk_seconds: f64,
+    pub shard_index: usize,
+    pub shard_count: usize,
+    pub dtype: Dtype,
+    /// A part is closed once its features reach this many MiB.
+    pub part_mb: usize,
+    /// Draw a progress bar (on a terminal); otherwise a log line every 10 s.
+    pub progress: bool,
+}
+
+impl JobConfig {
+    /// Defaults for everything but the source, the output and the spec.
+    pub fn new(source: PathBuf, out: PathBuf, spec: FeatureSpec) -> Self {
+        JobConfig {
+            source,
+            out,
+            spec,
+            precision: Precision::default(),
+            mix: ChannelMix::Mean,
+            limits: Limits::default(),
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            prefetch: 4,
+            batch_items: 16,
+            max_seconds: 60.0,
+            chunk_seconds: 30.0,
+            shard_index: 0,
+            shard_count: 1,
+            dtype: Dtype::F32,
+            part_mb: 64,
+            progress: false,
+        }
+    }
+
+    /// Checks every setting before anything runs.
+    pub fn check(&self) -> Result<(), JobError> {
+        let config = self;
+        let bad = |m: &str| Err(JobError::Config(m.to_string()));
+        if config.workers == 0 {
+            return bad("--workers must be at least 1");
+        }
+        if config.prefetch == 0 || config.batch_items == 0 {
+            return bad("--prefetch and --batch-items must be at least 1");
+        }
+        if !(config.chunk_seconds.is_finite()
+            && config.max_seconds.is_finite()
+            && config.chunk_seconds > 0.0
+            && config.max_seconds >= config.chunk_seconds)
+        {
+            return bad("--chunk-seconds must be finite, > 0 and not above --max-seconds");
+        }
+        if config.part_mb == 0 {
+            return bad("--part-mb must be at least 1");
+        }
+        if config.shard_count == 0 || config.shard_index >= config.shard_count {
+            return bad("--shard-index must be below --shard-count");
+        }
+        config
+            .spec
+            .validate()
+            .map_err(|e| JobError::Config(e.to_string()))
+    }
+}

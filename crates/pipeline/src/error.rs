@@ -1,0 +1,52 @@
+//! Why a job stops. Item problems are never job errors: they are in the report.
+
+use std::path::PathBuf;
+
+use sonograph_io::ledger::LedgerError;
+use sonograph_io::manifest::SourceError;
+use sonograph_io::WriteError;
+use thiserror::Error;
+
+/// Why a job could not run. Item problems are never job errors: they are in the report.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum JobError {
+    #[error("{0}")]
+    Config(String),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl JobError {
+    /// A usage or configuration problem (exit code 2), as opposed to a failure while running.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            JobError::Config(_)
+                | JobError::Source(_)
+                | JobError::Ledger(
+                    LedgerError::SpecMismatch { .. } | LedgerError::ShardMismatch { .. }
+                )
+        )
+    }
+}
+
+/// The message of a caught panic.
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}

@@ -1,0 +1,110 @@
+//! The output folder: where a shard keeps its parts and its files, the job's shape that every
+//! run on the folder must share, and files written whole or not at all.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::JobConfig;
+use crate::error::JobError;
+use crate::report::Report;
+
+/// Where a shard keeps its files. Parts sit in `out/`; everything else under
+/// `out/__sonograph/`, which dataset readers skip (pyarrow skips names starting with `_`,
+/// Hugging Face datasets those starting with `__`).
+#[derive(Debug, Clone)]
+pub struct OutputLayout {
+    pub out: PathBuf,
+    pub meta_dir: PathBuf,
+    pub ledger: PathBuf,
+    pub report: PathBuf,
+    pub done_marker: PathBuf,
+    /// The job's shape (spec, shard count), shared by all shards of the folder.
+    pub job: PathBuf,
+}
+
+impl OutputLayout {
+    /// A single-shard job uses `ledger.sqlite` and `report.json`; shard `I` of `N` adds
+    /// `-IIIII` so that shards can share one output folder.
+    pub fn new(out: &Path, shard_index: usize, shard_count: usize) -> Self {
+        let meta_dir = out.join(META_DIR);
+        let suffix = if shard_count == 1 {
+            String::new()
+        } else {
+            format!("-{shard_index:05}")
+        };
+        OutputLayout {
+            out: out.to_path_buf(),
+            ledger: meta_dir.join(format!("ledger{suffix}.sqlite")),
+            report: meta_dir.join(format!("report{suffix}.json")),
+            done_marker: meta_dir.join(format!("shard-{shard_index:05}-of-{shard_count:05}.done")),
+            job: meta_dir.join("job.json"),
+            meta_dir,
+        }
+    }
+}
+
+/// Name of the folder inside the output that holds everything but the parts.
+pub const META_DIR: &str = "__sonograph";
+
+/// Records the job's spec and shard count in `job.json` the first time, and refuses a run
+/// that disagrees: shards of different counts would write parts of the same names.
+pub(crate) fn check_job_shape(
+    layout: &OutputLayout,
+    config: &JobConfig,
+    spec_id: &str,
+) -> Result<(), JobError> {
+    // Everything that changes which rows exist or how they are stored: a resume with other
+    // values would mix pieces of different lengths or parts of different types.
+    let shape = serde_json::json!({
+        "spec_id": spec_id,
+        "shard_count": config.shard_count,
+        "max_seconds": config.max_seconds,
+        "chunk_seconds": config.chunk_seconds,
+        "dtype": format!("{:?}", config.dtype),
+        "mix": format!("{:?}", config.mix),
+    });
+    let text = format!("{shape}\n");
+    // Written whole under a unique name, then linked into place: `job.json` either does not
+    // exist or is complete, whatever instant a process dies at.
+    let tmp = layout
+        .meta_dir
+        .join(format!(".job-{}.json.tmp", std::process::id()));
+    std::fs::write(&tmp, &text).map_err(io_err(&tmp))?;
+    let linked = std::fs::hard_link(&tmp, &layout.job);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let found = std::fs::read_to_string(&layout.job).map_err(io_err(&layout.job))?;
+            let found: serde_json::Value = serde_json::from_str(&found).map_err(|e| {
+                JobError::Config(format!("{}: unreadable: {e}", layout.job.display()))
+            })?;
+            if found == shape {
+                return Ok(());
+            }
+            Err(JobError::Config(format!(
+                "{}: this output folder belongs to another job ({found}); this run is {shape}; use another folder or the same settings",
+                layout.out.display()
+            )))
+        }
+        Err(e) => Err(io_err(&layout.job)(e)),
+    }
+}
+
+pub(crate) fn io_err(path: &Path) -> impl Fn(std::io::Error) -> JobError + '_ {
+    move |source| JobError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+pub(crate) fn read_report(path: &Path) -> Option<Report> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+pub(crate) fn write_json_atomically(path: &Path, report: &Report) -> Result<(), JobError> {
+    let tmp = sonograph_io::parquet::tmp_path(path);
+    let text =
+        serde_json::to_string_pretty(report).map_err(|e| JobError::Internal(e.to_string()))?;
+    std::fs::write(&tmp, text).map_err(io_err(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io_err(path))
+}

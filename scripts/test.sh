@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The README's test command: every test of every build that ships or that CI checks, then one
+# banner with the totals and the count of skipped tests, which cannot be missed.
+#
+#   scripts/test.sh                       # as a developer: GPU tests skip without a Vulkan driver
+#   SONOGRAPH_REQUIRE_GPU=1 scripts/test.sh   # as CI: a GPU test that would skip fails instead
+#
+# Runs: the workspace's tests (default features: the wgpu backend); the fault-injection tests
+# (`failpoints`: OOM and device loss in the GPU backend, crash points and kill -9 in `extract`,
+# failing health probes); the CPU-only binary's tests (`--no-default-features`).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+SONOGRAPH_SKIP_LOG="$(mktemp)"
+export SONOGRAPH_SKIP_LOG
+log="$(mktemp)"
+failed_steps=()
+
+step() {
+  echo "+ $*"
+  if ! "$@" 2>&1 | tee -a "$log"; then
+    failed_steps+=("$*")
+  fi
+}
+
+step cargo test --workspace --locked --no-fail-fast
+step cargo test --locked --no-fail-fast -p sonograph-gpu --features failpoints --test faults
+step cargo test --locked -p sonograph --features failpoints --test extract killed_at_random
+step cargo test --locked -p sonograph --features failpoints --test cli probe
+step cargo test --locked -p sonograph --no-default-features --test cli
+
+read -r passed failed ignored < <(awk '/^test result:/ { p += $4; f += $6; i += $8 }
+  END { printf "%d %d %d\n", p, f, i }' "$log")
+skipped=$(wc -l < "$SONOGRAPH_SKIP_LOG")
+echo
+echo "=================================================================="
+echo " tests: $passed passed, $failed failed, $ignored ignored, $skipped SKIPPED"
+if [ "$skipped" -gt 0 ]; then
+  echo " skipped (no device here; SONOGRAPH_REQUIRE_GPU=1 makes these failures):"
+  sed 's/^/   /' "$SONOGRAPH_SKIP_LOG"
+fi
+for s in "${failed_steps[@]}"; do echo " FAILED STEP: $s"; done
+echo "=================================================================="
+rm -f "$SONOGRAPH_SKIP_LOG" "$log"
+[ "${#failed_steps[@]}" -eq 0 ] && [ "$failed" -eq 0 ]
