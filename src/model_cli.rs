@@ -356,15 +356,15 @@ struct Pending {
 /// Where transcripts go.
 enum Sink {
     Jsonl(Staged, BufWriter<File>),
-    Parquet(TranscriptWriter),
+    Parquet(Box<TranscriptWriter>),
 }
 
 impl Sink {
     fn open(path: &Path) -> Result<Self> {
         if path.extension().and_then(|e| e.to_str()) == Some("parquet") {
-            Ok(Sink::Parquet(
+            Ok(Sink::Parquet(Box::new(
                 TranscriptWriter::create(path).map_err(|e| user(e.to_string()))?,
-            ))
+            )))
         } else {
             let staged = Staged::new(path);
             let w = staged.create()?;

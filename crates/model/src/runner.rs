@@ -302,7 +302,7 @@ impl ModelRunner {
     }
 
     fn check(&self, item: &[f32], n_mels: usize) -> Result<(), ItemError> {
-        if n_mels != self.n_mels || item.len() % n_mels != 0 {
+        if n_mels != self.n_mels || !item.len().is_multiple_of(n_mels) {
             return Err(ItemError::Ragged {
                 values: item.len(),
                 n_mels: self.n_mels,

@@ -100,7 +100,7 @@ impl VadSegmenter {
                 )));
             }
             // `audio[::step]`: the samples whose index is a multiple of the step.
-            if index % self.step != 0 {
+            if !index.is_multiple_of(self.step) {
                 continue;
             }
             self.window.push(x);
