@@ -246,6 +246,23 @@ def write_folder(name, model_type, n_mels):
     return d
 
 
+def make_bench_encoder(path, n_mels=80, hidden=512, dim=512):
+    """A larger encoder of the same graph, for bench/models.py: enough arithmetic per frame for
+    onnxruntime's kernels, not the runner's plumbing, to dominate."""
+    rng = np.random.default_rng(99)
+    nodes, inits, inputs, elem = encoder_graph(rng, n_mels, hidden, "hmask", np.float32)
+    inits.append(w(rng, "We", hidden, dim))
+    nodes += [
+        helper.make_node("MatMul", ["hmask", "We"], ["eo"]),
+        helper.make_node("Transpose", ["eo"], ["outputs"], perm=[0, 2, 1]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("outputs", elem, ["B", dim, "T'"]),
+        helper.make_tensor_value_info("encoded_lengths", TensorProto.INT64, ["B"]),
+    ]
+    save(nodes, inits, inputs, outputs, path)
+
+
 def make_models():
     rng = np.random.default_rng(1234)
     d = write_folder("ctc", "nemo-conformer-ctc", 80)
