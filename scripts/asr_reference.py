@@ -149,9 +149,9 @@ def make_ctc(rng, n_mels, dtype, path):
     save(nodes, inits, inputs, outputs, path)
 
 
-def make_tdt_encoder(rng, n_mels, dim, path):
-    nodes, inits, inputs, elem = encoder_graph(rng, n_mels, 24, "hmask", np.float32)
-    inits.append(w(rng, "We", 24, dim, scale=2.0))
+def make_tdt_encoder(rng, n_mels, dim, path, hidden=24, scale=2.0):
+    nodes, inits, inputs, elem = encoder_graph(rng, n_mels, hidden, "hmask", np.float32)
+    inits.append(w(rng, "We", hidden, dim, scale=scale))
     nodes += [
         helper.make_node("MatMul", ["hmask", "We"], ["eo"]),
         helper.make_node("Transpose", ["eo"], ["outputs"], perm=[0, 2, 1]),
@@ -249,18 +249,7 @@ def write_folder(name, model_type, n_mels):
 def make_bench_encoder(path, n_mels=80, hidden=512, dim=512):
     """A larger encoder of the same graph, for bench/models.py: enough arithmetic per frame for
     onnxruntime's kernels, not the runner's plumbing, to dominate."""
-    rng = np.random.default_rng(99)
-    nodes, inits, inputs, elem = encoder_graph(rng, n_mels, hidden, "hmask", np.float32)
-    inits.append(w(rng, "We", hidden, dim))
-    nodes += [
-        helper.make_node("MatMul", ["hmask", "We"], ["eo"]),
-        helper.make_node("Transpose", ["eo"], ["outputs"], perm=[0, 2, 1]),
-    ]
-    outputs = [
-        helper.make_tensor_value_info("outputs", elem, ["B", dim, "T'"]),
-        helper.make_tensor_value_info("encoded_lengths", TensorProto.INT64, ["B"]),
-    ]
-    save(nodes, inits, inputs, outputs, path)
+    make_tdt_encoder(np.random.default_rng(99), n_mels, dim, path, hidden=hidden, scale=1.0)
 
 
 def make_models():

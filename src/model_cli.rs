@@ -28,13 +28,34 @@ use crate::{user, LimitArgs};
 /// Timestamps are given in samples at this rate, whatever the file's.
 const OUT_RATE: u32 = 16_000;
 
+/// What both commands take about their input and the runtime.
 #[derive(Args)]
-pub(crate) struct OrtArgs {
+pub(crate) struct InputArgs {
+    /// Use one channel (0-based) instead of the mean of all channels.
+    #[arg(long)]
+    channel: Option<usize>,
+    #[command(flatten)]
+    limits: LimitArgs,
     /// The onnxruntime library (libonnxruntime.so, .dylib, onnxruntime.dll) or its folder.
     /// Default: next to the binary, else python3's onnxruntime package
     /// (pip install onnxruntime==1.31.1).
     #[arg(long, env = "SONOGRAPH_ORT_LIB")]
     ort_lib: Option<PathBuf>,
+}
+
+impl InputArgs {
+    fn runtime(&self) -> Result<&'static Runtime> {
+        Runtime::get(self.ort_lib.as_deref()).map_err(|e| user(e.to_string()))
+    }
+
+    /// The decoding of `item`: the channel and limits, the item's offset and duration.
+    fn options(&self, item: &SourceItem) -> Result<DecodeOptions> {
+        Ok(DecodeOptions {
+            offset_s: item.offset_s,
+            duration_s: item.duration_s,
+            ..crate::decode_options(self.channel, &self.limits)?
+        })
+    }
 }
 
 /// `get_speech_timestamps`' parameters, with its defaults.
@@ -94,13 +115,8 @@ pub(crate) struct VadArgs {
     out: PathBuf,
     #[command(flatten)]
     vad: VadFlags,
-    /// Use one channel (0-based) instead of the mean of all channels.
-    #[arg(long)]
-    channel: Option<usize>,
     #[command(flatten)]
-    limits: LimitArgs,
-    #[command(flatten)]
-    ort: OrtArgs,
+    input: InputArgs,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -138,17 +154,8 @@ pub(crate) struct TranscribeArgs {
     /// onnxruntime threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
-    /// Use one channel (0-based) instead of the mean of all channels.
-    #[arg(long)]
-    channel: Option<usize>,
     #[command(flatten)]
-    limits: LimitArgs,
-    #[command(flatten)]
-    ort: OrtArgs,
-}
-
-fn runtime(args: &OrtArgs) -> Result<&'static Runtime> {
-    Runtime::get(args.ort_lib.as_deref()).map_err(|e| user(e.to_string()))
+    input: InputArgs,
 }
 
 /// `path` written under a temporary name beside it, renamed by [`Staged::commit`].
@@ -216,19 +223,6 @@ fn is_manifest(p: &Path) -> bool {
         p.extension().and_then(|e| e.to_str()),
         Some("jsonl" | "json" | "ndjson" | "csv")
     )
-}
-
-/// The decoding of `item`: the command's channel and limits, the item's offset and duration.
-fn item_options(
-    item: &SourceItem,
-    channel: Option<usize>,
-    limits: &LimitArgs,
-) -> Result<DecodeOptions> {
-    Ok(DecodeOptions {
-        offset_s: item.offset_s,
-        duration_s: item.duration_s,
-        ..crate::decode_options(channel, limits)?
-    })
 }
 
 /// An error that stops a stream from inside its sink, carried out of sonograph-io unchanged
@@ -313,13 +307,13 @@ fn at_16k(samples: u64, rate: u32) -> u64 {
 
 pub(crate) fn vad(args: &VadArgs) -> Result<()> {
     let params = args.vad.params()?;
-    args.limits.limits()?;
-    let rt = runtime(&args.ort)?;
+    args.input.limits.limits()?;
+    let rt = args.input.runtime()?;
     let staged = Staged::new(&args.out);
     let mut w = staged.create()?;
     let mut written: std::io::Result<()> = Ok(());
     for_each_item(&args.inputs, false, |item| {
-        let opts = item_options(item, args.channel, &args.limits)?;
+        let opts = args.input.options(item)?;
         let mut lines = Vec::new();
         let rate = stream_vad(rt, &params, item, &opts, None, |event| {
             if let VadEvent::Segment(s) = event {
@@ -503,7 +497,7 @@ pub(crate) fn transcribe(args: &TranscribeArgs) -> Result<u8> {
         )));
     }
     let batch = args.batch.max(1);
-    let rt = runtime(&args.ort)?;
+    let rt = args.input.runtime()?;
     let mut model =
         AsrModel::open(rt, &args.model, args.threads).map_err(|e| user(e.to_string()))?;
     let n_mels = model.n_mels();
@@ -512,7 +506,7 @@ pub(crate) fn transcribe(args: &TranscribeArgs) -> Result<u8> {
     spec.n_mels = n_mels;
     spec.validate()
         .map_err(|e| user(format!("{}: {e}", args.model.display())))?;
-    args.limits.limits()?;
+    args.input.limits.limits()?;
     let mut sink = Sink::open(&args.out)?;
     let mut tr = Transcriber {
         model: &mut model,
@@ -529,7 +523,7 @@ pub(crate) fn transcribe(args: &TranscribeArgs) -> Result<u8> {
     // Segments wait here for a full batch, across files: at most `batch` at a time.
     let mut pending: Vec<Pending> = Vec::new();
     for_each_item(std::slice::from_ref(&args.source), true, |item| {
-        let opts = item_options(item, args.channel, &args.limits)?;
+        let opts = args.input.options(item)?;
         // Samples from `base` on: what a segment not yet given out may still need.
         let mut buf: Vec<f32> = Vec::new();
         let mut base = 0u64;

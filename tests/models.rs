@@ -359,7 +359,16 @@ fn transcribe_gives_onnx_asrs_transcripts() {
             "fixed",
         ]);
         assert!(o.status.success(), "{name}: {}", stderr(&o));
-        assert!(std::fs::metadata(&pq).unwrap().len() > 0);
+        // The same rows as the JSON lines.
+        let table = sonograph_io::transcripts::read_transcripts(&pq).unwrap();
+        assert_eq!(table.len(), rows.len());
+        for (t, row) in table.iter().zip(&rows) {
+            assert_eq!(serde_json::json!(t.id), row["id"]);
+            assert_eq!(serde_json::json!(t.text), row["text"]);
+            assert_eq!(serde_json::json!(t.tokens), row["tokens"]);
+            assert_eq!(serde_json::json!(t.timestamps), row["timestamps"]);
+            assert_eq!(serde_json::json!(t.end_s), row["end_s"]);
+        }
     }
 }
 

@@ -10,10 +10,16 @@ use std::io::Write;
 /// right after.
 #[allow(dead_code)]
 pub fn skip(why: &str) {
+    skip_unless_required("SONOGRAPH_REQUIRE_GPU", why);
+}
+
+/// Fails when the environment variable `require` is `1`; else prints the skip and records it
+/// in `$SONOGRAPH_SKIP_LOG` (the GPU's and onnxruntime's skips alike).
+pub fn skip_unless_required(require: &str, why: &str) {
     let thread = std::thread::current();
     let test = thread.name().unwrap_or("a test");
-    if std::env::var("SONOGRAPH_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-        panic!("{test} would skip, and SONOGRAPH_REQUIRE_GPU=1 makes that a failure: {why}");
+    if std::env::var(require).is_ok_and(|v| v == "1") {
+        panic!("{test} would skip, and {require}=1 makes that a failure: {why}");
     }
     eprintln!("SKIPPED {test}: {why}");
     if let Some(path) = std::env::var_os("SONOGRAPH_SKIP_LOG") {

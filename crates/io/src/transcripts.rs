@@ -140,11 +140,55 @@ impl TranscriptWriter {
     }
 }
 
+/// Reads a transcripts file back (for checks and tools; a file of another schema is an error).
+pub fn read_transcripts(path: &Path) -> Result<Vec<TranscriptRow>, WriteError> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Float64Type;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let other = other_error(path);
+    let file = File::open(path).map_err(io_error(path))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .and_then(|b| b.build())
+        .map_err(|e| other(e.to_string()))?;
+    let mut rows = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| other(e.to_string()))?;
+        if batch.schema().fields() != transcript_schema().fields() {
+            return Err(other("not a transcripts file".into()));
+        }
+        let string = |i: usize| batch.column(i).as_string::<i32>().clone();
+        let float = |i: usize| batch.column(i).as_primitive::<Float64Type>().clone();
+        let (id, source, text) = (string(0), string(1), string(4));
+        let (start, end) = (float(2), float(3));
+        let tokens = batch.column(5).as_list::<i32>();
+        let times = batch.column(6).as_list::<i32>();
+        for r in 0..batch.num_rows() {
+            rows.push(TranscriptRow {
+                id: id.value(r).to_string(),
+                source: source.value(r).to_string(),
+                start_s: start.value(r),
+                end_s: end.value(r),
+                text: text.value(r).to_string(),
+                tokens: tokens
+                    .value(r)
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|t| t.unwrap_or_default().to_string())
+                    .collect(),
+                timestamps: times
+                    .value(r)
+                    .as_primitive::<Float64Type>()
+                    .values()
+                    .to_vec(),
+            });
+        }
+    }
+    Ok(rows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow_array::cast::AsArray;
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
     #[test]
     fn rows_read_back_with_their_lists() {
@@ -178,19 +222,7 @@ mod tests {
         }
         assert!(!path.exists(), "nothing at the final name before finish");
         w.finish().unwrap();
-        let batch = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap())
-            .unwrap()
-            .build()
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap();
-        assert_eq!(batch.num_rows(), 2);
-        let text = batch.column(4).as_string::<i32>();
-        assert_eq!(text.value(0), "hi there");
-        let tokens = batch.column(5).as_list::<i32>();
-        assert_eq!(tokens.value(0).as_string::<i32>().value(1), " there");
-        assert_eq!(tokens.value(1).len(), 0);
+        assert_eq!(read_transcripts(&path).unwrap(), rows);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
