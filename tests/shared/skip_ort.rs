@@ -5,6 +5,9 @@
 //! recording it uses); included with `#[path]` by every test that needs the runtime, so that
 //! no model test skips in any other way.
 
+// A test that also has tests/common (which loads skip.rs for its GPU checks) loads it twice:
+// harmless, it holds functions only.
+#[allow(clippy::duplicate_mod)]
 #[path = "skip.rs"]
 mod gpu_skip;
 
