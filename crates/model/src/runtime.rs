@@ -138,6 +138,9 @@ fn same_file(a: &Path, b: &Path) -> bool {
 /// else in python3's onnxruntime package.
 pub fn locate(wanted: Option<&Path>) -> Result<PathBuf, ModelError> {
     if let Some(w) = wanted {
+        // Absolute, so that ort does not look for a relative path beside the executable first.
+        let absolute = std::path::absolute(w).unwrap_or_else(|_| w.to_path_buf());
+        let w = absolute.as_path();
         if w.is_dir() {
             return library_in(w).ok_or_else(|| ModelError::RuntimeLoad {
                 path: w.to_path_buf(),
