@@ -484,6 +484,44 @@ fn transcribe_refuses_bad_models_and_flags() {
     }
 }
 
+/// A segment the model cannot take (a last window of 100 samples: no 10 ms frame) is named on
+/// stderr, the others are written, and the command exits 3.
+#[test]
+fn transcribe_names_segments_it_cannot_take_and_exits_3() {
+    if skip_ort::runtime_or_skip().is_none() {
+        return;
+    }
+    let tmp = Tmp::new("transcribe-short");
+    let out = tmp.path("t.jsonl");
+    let input = repo("tests/data/speech_16000_mono_s16.wav"); // 32000 samples
+    let model = repo("crates/model/tests/data/asr/ctc");
+    // Two windows of 15950 samples and 100 left over.
+    let o = run(&[
+        "transcribe",
+        input.to_str().unwrap(),
+        "--model",
+        model.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--segment",
+        "fixed",
+        "--window-s",
+        "0.996875",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("speech_16000_mono_s16.wav#2") && err.contains("no frames"),
+        "{err}"
+    );
+    let rows = lines(&out);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        (rows[1]["start"].as_u64(), rows[1]["end"].as_u64()),
+        (Some(15950), Some(31900))
+    );
+}
+
 /// Peak RSS of a child process, polled from /proc until it exits (VmHWM is its high-water mark).
 fn run_with_peak_rss(args: &[&str]) -> (Output, f64) {
     let mut child = bin()

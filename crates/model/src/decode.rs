@@ -279,4 +279,28 @@ mod tests {
         assert_eq!(tokens, vec![0, 1, 0, 0]);
         assert_eq!(times, vec![0, 0, 3, 3]);
     }
+
+    /// A joint of exactly the vocabulary (RNN-T): no durations, one frame per blank, at most
+    /// `max_tokens_per_step` tokens per frame.
+    #[test]
+    fn rnnt_steps_one_frame_per_blank() {
+        struct Rnnt(Vec<usize>, usize);
+        impl Joint for Rnnt {
+            type State = ();
+            fn initial(&mut self) -> Result<(), String> {
+                Ok(())
+            }
+            fn step(&mut self, _: &[f32], _: usize, _: &()) -> Result<(Vec<f32>, ()), String> {
+                let mut out = vec![0.0; 3];
+                out[self.0[self.1]] = 1.0;
+                self.1 += 1;
+                Ok((out, ()))
+            }
+        }
+        // t=0: 1, 1, 1 (the cap of 3 moves on); t=1: blank; t=2: 0, blank.
+        let mut j = Rnnt(vec![1, 1, 1, 2, 0, 2], 0);
+        let (tokens, times) = transducer_greedy(&mut j, &[0.0; 3], 1, 3, 3, 2, 3).unwrap();
+        assert_eq!(tokens, vec![1, 1, 1, 0]);
+        assert_eq!(times, vec![0, 0, 0, 2]);
+    }
 }
