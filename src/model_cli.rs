@@ -528,17 +528,25 @@ pub(crate) fn transcribe(args: &TranscribeArgs) -> Result<u8> {
         let mut buf: Vec<f32> = Vec::new();
         let mut base = 0u64;
         let mut index = 0usize;
-        let mut cut = |start: u64, end: u64, buf: &[f32], base: u64| {
-            let (a, b) = ((start - base) as usize, (end - base) as usize);
+        let mut cut = |start: u64, end: u64, buf: &[f32], base: u64| -> Result<Pending> {
+            // A segment never starts before what the segmenter let go (earliest_open_sample)
+            // nor ends past what it was given; if one did, that is a bug, said so.
+            let kept = base..base + buf.len() as u64;
+            if !(kept.start <= start && start <= end && end <= kept.end) {
+                return Err(anyhow!(
+                    "{}: segment {start}..{end} is outside the samples kept ({kept:?}): a bug in sonograph",
+                    item.path.display()
+                ));
+            }
             let p = Pending {
                 source: item.id.clone(),
                 index,
                 start,
                 end,
-                samples: buf[a..b.min(buf.len())].to_vec(),
+                samples: buf[(start - base) as usize..(end - base) as usize].to_vec(),
             };
             index += 1;
-            p
+            Ok(p)
         };
         match args.segment {
             SegmentMode::Vad => {
@@ -546,7 +554,7 @@ pub(crate) fn transcribe(args: &TranscribeArgs) -> Result<u8> {
                     match event {
                         VadEvent::Samples(chunk) => buf.extend_from_slice(chunk),
                         VadEvent::Segment(s) => {
-                            pending.push(cut(s.start, s.end, &buf, base));
+                            pending.push(cut(s.start, s.end, &buf, base)?);
                             tr.flush_full(&mut pending, &mut sink)?;
                         }
                         VadEvent::Pushed(seg) => {
@@ -565,7 +573,7 @@ pub(crate) fn transcribe(args: &TranscribeArgs) -> Result<u8> {
                     buf.extend_from_slice(chunk);
                     total += chunk.len() as u64;
                     while total - base >= window {
-                        pending.push(cut(base, base + window, &buf, base));
+                        pending.push(cut(base, base + window, &buf, base).map_err(Stop)?);
                         buf.drain(..window as usize);
                         base += window;
                         tr.flush_full(&mut pending, &mut sink).map_err(Stop)?;
@@ -574,7 +582,7 @@ pub(crate) fn transcribe(args: &TranscribeArgs) -> Result<u8> {
                 })
                 .map_err(stream_error)?;
                 if total > base {
-                    pending.push(cut(base, total, &buf, base));
+                    pending.push(cut(base, total, &buf, base)?);
                     tr.flush_full(&mut pending, &mut sink)?;
                 }
             }
