@@ -41,6 +41,20 @@ fn run(args: &[&str]) -> Output {
     bin().args(args).output().unwrap()
 }
 
+/// `sonograph transcribe SOURCE --model MODEL --out OUT EXTRA...`.
+fn transcribe(source: &Path, model: &Path, out: &Path, extra: &[&str]) -> Output {
+    bin()
+        .arg("transcribe")
+        .arg(source)
+        .arg("--model")
+        .arg(model)
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
 /// A mono 16-bit (or float) WAV of `x`.
 fn write_wav(path: &Path, rate: u32, x: &[f32], float: bool) {
     use std::io::Write;
@@ -323,20 +337,8 @@ fn transcribe_gives_onnx_asrs_transcripts() {
     for name in ["ctc", "ctc-fp16", "tdt"] {
         let out = tmp.path(&format!("{name}.jsonl"));
         let model = repo("crates/model/tests/data/asr").join(name);
-        let o = run(&[
-            "transcribe",
-            corpus.to_str().unwrap(),
-            "--model",
-            model.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--segment",
-            "fixed",
-            "--window-s",
-            "60",
-            "--batch",
-            "3",
-        ]);
+        let fixed = ["--segment", "fixed", "--window-s", "60", "--batch", "3"];
+        let o = transcribe(&corpus, &model, &out, &fixed);
         assert!(o.status.success(), "{name}: {}", stderr(&o));
         let rows = lines(&out);
         assert_eq!(rows.len(), 5);
@@ -348,16 +350,7 @@ fn transcribe_gives_onnx_asrs_transcripts() {
             assert_eq!(row["timestamps"], want["timestamps"], "{name} item {k}");
         }
         let pq = tmp.path(&format!("{name}.parquet"));
-        let o = run(&[
-            "transcribe",
-            corpus.to_str().unwrap(),
-            "--model",
-            model.to_str().unwrap(),
-            "--out",
-            pq.to_str().unwrap(),
-            "--segment",
-            "fixed",
-        ]);
+        let o = transcribe(&corpus, &model, &pq, &["--segment", "fixed"]);
         assert!(o.status.success(), "{name}: {}", stderr(&o));
         // The same rows as the JSON lines.
         let table = sonograph_io::transcripts::read_transcripts(&pq).unwrap();
@@ -385,16 +378,7 @@ fn transcribe_by_vad_segments_transcribes_each_cut() {
     let model_dir = repo("crates/model/tests/data/asr/tdt");
     let out = tmp.path("t.jsonl");
     let segs = tmp.path("s.jsonl");
-    let o = run(&[
-        "transcribe",
-        input.to_str().unwrap(),
-        "--model",
-        model_dir.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--max-speech-s",
-        "3",
-    ]);
+    let o = transcribe(&input, &model_dir, &out, &["--max-speech-s", "3"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let o = run(&[
         "vad",
@@ -451,31 +435,16 @@ fn transcribe_refuses_bad_models_and_flags() {
     let out = tmp.path("t.jsonl");
     let input = repo("tests/data/sample.flac");
     let ctc = repo("crates/model/tests/data/asr/ctc");
-    for (args, needle) in [
+    let nope = tmp.path("nope");
+    for (model, extra, needle) in [
+        (&nope, vec![], "not a model folder"),
         (
-            vec!["--model", tmp.path("nope").to_str().unwrap()],
-            "not a model folder",
-        ),
-        (
-            vec![
-                "--model",
-                ctc.to_str().unwrap(),
-                "--segment",
-                "fixed",
-                "--window-s",
-                "0",
-            ],
+            &ctc,
+            vec!["--segment", "fixed", "--window-s", "0"],
             "--window-s",
         ),
     ] {
-        let mut a = vec![
-            "transcribe",
-            input.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ];
-        a.extend(args);
-        let o = run(&a);
+        let o = transcribe(&input, model, &out, &extra);
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
@@ -496,18 +465,12 @@ fn transcribe_names_segments_it_cannot_take_and_exits_3() {
     let input = repo("tests/data/speech_16000_mono_s16.wav"); // 32000 samples
     let model = repo("crates/model/tests/data/asr/ctc");
     // Two windows of 15950 samples and 100 left over.
-    let o = run(&[
-        "transcribe",
-        input.to_str().unwrap(),
-        "--model",
-        model.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--segment",
-        "fixed",
-        "--window-s",
-        "0.996875",
-    ]);
+    let o = transcribe(
+        &input,
+        &model,
+        &out,
+        &["--segment", "fixed", "--window-s", "0.996875"],
+    );
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(3), "{err}");
     assert!(
