@@ -7,9 +7,11 @@
 //! with one line naming the file and the reason (exit 2); outputs are written under a
 //! temporary name and renamed when complete, so a failed run leaves none.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, ValueEnum};
@@ -115,6 +117,9 @@ pub(crate) struct VadArgs {
     out: PathBuf,
     #[command(flatten)]
     vad: VadFlags,
+    /// Files segmented at once, one onnxruntime thread each (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    jobs: usize,
     #[command(flatten)]
     input: InputArgs,
 }
@@ -261,13 +266,42 @@ enum VadEvent<'a> {
     Pushed(&'a VadSegmenter),
 }
 
+/// Segmenters by rate, kept from one file to the next: opening one loads the model into a new
+/// onnxruntime session, which costs more than a short clip's VAD.
+struct Segmenters {
+    rt: &'static Runtime,
+    params: VadParams,
+    by_rate: HashMap<u32, VadSegmenter>,
+}
+
+impl Segmenters {
+    fn new(rt: &'static Runtime, params: VadParams) -> Self {
+        Segmenters {
+            rt,
+            params,
+            by_rate: HashMap::new(),
+        }
+    }
+
+    /// A segmenter at `rate`, reset.
+    fn at(&mut self, rate: u32) -> Result<&mut VadSegmenter, ModelError> {
+        let seg = match self.by_rate.entry(rate) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(VadSegmenter::new(self.rt, &self.params, rate)?)
+            }
+        };
+        seg.reset();
+        Ok(seg)
+    }
+}
+
 /// Streams `item` through Silero VAD: at the file's rate where silero-vad takes it (8 kHz, or
 /// a multiple of 16 kHz, decimated as it does), else resampled to 16 kHz (or always at
 /// `force_rate`); returns that rate, in whose samples the segments are. An error from `on`
 /// stops the stream.
 fn stream_vad(
-    rt: &Runtime,
-    params: &VadParams,
+    segmenters: &mut Segmenters,
     item: &SourceItem,
     opts: &DecodeOptions,
     force_rate: Option<u32>,
@@ -279,7 +313,9 @@ fn stream_vad(
         Some(_) => native,
         None => OUT_RATE,
     });
-    let mut seg = VadSegmenter::new(rt, params, rate).map_err(|e| model_error(&item.path, e))?;
+    let seg = segmenters
+        .at(rate)
+        .map_err(|e| model_error(&item.path, e))?;
     let mut found = Vec::new();
     sonograph_io::stream_reader(reader, rate, |chunk| {
         on(VadEvent::Samples(chunk)).map_err(Stop)?;
@@ -288,7 +324,7 @@ fn stream_vad(
         for s in found.drain(..) {
             on(VadEvent::Segment(s)).map_err(Stop)?;
         }
-        on(VadEvent::Pushed(&seg)).map_err(Stop)
+        on(VadEvent::Pushed(seg)).map_err(Stop)
     })
     .map_err(stream_error)?;
     seg.finish(&mut found)
@@ -305,36 +341,66 @@ fn at_16k(samples: u64, rate: u32) -> u64 {
     samples * u64::from(OUT_RATE) / u64::from(rate)
 }
 
+/// Files whose segments are computed at once (in parallel) before they are written in order.
+const VAD_CHUNK: usize = 256;
+
 pub(crate) fn vad(args: &VadArgs) -> Result<()> {
     let params = args.vad.params()?;
     args.input.limits.limits()?;
     let rt = args.input.runtime()?;
-    let staged = Staged::new(&args.out);
-    let mut w = staged.create()?;
-    let mut written: std::io::Result<()> = Ok(());
-    for_each_item(&args.inputs, false, |item| {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.jobs)
+        .build()
+        .context("cannot start the thread pool")?;
+    // One set of segmenters per worker at most, reused from chunk to chunk.
+    let idle: Mutex<Vec<Segmenters>> = Mutex::new(Vec::new());
+    let segments_of = |item: &SourceItem| -> Result<(u32, Vec<Segment>)> {
+        let taken = idle.lock().map(|mut v| v.pop()).unwrap_or(None);
+        let mut segmenters = taken.unwrap_or_else(|| Segmenters::new(rt, params));
         let opts = args.input.options(item)?;
-        let mut lines = Vec::new();
-        let rate = stream_vad(rt, &params, item, &opts, None, |event| {
+        let mut found = Vec::new();
+        let rate = stream_vad(&mut segmenters, item, &opts, None, |event| {
             if let VadEvent::Segment(s) = event {
-                lines.push(s);
+                found.push(s);
             }
             Ok(())
         })?;
-        for s in lines {
-            let (start, end) = (at_16k(s.start, rate), at_16k(s.end, rate));
-            let line = serde_json::json!({
-                "source": item.id,
-                "start": start,
-                "end": end,
-                "start_s": start as f64 / f64::from(OUT_RATE),
-                "end_s": end as f64 / f64::from(OUT_RATE),
-            });
-            written = std::mem::replace(&mut written, Ok(())).and_then(|()| writeln!(w, "{line}"));
+        if let Ok(mut v) = idle.lock() {
+            v.push(segmenters);
+        }
+        Ok((rate, found))
+    };
+    let staged = Staged::new(&args.out);
+    let mut w = staged.create()?;
+    let mut chunk: Vec<SourceItem> = Vec::with_capacity(VAD_CHUNK);
+    let mut write_chunk = |chunk: &mut Vec<SourceItem>| -> Result<()> {
+        let results: Vec<Result<(u32, Vec<Segment>)>> =
+            pool.install(|| chunk.par_iter().map(&segments_of).collect());
+        for (item, result) in chunk.drain(..).zip(results) {
+            let (rate, segments) = result?;
+            for s in segments {
+                let (start, end) = (at_16k(s.start, rate), at_16k(s.end, rate));
+                let line = serde_json::json!({
+                    "source": item.id,
+                    "start": start,
+                    "end": end,
+                    "start_s": start as f64 / f64::from(OUT_RATE),
+                    "end_s": end as f64 / f64::from(OUT_RATE),
+                });
+                writeln!(w, "{line}")
+                    .map_err(|e| user(format!("{}: cannot write: {e}", args.out.display())))?;
+            }
+        }
+        Ok(())
+    };
+    for_each_item(&args.inputs, false, |item| {
+        chunk.push(item.clone());
+        if chunk.len() == VAD_CHUNK {
+            write_chunk(&mut chunk)?;
         }
         Ok(())
     })?;
-    written.map_err(|e| user(format!("{}: cannot write: {e}", args.out.display())))?;
+    write_chunk(&mut chunk)?;
     staged.commit(w)
 }
 
@@ -520,6 +586,7 @@ pub(crate) fn transcribe(args: &TranscribeArgs) -> Result<u8> {
         batch,
     };
     let window = (args.window_s * f64::from(OUT_RATE)).round().max(1.0) as u64;
+    let mut segmenters = Segmenters::new(rt, params);
     // Segments wait here for a full batch, across files: at most `batch` at a time.
     let mut pending: Vec<Pending> = Vec::new();
     for_each_item(std::slice::from_ref(&args.source), true, |item| {
@@ -550,7 +617,7 @@ pub(crate) fn transcribe(args: &TranscribeArgs) -> Result<u8> {
         };
         match args.segment {
             SegmentMode::Vad => {
-                stream_vad(rt, &params, item, &opts, Some(OUT_RATE), |event| {
+                stream_vad(&mut segmenters, item, &opts, Some(OUT_RATE), |event| {
                     match event {
                         VadEvent::Samples(chunk) => buf.extend_from_slice(chunk),
                         VadEvent::Segment(s) => {

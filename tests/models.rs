@@ -208,6 +208,72 @@ fn vad_writes_silero_vads_timestamps_at_16_khz() {
     }
 }
 
+/// A folder of files at several rates, segmented in parallel, gives what one worker gives, in
+/// the folder's order, each file as `vad` on it alone says.
+#[test]
+fn vad_over_a_folder_in_parallel_keeps_order_and_results() {
+    if skip_ort::runtime_or_skip().is_none() {
+        return;
+    }
+    let tmp = Tmp::new("vad-folder");
+    let corpus = tmp.path("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    let files = [
+        "crates/model/tests/data/vad/dialogue_8000.flac",
+        "crates/model/tests/data/vad/dialogue_32000.flac",
+        "crates/model/tests/data/vad/silence_16000.flac",
+        "tests/data/sample.flac",
+        "tests/data/speech_44100_stereo.flac",
+        "tests/data/speech_48000_mono_s16.wav",
+    ];
+    for (k, f) in files.iter().enumerate() {
+        let name = Path::new(f).file_name().unwrap().to_str().unwrap();
+        std::fs::copy(repo(f), corpus.join(format!("{k}_{name}"))).unwrap();
+    }
+    let mut outputs = Vec::new();
+    for jobs in ["1", "3"] {
+        let out = tmp.path(&format!("j{jobs}.jsonl"));
+        let o = run(&[
+            "vad",
+            corpus.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--jobs",
+            jobs,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        outputs.push(std::fs::read_to_string(&out).unwrap());
+    }
+    assert_eq!(outputs[0], outputs[1]);
+    let mut expect = String::new();
+    for entry in {
+        let mut v: Vec<_> = std::fs::read_dir(&corpus)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        v.sort();
+        v
+    } {
+        let out = tmp.path("one.jsonl");
+        let o = run(&[
+            "vad",
+            entry.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        // The folder run names files by their path relative to the folder.
+        let name = entry.file_name().unwrap().to_str().unwrap().to_string();
+        for l in lines(&out) {
+            let mut l = l.clone();
+            l["source"] = Value::String(name.clone());
+            expect.push_str(&format!("{l}\n"));
+        }
+    }
+    assert_eq!(outputs[0], expect);
+    assert!(expect.lines().count() >= 10);
+}
+
 /// Bad input: one line naming the file and the reason, exit 2, no output left behind.
 #[test]
 fn vad_refuses_bad_input_with_one_line() {

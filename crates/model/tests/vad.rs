@@ -192,8 +192,8 @@ fn probabilities_and_timestamps_match_silero_vad_on_real_audio() {
     eprintln!("{checked} cases; largest probability difference {worst:e}");
 }
 
-/// A segmenter is reset by `finish`: the same file twice gives the same segments, and an
-/// 8 kHz or 44.1 kHz stream is refused or taken as documented.
+/// A segmenter is reset by `finish` (and by `reset` after an error): the same file twice gives
+/// the same segments; a 44.1 kHz stream is refused, 8 and 48 kHz taken as documented.
 #[test]
 fn a_segmenter_starts_each_stream_afresh_and_refuses_rates_it_cannot_take() {
     let Some(rt) = skip_ort::runtime_or_skip() else {
@@ -222,4 +222,10 @@ fn a_segmenter_starts_each_stream_afresh_and_refuses_rates_it_cannot_take() {
     bad[1500] = f32::NAN;
     let e = seg.push(&bad, &mut Vec::new()).unwrap_err().to_string();
     assert!(e.contains("sample 1500"), "{e}");
+    // Left mid-stream by the error, it is reset and segments the file as before.
+    seg.reset();
+    let mut out = Vec::new();
+    seg.push(&x, &mut out).unwrap();
+    seg.finish(&mut out).unwrap();
+    assert_eq!(out, runs[0]);
 }

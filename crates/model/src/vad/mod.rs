@@ -136,9 +136,17 @@ impl VadSegmenter {
             self.window.clear();
         }
         self.machine.finish(self.decimated, out);
+        self.reset();
+        Ok(())
+    }
+
+    /// Forgets the stream so far (state, context, counters, the partial window), so that a
+    /// segmenter left mid-stream by an error can take a new one; `finish` does it too.
+    pub fn reset(&mut self) {
+        self.machine.reset();
         self.model.reset();
+        self.window.clear();
         self.seen = 0;
         self.decimated = 0;
-        Ok(())
     }
 }

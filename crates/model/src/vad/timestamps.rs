@@ -298,14 +298,16 @@ impl SpeechTimestamps {
             let end = (end as f64 + self.pad).min(len as f64) as i64;
             self.emit(start, end, out);
         }
-        *self = SpeechTimestamps {
-            index: 0,
-            triggered: false,
-            current_start: None,
-            pending: None,
-            emitted_any: false,
-            ..self.clone()
-        };
+        self.reset();
+    }
+
+    /// Forgets the stream so far (what `finish` does last), for a new one.
+    pub fn reset(&mut self) {
+        self.index = 0;
+        self.triggered = false;
+        self.current_start = None;
+        self.pending = None;
+        self.emitted_any = false;
         self.clear_candidates();
     }
 
