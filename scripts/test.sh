@@ -39,8 +39,8 @@ echo
 echo "=================================================================="
 echo " tests: $passed passed, $failed failed, $ignored ignored, $skipped SKIPPED"
 if [ "$skipped" -gt 0 ]; then
-  echo " skipped (no device or onnxruntime here; SONOGRAPH_REQUIRE_GPU=1 and"
-  echo " SONOGRAPH_REQUIRE_ORT=1 make these failures):"
+  echo " skipped (no device, onnxruntime or package here; SONOGRAPH_REQUIRE_GPU=1, _ORT=1 or"
+  echo " _PYTHON=1 fail them):"
   sed 's/^/   /' "$SONOGRAPH_SKIP_LOG"
 fi
 for s in "${failed_steps[@]}"; do echo " FAILED STEP: $s"; done

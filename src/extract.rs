@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use sonograph_dsp::Precision;
 use sonograph_io::decode::ChannelMix;
 use sonograph_pipeline::{JobConfig, JobOutcome};
 
@@ -76,7 +75,7 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
             std::env::var(k).ok()
         })
         .map_err(user)?;
-    let precision: Precision = args.spec.precision.into();
+    let precision = args.spec.precision_for(&spec);
     let mut config = JobConfig::new(args.source.clone(), args.out.clone(), spec.clone());
     config.precision = precision;
     config.mix = args.channel.map_or(ChannelMix::Mean, ChannelMix::Select);
@@ -118,8 +117,20 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
             report.items_failed
         ),
         JobOutcome::Finished(r) => {
-            for f in &r.failures {
+            // The first failures, enough to see what went wrong; all of them are in the
+            // report (a corpus of broken files must not flood the terminal).
+            const SHOWN: usize = 20;
+            for f in r.failures.iter().take(SHOWN) {
                 eprintln!("sonograph: failed: {}: {}", f.id, f.reason);
+            }
+            if r.failures.len() > SHOWN {
+                eprintln!(
+                    "sonograph: … and {} more failures (all in {})",
+                    r.failures.len() - SHOWN,
+                    sonograph_pipeline::OutputLayout::new(&args.out, r.shard_index, r.shard_count)
+                        .report
+                        .display()
+                );
             }
             eprintln!(
                 "sonograph: {} items ok, {} failed ({} done earlier); {:.1} s of audio in {:.1} s ({:.0}× real time); {} rows in {} parts; peak RSS {:.0} MiB",

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
-use sonograph_dsp::{AudioBatch, CpuBackend, Extractor, FeatureBatch, FeatureSpec, Precision};
+use sonograph_dsp::{AudioBatch, CpuBackend, Extractor, FeatureBatch, FeatureSpec};
 use sonograph_gpu::{
     Budget, DeviceRegistry, DeviceRequest, DeviceSelection, DeviceSet, GpuError, OpenError,
     OpenOptions, ProbePolicy, Selected,
@@ -178,7 +178,7 @@ pub fn features(
     )
     .map_err(|e| user(e.to_string()))?;
     let mut cpu =
-        CpuBackend::new(spec, args.spec.precision.into()).map_err(|e| user(e.to_string()))?;
+        CpuBackend::new(spec, args.spec.precision_for(spec)).map_err(|e| user(e.to_string()))?;
     let mut batcher = AdaptiveBatcher::new(BatcherConfig {
         initial: 1,
         max: 1,
@@ -260,7 +260,7 @@ pub fn bench(args: &BenchArgs, device: &str) -> Result<()> {
     };
     let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
     let seconds = batch.samples().len() as f64 / f64::from(spec.sample_rate);
-    let precision: Precision = args.spec.precision.into();
+    let precision = args.spec.precision_for(&spec);
     let options = OpenOptions {
         precision,
         budget: budget(args.gpu_memory.as_deref())?,

@@ -10,6 +10,7 @@ use std::time::Instant;
 mod extract;
 mod gpu_cli;
 mod model_cli;
+mod rf_cli;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -48,6 +49,10 @@ enum Command {
     Vad(model_cli::VadArgs),
     /// Transcribe audio with a NeMo Parakeet/FastConformer ONNX export (CTC or TDT).
     Transcribe(model_cli::TranscribeArgs),
+    /// Generate a synthetic IQ dataset (SigMF recordings or Parquet rows); sharded, resumable.
+    SynthIq(rf_cli::SynthArgs),
+    /// RF features of SigMF or raw IQ recordings, to Parquet.
+    RfFeatures(rf_cli::FeaturesArgs),
 }
 
 #[derive(Args)]
@@ -62,24 +67,28 @@ pub(crate) struct SpecArgs {
     #[arg(long, env = "SONOGRAPH_N_MELS")]
     pub(crate) n_mels: Option<usize>,
     /// Arithmetic of the spectral core, on the CPU and on GPUs with f64 in shaders (others
-    /// compute in f32 and say so); outputs are f32 either way.
-    #[arg(long, env = "SONOGRAPH_PRECISION", value_enum, default_value_t = PrecisionArg::F64)]
+    /// compute in f32 and say so); outputs are f32 either way. `auto`: f32 for Whisper's
+    /// presets (Whisper computes in f32; the golden suite holds), f64 for every other spec.
+    #[arg(long, env = "SONOGRAPH_PRECISION", value_enum, default_value_t = PrecisionArg::Auto)]
     pub(crate) precision: PrecisionArg,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-pub(crate) enum PrecisionArg {
-    F32,
-    F64,
-}
-
-impl From<PrecisionArg> for Precision {
-    fn from(p: PrecisionArg) -> Self {
-        match p {
+impl SpecArgs {
+    /// The precision to compute `spec` in.
+    pub(crate) fn precision_for(&self, spec: &FeatureSpec) -> Precision {
+        match self.precision {
+            PrecisionArg::Auto => spec.default_precision(),
             PrecisionArg::F32 => Precision::F32,
             PrecisionArg::F64 => Precision::F64,
         }
     }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum PrecisionArg {
+    Auto,
+    F32,
+    F64,
 }
 
 /// Resource limits against hostile files, for every command that decodes.
@@ -238,6 +247,8 @@ fn main() -> ExitCode {
         Command::Devices(args) => gpu_cli::devices(&args).map(|()| 0),
         Command::Vad(args) => model_cli::vad(&args).map(|()| 0),
         Command::Transcribe(args) => model_cli::transcribe(&args),
+        Command::SynthIq(args) => rf_cli::synth_iq(&args),
+        Command::RfFeatures(args) => rf_cli::rf_features(&args),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -313,7 +324,7 @@ fn features(args: &FeaturesArgs) -> Result<()> {
     }
     if !request.cpu_only() {
         let options = sonograph_gpu::OpenOptions {
-            precision: args.spec.precision.into(),
+            precision: args.spec.precision_for(&spec),
             budget: gpu_cli::budget(args.gpu_memory.as_deref())?,
             cpu_threads: None,
         };
@@ -324,20 +335,24 @@ fn features(args: &FeaturesArgs) -> Result<()> {
             return gpu_cli::features(args, &spec, gpu);
         }
     }
-    let mut extractor = CpuExtractor::with_precision(&spec, args.spec.precision.into())
+    let mut extractor = CpuExtractor::with_precision(&spec, args.spec.precision_for(&spec))
         .map_err(|e| user(e.to_string()))?;
-    extractor.begin();
-    // Frames are computed while the file is still being decoded.
-    let summary = sonograph_io::stream_mono(
-        &args.input,
-        &decode_options(args.channel, &args.limits)?,
-        spec.sample_rate,
-        |chunk| extractor.push(chunk),
-    )
-    .map_err(|e| match e {
-        StreamError::Decode(d) => user(d.to_string()),
-        other => user(other.to_string()),
-    })?;
+    let opts = decode_options(args.channel, &args.limits)?;
+    // The header's length (when it has one) sizes the rows at once.
+    let expected = sonograph_io::AudioReader::open(&args.input, &opts)
+        .ok()
+        .and_then(|r| r.expected_seconds())
+        .map_or(0, |s| (s * f64::from(spec.sample_rate)) as usize);
+    extractor.begin_sized(expected);
+    // Frames are computed while the file is still being decoded, on another core.
+    let summary =
+        sonograph_io::stream_mono_pipelined(&args.input, &opts, spec.sample_rate, |chunk| {
+            extractor.push(chunk)
+        })
+        .map_err(|e| match e {
+            StreamError::Decode(d) => user(d.to_string()),
+            other => user(other.to_string()),
+        })?;
     let mut out = Vec::new();
     let frames = extractor
         .finish(&mut out)
@@ -427,7 +442,7 @@ fn bench(args: &BenchArgs) -> Result<()> {
         let seconds =
             clips.iter().map(|c| c.len()).sum::<usize>() as f64 / f64::from(spec.sample_rate);
         let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
-        let precision: Precision = args.spec.precision.into();
+        let precision = args.spec.precision_for(&spec);
         // The same backend `extract` runs, on a pool of `--threads` workers.
         let mut backend = CpuBackend::with_threads(&spec, precision, args.threads)
             .map_err(|e| user(e.to_string()))?;

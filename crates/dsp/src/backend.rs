@@ -102,32 +102,26 @@ impl AudioBatch {
 }
 
 /// Features of a batch, item by item, in the batch's order. An item either has its rows
-/// (`frames × bins`, row-major) or the error that stopped it.
+/// (`frames × bins`, row-major, in a buffer of its own that [`take`](Self::take) hands on
+/// without a copy) or the error that stopped it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FeatureBatch {
     bins: usize,
-    data: Vec<f32>,
-    offsets: Vec<usize>,
-    results: Vec<Result<usize, ItemError>>,
+    items: Vec<Result<(usize, Vec<f32>), ItemError>>,
 }
 
 impl FeatureBatch {
     pub fn new(bins: usize) -> Self {
         FeatureBatch {
             bins,
-            data: Vec::new(),
-            offsets: vec![0],
-            results: Vec::new(),
+            items: Vec::new(),
         }
     }
 
-    /// Empties the batch, keeping its buffers.
+    /// Empties the batch.
     pub fn reset(&mut self, bins: usize) {
         self.bins = bins;
-        self.data.clear();
-        self.offsets.clear();
-        self.offsets.push(0);
-        self.results.clear();
+        self.items.clear();
     }
 
     pub fn bins(&self) -> usize {
@@ -135,57 +129,50 @@ impl FeatureBatch {
     }
 
     pub fn len(&self) -> usize {
-        self.results.len()
+        self.items.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.results.is_empty()
+        self.items.is_empty()
     }
 
-    /// Appends an item's rows.
+    /// Appends an item's rows (copied).
     pub fn push_rows(&mut self, frames: usize, rows: &[f32]) {
+        self.push_owned(frames, rows.to_vec());
+    }
+
+    /// Appends an item's rows, taking their buffer.
+    pub fn push_owned(&mut self, frames: usize, rows: Vec<f32>) {
         debug_assert_eq!(rows.len(), frames * self.bins);
-        self.data.extend_from_slice(rows);
-        self.offsets.push(self.data.len());
-        self.results.push(Ok(frames));
+        self.items.push(Ok((frames, rows)));
     }
 
     /// Keeps only the first `items` items (to undo a batch that failed part-way).
     pub fn truncate_items(&mut self, items: usize) {
-        if items < self.results.len() {
-            self.results.truncate(items);
-            self.offsets.truncate(items + 1);
-            self.data.truncate(self.offsets[items]);
-        }
+        self.items.truncate(items);
     }
 
     /// Appends an item that failed.
     pub fn push_error(&mut self, error: ItemError) {
-        self.offsets.push(self.data.len());
-        self.results.push(Err(error));
+        self.items.push(Err(error));
     }
 
-    /// Appends every item of `other` (same bins).
-    pub fn append(&mut self, other: &FeatureBatch) {
-        for i in 0..other.len() {
-            match other.item(i) {
-                Ok((frames, rows)) => self.push_rows(frames, rows),
-                Err(e) => self.push_error(e.clone()),
-            }
-        }
+    /// Moves every item of `other` (same bins) to the end of this batch.
+    pub fn append(&mut self, other: &mut FeatureBatch) {
+        self.items.append(&mut other.items);
     }
 
     /// Item `i`: its frame count and rows, or its error.
     pub fn item(&self, i: usize) -> Result<(usize, &[f32]), &ItemError> {
-        match &self.results[i] {
-            Ok(frames) => Ok((*frames, &self.data[self.offsets[i]..self.offsets[i + 1]])),
+        match &self.items[i] {
+            Ok((frames, rows)) => Ok((*frames, rows)),
             Err(e) => Err(e),
         }
     }
 
-    /// Grows the output buffer by `len` values for the caller to fill (GPU readback).
-    pub fn data_mut(&mut self) -> &mut Vec<f32> {
-        &mut self.data
+    /// Takes item `i`'s rows (or its error) out of the batch, leaving it empty.
+    pub fn take(&mut self, i: usize) -> Result<(usize, Vec<f32>), ItemError> {
+        std::mem::replace(&mut self.items[i], Ok((0, Vec::new())))
     }
 }
 
@@ -327,7 +314,7 @@ impl Extractor for CpuBackend {
         let bins = self.spec.n_bins();
         for result in self.run(batch) {
             match result {
-                Ok(rows) => out.push_rows(rows.len() / bins, &rows),
+                Ok(rows) => out.push_owned(rows.len() / bins, rows),
                 Err(e) => out.push_error(e),
             }
         }

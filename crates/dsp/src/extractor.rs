@@ -20,11 +20,14 @@ use crate::error::{ItemError, SpecError};
 use crate::fastlog;
 use crate::mel::MelBank;
 use crate::signal::{padded_index, reflect_index, scale_and_preemphasize};
-use crate::span::{check_span, prepare_span, Span};
+use crate::span::{check_span, prepared_window, Span};
 use crate::spec::{
     FeatureSpec, Framing, LogGuard, LogKind, Normalize, OutputKind, PadMode, PreemphasisScope,
 };
 use crate::window::window;
+
+/// The most values [`CpuExtractor::begin_sized`] reserves (1 GiB of f32): a header can lie.
+const MAX_RESERVED_VALUES: usize = 1 << 28;
 
 /// Floating-point type of the FFT and the mel projection.
 pub trait Real: FftNum + Float + FromPrimitive {}
@@ -311,9 +314,14 @@ impl CpuExtractor {
     /// Computes the features of one whole item and appends them (row-major, frames × bins)
     /// to `out`; returns the frame count.
     pub fn extract(&mut self, samples: &[f32], out: &mut Vec<f32>) -> Result<usize, ItemError> {
-        self.begin();
-        self.push(samples)?;
-        self.finish(out)
+        if self.spec.output == OutputKind::Psd {
+            self.begin();
+            self.push(samples)?;
+            return self.finish(out);
+        }
+        // All of it at once: frames read the samples in place, sized outputs, no streaming
+        // buffer (the span path gives the streamed frames bit for bit).
+        self.extract_span(samples, &Span::whole(&self.spec, samples.len()), out)
     }
 
     /// Computes a piece of an item from its window (see [`Span`]) and appends its rows (with
@@ -332,34 +340,42 @@ impl CpuExtractor {
         }
         self.begin();
         self.in_item = false;
-        let mut prepared = std::mem::take(&mut self.pending);
-        let base = prepare_span(&self.spec, window, span, &mut prepared)?;
+        let mut scratch = std::mem::take(&mut self.pending);
+        let (prepared, base) = match prepared_window(&self.spec, window, span, &mut scratch) {
+            Ok(p) => p,
+            Err(e) => {
+                self.pending = scratch;
+                return Err(e);
+            }
+        };
         let spec = &self.spec;
+        self.raw.reserve(span.frames * self.raw_width());
         let mut segment = vec![0f32; spec.win_length];
         for j in span.first_frame..span.first_frame + span.frames {
             let start = spec.frame_start(j);
             let end = start + spec.win_length as isize;
-            if start >= base as isize && end <= span.signal_len as isize {
-                // Inside the signal (all but the edge frames): a plain copy.
+            let samples = if start >= base as isize && end <= span.signal_len as isize {
+                // Inside the signal (all but the edge frames): read in place.
                 let from = start as usize - base;
-                segment.copy_from_slice(&prepared[from..from + spec.win_length]);
+                &prepared[from..from + spec.win_length]
             } else {
                 for (m, s) in segment.iter_mut().enumerate() {
                     *s = padded_index(spec, start + m as isize, span.signal_len)
                         .map_or(0.0, |i| prepared[i - base]);
                 }
-            }
+                &segment[..]
+            };
             self.engine.frame(
                 spec,
-                &segment,
+                samples,
                 self.window_offset,
                 j as u32,
                 &mut self.raw,
                 &mut self.psd_sum,
             );
         }
-        prepared.clear();
-        self.pending = prepared;
+        scratch.clear();
+        self.pending = scratch;
         let mut raw = std::mem::take(&mut self.raw);
         let drop_last = span.last && self.spec.drop_last_frame;
         let frames = self.finish_rows(&mut raw, drop_last, out);
@@ -380,6 +396,14 @@ impl CpuExtractor {
         self.psd_sum.fill(0.0);
         self.psd_frames = 0;
         self.in_item = true;
+    }
+
+    /// Starts a new item expected to hold about `samples` samples (a header's length): the
+    /// rows are sized for it at once instead of growing (and moving) as the frames come.
+    pub fn begin_sized(&mut self, samples: usize) {
+        self.begin();
+        let rows = self.spec.n_raw_frames(samples) * self.raw_width();
+        self.raw.reserve(rows.min(MAX_RESERVED_VALUES));
     }
 
     /// Feeds the next samples of the current item (at the spec's rate, float scale) and
@@ -616,7 +640,11 @@ pub fn finish_rows(
         raw.iter_mut().for_each(|v| *v = v.max(floor));
     }
     let start = out.len();
-    if let Some(dct) = dct {
+    if dct.is_none() && out.is_empty() {
+        // The rows are the output: hand the buffer over instead of copying it.
+        std::mem::swap(raw, out);
+    } else if let Some(dct) = dct {
+        out.reserve(frames * dct.n_out());
         let mut input = vec![0.0f64; width];
         let mut coeffs = vec![0.0f64; dct.n_out()];
         for row in raw.chunks_exact(width) {

@@ -8,7 +8,7 @@ use std::ops::Range;
 
 use crate::error::ItemError;
 use crate::signal::{reflects, scale_and_preemphasize};
-use crate::spec::{FeatureSpec, OutputKind};
+use crate::spec::{FeatureSpec, OutputKind, PreemphasisScope};
 
 /// Frames `first_frame..first_frame + frames` of an item, from the window of its samples that
 /// starts at signal index `sample_start`.
@@ -131,6 +131,48 @@ pub fn check_span(spec: &FeatureSpec, window_len: usize, span: &Span) -> Result<
     Ok(())
 }
 
+/// Refuses a window holding a NaN or an infinity, naming its signal index (`start` is the
+/// window's). The scan has no early exit, so it vectorises; the index is looked for only then.
+fn check_finite(window: &[f32], start: usize) -> Result<(), ItemError> {
+    if window.iter().fold(true, |ok, s| ok & s.is_finite()) {
+        return Ok(());
+    }
+    let i = window
+        .iter()
+        .position(|s| !s.is_finite())
+        .expect("the scan found one");
+    Err(ItemError::NonFinite {
+        index: start + i,
+        value: window[i],
+    })
+}
+
+/// A span's window as the spectral core sees it, and the signal index of its first sample:
+/// the window itself where the spec neither scales nor pre-emphasises the signal (no copy),
+/// else [`prepare_span`]'s copy in `dst`.
+pub fn prepared_window<'a>(
+    spec: &FeatureSpec,
+    window: &'a [f32],
+    span: &Span,
+    dst: &'a mut Vec<f32>,
+) -> Result<(&'a [f32], usize), ItemError> {
+    let plain = spec.input_scale == 1.0
+        && (spec.preemphasis == 0.0 || spec.preemphasis_scope == PreemphasisScope::Frame);
+    if !plain {
+        dst.clear();
+        let base = prepare_span(spec, window, span, dst)?;
+        return Ok((dst.as_slice(), base));
+    }
+    check_span(spec, window.len(), span)?;
+    check_finite(window, span.sample_start)?;
+    // A later piece's first sample is only pre-emphasis context, as in `prepare_span`.
+    Ok(if span.sample_start == 0 {
+        (window, 0)
+    } else {
+        (&window[1..], span.sample_start + 1)
+    })
+}
+
 /// Appends a span's window to `dst` as the spectral core sees it (scaled, and pre-emphasised
 /// across its first sample; see [`scale_and_preemphasize`]) after checking it. Returns the
 /// signal index of `dst`'s first new sample. One definition for the CPU and the GPU path.
@@ -141,12 +183,7 @@ pub fn prepare_span(
     dst: &mut Vec<f32>,
 ) -> Result<usize, ItemError> {
     check_span(spec, window.len(), span)?;
-    if let Some(i) = window.iter().position(|s| !s.is_finite()) {
-        return Err(ItemError::NonFinite {
-            index: span.sample_start + i,
-            value: window[i],
-        });
-    }
+    check_finite(window, span.sample_start)?;
     if span.sample_start == 0 {
         scale_and_preemphasize(spec, window, true, 0.0, dst);
         Ok(0)

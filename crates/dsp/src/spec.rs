@@ -437,6 +437,17 @@ impl FeatureSpec {
         digest[..8].iter().map(|b| format!("{b:02x}")).collect()
     }
 
+    /// The spectral core this spec computes in by default (`--precision auto`): f32 where the
+    /// golden suite shows it holds the reference to the tolerance with margin and the
+    /// reference itself computes in f32 (Whisper's torch code), f64 everywhere else.
+    pub fn default_precision(&self) -> crate::Precision {
+        if *self == Self::whisper(80) || *self == Self::whisper(128) {
+            crate::Precision::F32
+        } else {
+            crate::Precision::F64
+        }
+    }
+
     /// Nyquist frequency in Hz.
     pub fn nyquist(&self) -> f64 {
         f64::from(self.sample_rate) / 2.0

@@ -18,6 +18,47 @@ pub fn adapters() -> Vec<wgpu::Adapter> {
     pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
 }
 
+/// Opens adapter `gpu:N`, or with `None` the best-scoring one (software included: asking for
+/// a GPU backend is naming it); returns the device and its index.
+pub fn open_adapter(adapter: Option<usize>) -> Result<(GpuDevice, usize), String> {
+    let adapters = adapters();
+    if adapters.is_empty() {
+        return Err(
+            "no wgpu adapter (no Vulkan/Metal/DX12 driver; on Debian install mesa-vulkan-drivers for lavapipe)"
+                .into(),
+        );
+    }
+    let index = match adapter {
+        Some(i) if i < adapters.len() => i,
+        Some(i) => return Err(format!("no adapter gpu:{i} (there are {})", adapters.len())),
+        None => (0..adapters.len())
+            .max_by_key(|&i| crate::device::adapter_score(&adapters[i].get_info()))
+            .unwrap_or(0),
+    };
+    Ok((GpuDevice::open(&adapters[index])?, index))
+}
+
+/// A compute pipeline of `entry` in the WGSL `source` (layout from the shader).
+pub fn compute_pipeline(
+    d: &wgpu::Device,
+    name: &str,
+    source: &str,
+    entry: &str,
+) -> wgpu::ComputePipeline {
+    let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some(name),
+        source: wgpu::ShaderSource::Wgsl(source.into()),
+    });
+    d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(name),
+        layout: None,
+        module: &module,
+        entry_point: Some(entry),
+        compilation_options: Default::default(),
+        cache: None,
+    })
+}
+
 /// A software rasteriser (lavapipe, llvmpipe, WARP, SwiftShader) rather than a GPU.
 pub fn is_software(info: &wgpu::AdapterInfo) -> bool {
     info.device_type == wgpu::DeviceType::Cpu
@@ -118,18 +159,7 @@ pub(crate) fn run_probe(gpu: &GpuDevice, deadline: Duration) -> Result<(), Strin
     let d = &gpu.device;
     let n = 64u64;
     let scope = d.push_error_scope(wgpu::ErrorFilter::Validation);
-    let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("probe"),
-        source: wgpu::ShaderSource::Wgsl(PROBE_WGSL.into()),
-    });
-    let pipeline = d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("probe"),
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
+    let pipeline = compute_pipeline(d, "probe", PROBE_WGSL, "main");
     let storage = d.create_buffer(&wgpu::BufferDescriptor {
         label: Some("probe"),
         size: n * 4,

@@ -20,7 +20,6 @@ use sonograph_dsp::{AudioBatch, DeviceError, Extractor, FeatureBatch, ItemError,
 use wgpu::util::DeviceExt;
 
 use crate::context::{self, GpuDevice};
-use crate::device::adapter_score;
 use crate::plan::{batch_buffers, finish_item, gpu_row_width, log_params, scalar_bytes, uses_mel};
 use crate::pool::{human_bytes, BlockAllocator, BlockKind, MemoryPool, MemoryStats, PoolBlock};
 use crate::GpuOptions;
@@ -175,25 +174,7 @@ impl GpuBackend {
     /// Opens the adapter `options` names (or the best one, software included: asking for the
     /// GPU backend is naming it) and prepares the kernels for `spec`.
     pub fn new(spec: &FeatureSpec, options: &GpuOptions) -> Result<Self, DeviceError> {
-        let adapters = context::adapters();
-        if adapters.is_empty() {
-            return Err(unavailable(
-                "no wgpu adapter (no Vulkan/Metal/DX12 driver; on Debian install mesa-vulkan-drivers for lavapipe)",
-            ));
-        }
-        let index = match options.adapter {
-            Some(i) if i < adapters.len() => i,
-            Some(i) => {
-                return Err(unavailable(format!(
-                    "no adapter gpu:{i} (there are {})",
-                    adapters.len()
-                )))
-            }
-            None => (0..adapters.len())
-                .max_by_key(|&i| adapter_score(&adapters[i].get_info()))
-                .unwrap_or(0),
-        };
-        let gpu = GpuDevice::open(&adapters[index]).map_err(unavailable)?;
+        let (gpu, index) = context::open_adapter(options.adapter).map_err(unavailable)?;
         Self::on_device(spec, gpu, index, options)
     }
 
@@ -223,18 +204,7 @@ impl GpuBackend {
         let scope = d.push_error_scope(wgpu::ErrorFilter::Validation);
         let pipeline = |name: &str, body: &str, entry: &str| {
             let source = kernel_source(real, body);
-            let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(name),
-                source: wgpu::ShaderSource::Wgsl(source.into()),
-            });
-            d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(name),
-                layout: None,
-                module: &module,
-                entry_point: Some(entry),
-                compilation_options: Default::default(),
-                cache: None,
-            })
+            context::compute_pipeline(d, name, &source, entry)
         };
         let radices = fft_radices(spec.n_fft)
             .filter(|_| !options.force_dft)
@@ -823,7 +793,6 @@ impl Extractor for GpuBackend {
             self.run(&samples, &records, &frame_item, batch.len())?
         };
         let width = gpu_row_width(&self.spec);
-        let mut item_rows = Vec::new();
         for (r, last) in per_item.into_iter().zip(lasts) {
             match r {
                 Err(e) => out.push_error(e),
@@ -831,7 +800,7 @@ impl Extractor for GpuBackend {
                     let rec = records[i];
                     let a = rec.frame_offset as usize * width;
                     let b = a + rec.n_frames as usize * width;
-                    item_rows.clear();
+                    let mut item_rows = Vec::new();
                     let frames = finish_item(
                         &self.spec,
                         self.dct.as_ref(),
@@ -840,7 +809,7 @@ impl Extractor for GpuBackend {
                         last,
                         &mut item_rows,
                     );
-                    out.push_rows(frames, &item_rows);
+                    out.push_owned(frames, item_rows);
                 }
             }
         }

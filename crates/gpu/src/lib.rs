@@ -17,6 +17,55 @@ pub mod set;
 pub mod context;
 #[cfg(feature = "gpu")]
 mod extractor;
+#[cfg(feature = "gpu")]
+pub mod rf;
+#[cfg(not(feature = "gpu"))]
+pub mod rf {
+    //! Stand-in for builds without the `gpu` feature: [`RfGpu::new`] says so, and nothing
+    //! else can be reached.
+    use sonograph_dsp::{DeviceError, Precision};
+    use sonograph_rf::features::{Psd, WelchConfig};
+    use sonograph_rf::{Complex32, NoiseJob};
+
+    /// Cannot be constructed in this build.
+    pub struct RfGpu {
+        never: std::convert::Infallible,
+    }
+
+    impl RfGpu {
+        pub fn new(_adapter: Option<usize>) -> Result<Self, DeviceError> {
+            Err(DeviceError::Unavailable(
+                "this sonograph was built without the `gpu` feature; rebuild with `--features gpu`"
+                    .into(),
+            ))
+        }
+
+        pub fn device(&self) -> &str {
+            match self.never {}
+        }
+
+        pub fn precision(&self) -> Precision {
+            match self.never {}
+        }
+
+        pub fn add_noise(
+            &mut self,
+            _items: &mut [Vec<Complex32>],
+            _jobs: &[NoiseJob],
+        ) -> Result<(), DeviceError> {
+            match self.never {}
+        }
+
+        pub fn welch(
+            &mut self,
+            _recordings: &[&[Complex32]],
+            _rates: &[f64],
+            _cfg: &WelchConfig,
+        ) -> Result<Vec<Psd>, DeviceError> {
+            match self.never {}
+        }
+    }
+}
 
 pub use device::{DeviceInfo, DeviceRegistry, DeviceSelection, DeviceState, DeviceType, Selected};
 pub use error::GpuError;

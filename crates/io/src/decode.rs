@@ -3,13 +3,15 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use symphonia::core::audio::SampleBuffer;
+use symphonia::core::audio::{AudioBuffer, AudioBufferRef, Signal};
 use symphonia::core::codecs::{Decoder, DecoderOptions, CODEC_TYPE_NULL};
+use symphonia::core::conv::IntoSample;
 use symphonia::core::errors::Error as SymError;
 use symphonia::core::formats::{FormatOptions, FormatReader};
 use symphonia::core::io::MediaSourceStream;
 use symphonia::core::meta::MetadataOptions;
 use symphonia::core::probe::Hint;
+use symphonia::core::sample::Sample;
 
 use crate::error::DecodeError;
 
@@ -117,7 +119,6 @@ pub struct AudioReader {
     track_id: u32,
     info: AudioInfo,
     opts: DecodeOptions,
-    interleaved: Option<SampleBuffer<f32>>,
     mono: Vec<f32>,
     frames_read: u64,
     /// Frames still to drop before `offset_s` is reached.
@@ -238,7 +239,6 @@ impl AudioReader {
                 .duration_s
                 .map(|d| (d.max(0.0) * f64::from(sample_rate)).round() as u64),
             opts: opts.clone(),
-            interleaved: None,
             mono: Vec::new(),
             frames_read: 0,
             frames_decoded: 0,
@@ -380,29 +380,20 @@ impl AudioReader {
             if frames == 0 {
                 continue;
             }
-            let needed = decoded.capacity() as u64;
-            let buf = match &mut self.interleaved {
-                Some(b) if b.capacity() >= frames * spec.channels.count() => b,
-                slot => slot.insert(SampleBuffer::new(needed, spec)),
-            };
-            buf.copy_interleaved_ref(decoded);
-            let samples = buf.samples();
-            let channels = self.info.channels;
+            // Straight from the decoder's planes into the mono signal, converted once.
             self.mono.clear();
-            match self.opts.mix {
-                ChannelMix::Select(c) => {
-                    self.mono
-                        .extend(samples.chunks_exact(channels).map(|f| f[c]));
-                }
-                ChannelMix::Mean if channels == 1 => self.mono.extend_from_slice(samples),
-                ChannelMix::Mean => {
-                    let inv = 1.0 / channels as f32;
-                    self.mono.extend(
-                        samples
-                            .chunks_exact(channels)
-                            .map(|f| f.iter().sum::<f32>() * inv),
-                    );
-                }
+            let mix = self.opts.mix;
+            match decoded {
+                AudioBufferRef::U8(b) => mix_planes(&b, mix, &mut self.mono),
+                AudioBufferRef::U16(b) => mix_planes(&b, mix, &mut self.mono),
+                AudioBufferRef::U24(b) => mix_planes(&b, mix, &mut self.mono),
+                AudioBufferRef::U32(b) => mix_planes(&b, mix, &mut self.mono),
+                AudioBufferRef::S8(b) => mix_planes(&b, mix, &mut self.mono),
+                AudioBufferRef::S16(b) => mix_planes(&b, mix, &mut self.mono),
+                AudioBufferRef::S24(b) => mix_planes(&b, mix, &mut self.mono),
+                AudioBufferRef::S32(b) => mix_planes(&b, mix, &mut self.mono),
+                AudioBufferRef::F32(b) => mix_planes(&b, mix, &mut self.mono),
+                AudioBufferRef::F64(b) => mix_planes(&b, mix, &mut self.mono),
             }
             if let Some(i) = self.mono.iter().position(|s| !s.is_finite()) {
                 return Err(DecodeError::Corrupt {
@@ -441,6 +432,31 @@ impl AudioReader {
             }
         }
         Ok(())
+    }
+}
+
+/// Appends the frames of `buf` to `mono` as f32: one channel, or the mean of all (summed in
+/// channel order and scaled, as an interleaved mix would). Each sample is converted once, by
+/// symphonia's own conversion.
+fn mix_planes<S>(buf: &AudioBuffer<S>, mix: ChannelMix, mono: &mut Vec<f32>)
+where
+    S: Sample + IntoSample<f32>,
+{
+    let channels = buf.spec().channels.count();
+    let start = mono.len();
+    let channel = match mix {
+        ChannelMix::Select(c) => c,
+        ChannelMix::Mean => 0,
+    };
+    mono.extend(buf.chan(channel).iter().map(|&s| s.into_sample()));
+    if mix == ChannelMix::Mean && channels > 1 {
+        for c in 1..channels {
+            for (m, &s) in mono[start..].iter_mut().zip(buf.chan(c)) {
+                *m += IntoSample::<f32>::into_sample(s);
+            }
+        }
+        let inv = 1.0 / channels as f32;
+        mono[start..].iter_mut().for_each(|m| *m *= inv);
     }
 }
 

@@ -397,13 +397,24 @@ impl Ledger {
         source: &str,
         reason: &str,
     ) -> Result<(), LedgerError> {
-        self.conn
-            .execute(
-                "INSERT OR REPLACE INTO failures (item_id, source, reason) VALUES (?1, ?2, ?3)",
-                [item_id, source, reason],
-            )
-            .map_err(self.sql())?;
-        Ok(())
+        self.record_failures(&[(item_id, source, reason)])
+    }
+
+    /// Records failed items, (item, source, reason), in one transaction: one sync for many
+    /// (a corpus of unreadable files fails thousands of items a second).
+    pub fn record_failures(&self, failures: &[(&str, &str, &str)]) -> Result<(), LedgerError> {
+        let tx = self.conn.unchecked_transaction().map_err(self.sql())?;
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO failures (item_id, source, reason) VALUES (?1, ?2, ?3)",
+                )
+                .map_err(self.sql())?;
+            for (id, source, reason) in failures {
+                stmt.execute([id, source, reason]).map_err(self.sql())?;
+            }
+        }
+        tx.commit().map_err(self.sql())
     }
 }
 

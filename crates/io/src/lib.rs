@@ -7,6 +7,8 @@ pub mod manifest;
 pub mod npy;
 pub mod parquet;
 pub mod resample;
+pub mod sigmf;
+pub mod table;
 pub mod transcripts;
 
 use std::path::Path;
@@ -15,6 +17,7 @@ pub use decode::{AudioInfo, AudioReader, ChannelMix, DecodeOptions, Limits};
 pub use error::{DecodeError, StreamError, WriteError};
 pub use npy::{read_npy, read_npy_f32, write_npy};
 pub use resample::StreamResampler;
+pub use sigmf::{IqError, IqRecording, IqSource};
 
 /// What a finished stream was.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +40,68 @@ pub fn stream_mono<E: std::error::Error + 'static>(
     stream_reader(AudioReader::open(path, opts)?, rate, sink)
 }
 
+/// [`stream_mono`] with the decoding on a thread of its own: the sink works on one chunk
+/// while the next is being decoded (two cores for one file), with at most a few chunks held
+/// between them, so memory stays flat in the file's length.
+pub fn stream_mono_pipelined<E: std::error::Error + Send + 'static>(
+    path: &Path,
+    opts: &DecodeOptions,
+    rate: u32,
+    mut sink: impl FnMut(&[f32]) -> Result<(), E>,
+) -> Result<StreamSummary, StreamError<E>> {
+    /// The sink stopped: the decoder stops too.
+    #[derive(Debug, thiserror::Error)]
+    #[error("the consumer stopped")]
+    struct Stopped;
+    // Chunks of at least this many samples cross between the threads: a decoder's packets
+    // are small (a WAV's are a few hundred frames), and a hand-over costs a context switch.
+    const BATCH: usize = 1 << 16;
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<f32>>(4);
+    std::thread::scope(|scope| {
+        let decoder = scope.spawn(move || {
+            let mut batch = Vec::with_capacity(BATCH);
+            let summary = stream_mono(path, opts, rate, |chunk| {
+                batch.extend_from_slice(chunk);
+                if batch.len() >= BATCH {
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                    tx.send(full).map_err(|_| Stopped)?;
+                }
+                Ok(())
+            })?;
+            if !batch.is_empty() {
+                tx.send(batch).map_err(|_| StreamError::Sink {
+                    path: path.to_path_buf(),
+                    source: Stopped,
+                })?;
+            }
+            Ok(summary)
+        });
+        let mut failed = None;
+        for chunk in rx {
+            if let Err(e) = sink(&chunk) {
+                failed = Some(e);
+                break; // drops the receiver: the decoder's next send fails and it stops
+            }
+        }
+        let decoded = decoder
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        match (failed, decoded) {
+            (Some(source), _) => Err(StreamError::Sink {
+                path: path.to_path_buf(),
+                source,
+            }),
+            (None, Ok(summary)) => Ok(summary),
+            (None, Err(StreamError::Decode(d))) => Err(StreamError::Decode(d)),
+            // The receiver only goes away after a sink error, handled above.
+            (None, Err(e)) => Err(StreamError::Decode(DecodeError::Corrupt {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })),
+        }
+    })
+}
+
 /// [`stream_mono`] from a reader already open (e.g. one whose header was inspected first).
 pub fn stream_reader<E: std::error::Error + 'static>(
     mut reader: AudioReader,
@@ -53,25 +118,28 @@ pub fn stream_reader<E: std::error::Error + 'static>(
         })?;
     let mut out = Vec::new();
     let mut output_samples = 0u64;
-    let mut deliver = |out: &mut Vec<f32>, sink: &mut dyn FnMut(&[f32]) -> Result<(), E>| {
-        output_samples += out.len() as u64;
-        let r = if out.is_empty() { Ok(()) } else { sink(out) };
-        out.clear();
-        r.map_err(|source| StreamError::Sink {
+    let mut deliver = |samples: &[f32]| -> Result<(), StreamError<E>> {
+        output_samples += samples.len() as u64;
+        if samples.is_empty() {
+            return Ok(());
+        }
+        sink(samples).map_err(|source| StreamError::Sink {
             path: path.to_path_buf(),
             source,
         })
     };
     while let Some(chunk) = reader.next_chunk()? {
         if resampler.is_passthrough() {
-            out.extend_from_slice(chunk);
-        } else {
-            resampler.process(chunk, &mut out);
+            // At the file's own rate the decoder's chunk goes to the sink as it is.
+            deliver(chunk)?;
+            continue;
         }
-        deliver(&mut out, &mut sink)?;
+        resampler.process(chunk, &mut out);
+        deliver(&out)?;
+        out.clear();
     }
     resampler.finish(&mut out);
-    deliver(&mut out, &mut sink)?;
+    deliver(&out)?;
     Ok(StreamSummary {
         info,
         source_frames: reader.frames_read(),
@@ -86,7 +154,11 @@ pub fn decode_mono(path: &Path, opts: &DecodeOptions, rate: u32) -> Result<Vec<f
 
 /// Decodes what is left of `reader` to mono at `rate`.
 pub fn decode_reader(reader: AudioReader, rate: u32) -> Result<Vec<f32>, DecodeError> {
-    let mut all = Vec::new();
+    // Sized from the header where it says (the limits have bounded it): no reallocation.
+    let expected = reader
+        .expected_seconds()
+        .map_or(0, |s| (s * f64::from(rate)).ceil() as usize + 1024);
+    let mut all = Vec::with_capacity(expected);
     stream_reader::<std::convert::Infallible>(reader, rate, |chunk| {
         all.extend_from_slice(chunk);
         Ok(())

@@ -172,6 +172,16 @@ impl Source {
 /// Audio files under `root` (recursively; symlinked directories are not followed, so a loop
 /// cannot hang the walk), with ids relative to `root`.
 pub fn walk_dir(root: &Path) -> Result<Vec<Entry>, SourceError> {
+    walk_files(root, |path| {
+        path.extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| AUDIO_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
+    })
+}
+
+/// Files under `root` that `accept` takes (recursively, hidden and `_` entries skipped,
+/// symlinked directories not followed), with ids relative to `root` joined by `/`.
+pub fn walk_files(root: &Path, accept: impl Fn(&Path) -> bool) -> Result<Vec<Entry>, SourceError> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -198,11 +208,7 @@ pub fn walk_dir(root: &Path) -> Result<Vec<Entry>, SourceError> {
                 stack.push(path);
                 continue;
             }
-            let is_audio = path
-                .extension()
-                .and_then(|e| e.to_str())
-                .is_some_and(|e| AUDIO_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()));
-            if is_audio && (ft.is_file() || path.is_file()) {
+            if accept(&path) && (ft.is_file() || path.is_file()) {
                 let rel = path.strip_prefix(root).unwrap_or(&path);
                 let id = rel
                     .components()

@@ -10,9 +10,10 @@ use arrow_array::builder::{Float64Builder, StringBuilder, UInt32Builder};
 use arrow_array::{ArrayRef, Float16Array, Float32Array, ListArray, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
+use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::metadata::KeyValue;
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
 
 use crate::error::WriteError;
 
@@ -22,6 +23,16 @@ pub enum Dtype {
     #[default]
     F32,
     F16,
+}
+
+impl Dtype {
+    /// Bytes per stored value.
+    pub fn bytes(self) -> usize {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::F16 => 2,
+        }
+    }
 }
 
 /// One output row.
@@ -119,7 +130,7 @@ fn record_batch(
     RecordBatch::try_new(schema, columns).map_err(|e| e.to_string())
 }
 
-fn list_offsets(
+pub(crate) fn list_offsets(
     lengths: impl Iterator<Item = usize>,
 ) -> Result<arrow_buffer::OffsetBuffer<i32>, String> {
     let mut total = 0usize;
@@ -133,6 +144,9 @@ fn list_offsets(
     }
     Ok(arrow_buffer::OffsetBuffer::new(offsets.into()))
 }
+
+/// zstd's level: 1 compresses split float bytes within 1 % of level 3, at less cost.
+const ZSTD_LEVEL: i32 = 1;
 
 /// Features buffered before they are encoded as a row group: bounds the writer's memory
 /// whatever the part's size.
@@ -185,11 +199,19 @@ impl PartWriter {
         let schema = Arc::new(schema(dtype, spec_id, spec_json));
         let tmp = part_tmp_path(path);
         let file = File::create(&tmp).map_err(io_error(path))?;
-        let zstd = ZstdLevel::try_new(3).map_err(|e| other(e.to_string()))?;
+        let zstd = ZstdLevel::try_new(ZSTD_LEVEL).map_err(|e| other(e.to_string()))?;
+        // The features are almost all distinct floats: a dictionary only costs time (and
+        // grew the file), min/max statistics of them serve no query. Their bytes split by
+        // significance (BYTE_STREAM_SPLIT) compress under zstd where interleaved floats
+        // hardly do: whisper log-mel parts 1.21× smaller than the raw f32 against 1.10×.
+        let features = ColumnPath::new(vec!["features".into(), "list".into(), "item".into()]);
         // In the footer's key-value metadata too, where `parquet meta` tools look, besides the
         // Arrow schema's (which pyarrow shows as `schema.metadata`).
         let props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(zstd))
+            .set_column_dictionary_enabled(features.clone(), false)
+            .set_column_statistics_enabled(features.clone(), EnabledStatistics::None)
+            .set_column_encoding(features, Encoding::BYTE_STREAM_SPLIT)
             .set_key_value_metadata(Some(vec![
                 KeyValue::new(META_SPEC_ID.to_string(), spec_id.to_string()),
                 KeyValue::new(META_SPEC.to_string(), spec_json.to_string()),

@@ -69,9 +69,9 @@ impl ModelBatch {
     pub fn push_no_device(&mut self, why: String) {
         self.items.push(Err(ItemError::NoDevice(why)));
     }
-    /// Appends every item of `other`.
-    pub fn append(&mut self, other: &ModelBatch) {
-        self.items.extend(other.items.iter().cloned());
+    /// Moves every item of `other` to the end of this batch.
+    pub fn append(&mut self, other: &mut ModelBatch) {
+        self.items.append(&mut other.items);
     }
     pub fn into_items(self) -> Vec<Result<ModelOutput, ItemError>> {
         self.items

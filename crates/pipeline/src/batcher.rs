@@ -23,7 +23,7 @@ use serde::Serialize;
 use sonograph_dsp::{AudioBatch, DeviceError, Extractor, FeatureBatch, ItemError};
 
 /// A batch the batcher can cut into contiguous parts.
-pub trait BatchInput: Sized {
+pub trait BatchInput: Clone {
     /// Number of items.
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
@@ -40,7 +40,8 @@ pub trait BatchOutput {
     /// An empty output of the same kind (a scratch buffer).
     fn empty_like(&self) -> Self;
     fn clear(&mut self);
-    fn append(&mut self, other: &Self);
+    /// Moves every item of `other` to the end of this output.
+    fn append(&mut self, other: &mut Self);
     /// Records an item that no device could compute, with why.
     fn push_no_device(&mut self, why: String);
 }
@@ -88,7 +89,7 @@ impl BatchOutput for FeatureBatch {
         let bins = self.bins();
         self.reset(bins);
     }
-    fn append(&mut self, other: &Self) {
+    fn append(&mut self, other: &mut Self) {
         FeatureBatch::append(self, other)
     }
     fn push_no_device(&mut self, why: String) {
@@ -292,7 +293,12 @@ impl AdaptiveBatcher {
         }
         while next < n {
             let size = sizing.size.min(n - next).max(1);
-            let part = batch.part(next..next + size);
+            // The batch as it is when it goes whole (the usual case): no copy of its items.
+            let part = if next == 0 && size == n {
+                std::borrow::Cow::Borrowed(batch)
+            } else {
+                std::borrow::Cow::Owned(batch.part(next..next + size))
+            };
             scratch.clear();
             if retrying {
                 self.stats.retries += 1;
@@ -310,7 +316,7 @@ impl AdaptiveBatcher {
             });
             match attempt {
                 Ok(()) => {
-                    out.append(&scratch);
+                    out.append(&mut scratch);
                     next += size;
                     retrying = false;
                     recoveries = 0;
@@ -347,7 +353,7 @@ impl AdaptiveBatcher {
                         );
                         tracing::warn!("{alert}");
                         self.stats.alert(alert);
-                        on_fallback(fallback, &part, &mut scratch, out);
+                        on_fallback(fallback, &*part, &mut scratch, out);
                         self.stats.items_on_fallback += 1;
                         next += 1;
                         retrying = false;

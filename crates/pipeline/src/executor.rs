@@ -150,7 +150,7 @@ pub(crate) fn run_executor(
                     (0, true, 0.0, seconds)
                 }
             };
-            let msg = match out.item(i) {
+            let msg = match out.take(i) {
                 Ok((frames, rows)) => WriterMsg::Row(Box::new(RowMsg {
                     row: FeatureRow {
                         id: unit.id,
@@ -160,7 +160,7 @@ pub(crate) fn run_executor(
                         sample_rate: spec.sample_rate,
                         num_frames: frames as u32,
                         num_bins: spec.n_bins() as u32,
-                        features: rows.to_vec(),
+                        features: rows,
                     },
                     piece,
                     last,

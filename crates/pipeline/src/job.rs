@@ -252,6 +252,12 @@ pub fn run_with(
         items_resumed: resumed,
         rows: wstats.rows,
         parts: wstats.parts,
+        part_bytes: wstats.part_bytes,
+        compression_ratio: if wstats.part_bytes > 0 {
+            wstats.feature_bytes as f64 / wstats.part_bytes as f64
+        } else {
+            0.0
+        },
         audio_seconds: wstats.audio_seconds,
         wall_seconds: wall,
         real_time_factor: if wall > 0.0 {

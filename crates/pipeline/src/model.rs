@@ -52,7 +52,7 @@ impl BatchOutput for ModelBatch {
     fn clear(&mut self) {
         ModelBatch::clear(self)
     }
-    fn append(&mut self, other: &Self) {
+    fn append(&mut self, other: &mut Self) {
         ModelBatch::append(self, other)
     }
     fn push_no_device(&mut self, why: String) {
@@ -78,8 +78,8 @@ impl BatchDevice<FeatureRows<'_>, ModelBatch> for ModelRunner {
         self.path().display().to_string()
     }
     fn run(&mut self, input: &FeatureRows<'_>, out: &mut ModelBatch) -> Result<(), DeviceError> {
-        let batch = self.run_batch(input.rows(), input.n_mels())?;
-        out.append(&batch);
+        let mut batch = self.run_batch(input.rows(), input.n_mels())?;
+        out.append(&mut batch);
         Ok(())
     }
 }

@@ -69,6 +69,12 @@ pub struct Report {
     /// Rows written (long items are several rows).
     pub rows: u64,
     pub parts: u64,
+    /// Bytes of the parts written by this run, and their features' stored size over it
+    /// (Parquet, BYTE_STREAM_SPLIT and zstd).
+    #[serde(default)]
+    pub part_bytes: u64,
+    #[serde(default)]
+    pub compression_ratio: f64,
     pub audio_seconds: f64,
     pub wall_seconds: f64,
     /// Audio seconds per wall second of this run.

@@ -13,6 +13,9 @@ use sonograph_io::parquet::{Dtype, FeatureRow, PartWriter};
 use crate::error::JobError;
 use crate::report::Failure;
 
+/// Failures recorded in the ledger per transaction.
+const FAILURES_PER_TRANSACTION: usize = 256;
+
 /// What the other stages send to the writer.
 pub(crate) enum WriterMsg {
     Row(Box<RowMsg>),
@@ -44,6 +47,8 @@ pub(crate) struct Writer {
     pieces: HashMap<String, (u32, Option<Box<RowMsg>>)>,
     /// Items that failed in this run: a piece of theirs that comes later is not their end.
     failed: HashSet<String>,
+    /// Failures not yet in the ledger (recorded in batches).
+    unrecorded: Vec<Failure>,
     /// The part being written, its file name, and its rows as the ledger will record them.
     open: Option<(PartWriter, String)>,
     records: Vec<PieceRecord>,
@@ -59,6 +64,9 @@ pub(crate) struct WriterStats {
     pub parts: u64,
     pub audio_seconds: f64,
     pub write_s: f64,
+    /// The features as stored values (f32 or f16), and the parts they went into.
+    pub feature_bytes: u64,
+    pub part_bytes: u64,
 }
 
 impl Writer {
@@ -86,6 +94,7 @@ impl Writer {
             committed,
             pieces: HashMap::new(),
             failed: HashSet::new(),
+            unrecorded: Vec::new(),
             open: None,
             records: Vec::new(),
             bytes: 0,
@@ -96,13 +105,14 @@ impl Writer {
     pub fn handle(&mut self, msg: WriterMsg) -> Result<(), JobError> {
         match msg {
             WriterMsg::Failed(f) => {
-                let t = Instant::now();
-                self.ledger.record_failure(&f.id, &f.source, &f.reason)?;
-                self.stats.write_s += t.elapsed().as_secs_f64();
                 if self.failed.insert(f.id.clone()) {
                     self.stats.items_failed += 1;
                 }
                 self.pieces.remove(&f.id);
+                self.unrecorded.push(f);
+                if self.unrecorded.len() >= FAILURES_PER_TRANSACTION {
+                    self.record_failures()?;
+                }
             }
             WriterMsg::Row(m) => {
                 if self.failed.contains(&m.row.id) {
@@ -150,6 +160,7 @@ impl Writer {
             return Ok(());
         }
         self.stats.audio_seconds += row.duration_s;
+        self.stats.feature_bytes += (row.features.len() * self.dtype.bytes()) as u64;
         let t = Instant::now();
         self.bytes += row.features.len() * 4 + row.id.len() + row.source.len() + 64;
         self.records.push(PieceRecord {
@@ -174,8 +185,28 @@ impl Writer {
         Ok(())
     }
 
-    /// Completes the open part: file synced → ledger (pending) → rename → ledger (committed).
+    /// Records the failures not yet in the ledger, in one transaction. One that a crash
+    /// keeps out of the ledger is retried by the next run: nothing is lost either way.
+    fn record_failures(&mut self) -> Result<(), JobError> {
+        if self.unrecorded.is_empty() {
+            return Ok(());
+        }
+        let t = Instant::now();
+        let rows: Vec<(&str, &str, &str)> = self
+            .unrecorded
+            .iter()
+            .map(|f| (f.id.as_str(), f.source.as_str(), f.reason.as_str()))
+            .collect();
+        self.ledger.record_failures(&rows)?;
+        self.unrecorded.clear();
+        self.stats.write_s += t.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// Completes the open part: file synced → ledger (pending) → rename → ledger (committed);
+    /// and records the failures held.
     pub fn flush(&mut self) -> Result<(), JobError> {
+        self.record_failures()?;
         let Some((part_writer, file)) = self.open.take() else {
             return Ok(());
         };
@@ -191,6 +222,7 @@ impl Writer {
         self.next_part += 1;
         self.stats.rows += self.records.len() as u64;
         self.stats.parts += 1;
+        self.stats.part_bytes += size;
         self.records.clear();
         self.bytes = 0;
         self.stats.write_s += t.elapsed().as_secs_f64();

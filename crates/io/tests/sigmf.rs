@@ -1,0 +1,265 @@
+//! SigMF and raw IQ files: round trips, and hostile inputs that must give one clear error
+//! naming the file (never a panic or an allocation the data does not back).
+
+use std::path::{Path, PathBuf};
+
+use sonograph_io::sigmf::{
+    list_sources, read_sigmf, read_source, sigmf_paths, write_sigmf, IqSource, WriteType,
+    DEFAULT_MAX_SAMPLES,
+};
+use sonograph_io::IqError;
+use sonograph_rf::sigmf::{DataType, SigmfMeta};
+use sonograph_rf::Complex32;
+
+struct Tmp(PathBuf);
+impl Tmp {
+    fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("sonograph-sigmf-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Tmp(p)
+    }
+}
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn signal(n: usize) -> Vec<Complex32> {
+    (0..n)
+        .map(|i| {
+            let t = i as f32;
+            Complex32::new((0.01 * t).cos() * 0.7, (0.013 * t).sin() * -0.6 + 1e-7 * t)
+        })
+        .collect()
+}
+
+fn write(base: &Path, iq: &[Complex32], dt: WriteType) {
+    let meta = SigmfMeta::new(DataType::Cf32Le, 1e6);
+    write_sigmf(base, iq, dt, meta).unwrap();
+}
+
+#[test]
+fn cf32_round_trips_bit_exact_and_ci16_within_half_an_lsb() {
+    let tmp = Tmp::new("roundtrip");
+    let iq = signal(10_007);
+    let base = tmp.0.join("a");
+    write(&base, &iq, WriteType::Cf32);
+    let (meta_path, data_path) = sigmf_paths(&base);
+    let rec = read_sigmf(&meta_path, "a", DEFAULT_MAX_SAMPLES).unwrap();
+    assert_eq!(rec.samples, iq);
+    assert_eq!(rec.sample_rate, 1e6);
+    assert_eq!(std::fs::metadata(&data_path).unwrap().len(), 8 * 10_007);
+    let meta = rec.meta.unwrap();
+    assert_eq!(meta.global.sha512.as_ref().unwrap().len(), 128);
+
+    let base = tmp.0.join("b");
+    write(&base, &iq, WriteType::Ci16);
+    let rec = read_sigmf(&sigmf_paths(&base).0, "b", DEFAULT_MAX_SAMPLES).unwrap();
+    assert_eq!(rec.meta.unwrap().global.datatype, "ci16_le");
+    for (a, b) in rec.samples.iter().zip(&iq) {
+        assert!((a.re - b.re).abs() <= 0.5 / 32768.0 + 1e-9);
+        assert!((a.im - b.im).abs() <= 0.5 / 32768.0 + 1e-9);
+    }
+}
+
+fn err_of(r: Result<Vec<sonograph_io::IqRecording>, IqError>) -> String {
+    r.unwrap_err().to_string()
+}
+
+fn read_one(path: &Path) -> Result<Vec<sonograph_io::IqRecording>, IqError> {
+    let sources = list_sources(path, None)?;
+    let mut out = Vec::new();
+    for s in &sources {
+        out.extend(read_source(s, Some(1e6), DEFAULT_MAX_SAMPLES)?);
+    }
+    Ok(out)
+}
+
+#[test]
+fn hostile_files_give_one_line_naming_the_file() {
+    let tmp = Tmp::new("hostile");
+    let base = tmp.0.join("rec");
+    write(&base, &signal(100), WriteType::Cf32);
+    let (meta, data) = sigmf_paths(&base);
+
+    // Truncated data: the annotation claims more samples than the file has.
+    let mut m = SigmfMeta::from_json(&std::fs::read_to_string(&meta).unwrap()).unwrap();
+    m.annotations.push(sonograph_rf::sigmf::Annotation {
+        sample_start: 0,
+        sample_count: Some(1_000_000_000_000),
+        label: None,
+        freq_lower_edge: None,
+        freq_upper_edge: None,
+        comment: None,
+        extra: Default::default(),
+    });
+    std::fs::write(&meta, m.to_json()).unwrap();
+    let e = err_of(read_one(&meta));
+    assert!(
+        e.contains("rec.sigmf-data") && e.contains("truncated") && e.contains("1000000000000"),
+        "{e}"
+    );
+
+    // Odd byte count.
+    write(&base, &signal(100), WriteType::Cf32);
+    let mut bytes = std::fs::read(&data).unwrap();
+    bytes.truncate(797);
+    std::fs::write(&data, &bytes).unwrap();
+    let e = err_of(read_one(&meta));
+    assert!(
+        e.contains("797 bytes is not a whole number of 8-byte cf32_le samples"),
+        "{e}"
+    );
+
+    // Missing fields and junk metadata.
+    for (text, want) in [
+        (
+            "{\"global\": {\"core:version\": \"1.2.0\"}}",
+            "core:datatype",
+        ),
+        ("not json", "bad metadata"),
+        (
+            "{\"global\": {\"core:datatype\": \"cf32_le\", \"core:version\": \"1.2.0\"}}",
+            "core:sample_rate is missing",
+        ),
+    ] {
+        std::fs::write(&meta, text).unwrap();
+        let e = err_of(read_one(&meta));
+        assert!(e.contains("rec.sigmf-") && e.contains(want), "{e}");
+        assert!(!e.contains('\n'));
+    }
+
+    // A missing data file.
+    write(&base, &signal(10), WriteType::Cf32);
+    std::fs::remove_file(&data).unwrap();
+    let e = err_of(read_one(&meta));
+    assert!(e.contains("rec.sigmf-data: cannot open"), "{e}");
+
+    // Over the sample limit.
+    write(&base, &signal(1000), WriteType::Cf32);
+    let src = &list_sources(&meta, None).unwrap()[0];
+    let e = read_source(src, None, 999).unwrap_err().to_string();
+    assert!(e.contains("1000 samples is over the limit of 999"), "{e}");
+
+    // A raw file without a sample rate, and an unknown extension.
+    let raw = tmp.0.join("x.ci16");
+    std::fs::write(&raw, [0u8, 1, 2, 3, 4, 5, 6, 7]).unwrap();
+    let src = &list_sources(&raw, None).unwrap()[0];
+    assert!(read_source(src, None, 10)
+        .unwrap_err()
+        .to_string()
+        .contains("--sample-rate"));
+    let got = read_source(src, Some(2e6), 10).unwrap();
+    assert_eq!(got[0].samples.len(), 2);
+    assert_eq!(
+        got[0].samples[0],
+        Complex32::new(256.0 / 32768.0, 770.0 / 32768.0)
+    );
+    let junk = tmp.0.join("x.txt");
+    std::fs::write(&junk, "hello").unwrap();
+    assert!(list_sources(&junk, None)
+        .unwrap_err()
+        .to_string()
+        .contains("x.txt: not a SigMF file"));
+}
+
+/// A ustar header for `name` claiming `size` bytes.
+fn tar_header(name: &str, size: u64) -> Vec<u8> {
+    let mut h = vec![0u8; 512];
+    h[..name.len()].copy_from_slice(name.as_bytes());
+    h[100..108].copy_from_slice(b"0000644\0");
+    let s = format!("{size:011o}\0");
+    h[124..136].copy_from_slice(s.as_bytes());
+    h[156] = b'0';
+    h[257..263].copy_from_slice(b"ustar\0");
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+    h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    h
+}
+
+fn member(out: &mut Vec<u8>, name: &str, bytes: &[u8]) {
+    out.extend(tar_header(name, bytes.len() as u64));
+    out.extend_from_slice(bytes);
+    out.resize(out.len().div_ceil(512) * 512, 0);
+}
+
+#[test]
+fn archives_read_and_hostile_archives_fail_cleanly() {
+    let tmp = Tmp::new("archive");
+    let base = tmp.0.join("a");
+    let iq = signal(300);
+    write(&base, &iq, WriteType::Cf32);
+    let (meta, data) = sigmf_paths(&base);
+    let mut tar = Vec::new();
+    member(
+        &mut tar,
+        "rec/rec.sigmf-meta",
+        &std::fs::read(&meta).unwrap(),
+    );
+    member(
+        &mut tar,
+        "rec/rec.sigmf-data",
+        &std::fs::read(&data).unwrap(),
+    );
+    tar.extend(vec![0u8; 1024]);
+    let archive = tmp.0.join("set.sigmf");
+    std::fs::write(&archive, &tar).unwrap();
+    let recs = read_one(&archive).unwrap();
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0].samples, iq);
+    assert_eq!(recs[0].id, "set.sigmf/rec/rec");
+
+    // A member claiming 8 GB (the most an octal size field holds).
+    let mut bad = Vec::new();
+    bad.extend(tar_header("rec/rec.sigmf-data", 8_000_000_000));
+    bad.extend(vec![0u8; 4096]);
+    std::fs::write(&archive, &bad).unwrap();
+    let e = err_of(read_one(&archive));
+    assert!(
+        e.contains("set.sigmf: truncated") && e.contains("8000000000"),
+        "{e}"
+    );
+    // Junk in the size field.
+    let mut bad = tar_header("x", 1);
+    bad[124..136].copy_from_slice(b"zzzzzzzzzzz\0");
+    std::fs::write(&archive, &bad).unwrap();
+    assert!(err_of(read_one(&archive)).contains("no valid size"));
+    // No metadata inside.
+    let mut none = Vec::new();
+    member(&mut none, "x.txt", b"hello");
+    std::fs::write(&archive, &none).unwrap();
+    assert!(err_of(read_one(&archive)).contains("holds no .sigmf-meta"));
+}
+
+#[test]
+fn folders_list_sigmf_archives_and_raw_files_sorted() {
+    let tmp = Tmp::new("folder");
+    std::fs::create_dir_all(tmp.0.join("sub")).unwrap();
+    write(&tmp.0.join("sub/b"), &signal(10), WriteType::Cf32);
+    write(&tmp.0.join("a"), &signal(10), WriteType::Ci16);
+    std::fs::write(tmp.0.join("c.cu8"), [128u8, 0, 255, 128]).unwrap();
+    std::fs::write(tmp.0.join("notes.txt"), "x").unwrap();
+    let s = list_sources(&tmp.0, None).unwrap();
+    let ids: Vec<&str> = s.iter().map(|s| s.id()).collect();
+    assert_eq!(ids, ["a", "c.cu8", "sub/b"]);
+    assert!(matches!(
+        s[1],
+        IqSource::Raw {
+            datatype: DataType::Cu8,
+            ..
+        }
+    ));
+    let c = read_source(&s[1], Some(1.0), 10).unwrap();
+    assert_eq!(
+        c[0].samples,
+        vec![
+            Complex32::new(0.0, -1.0),
+            Complex32::new(127.0 / 128.0, 0.0)
+        ]
+    );
+    // The base name of a pair works too.
+    assert_eq!(list_sources(&tmp.0.join("a"), None).unwrap().len(), 1);
+}

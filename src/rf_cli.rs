@@ -1,0 +1,694 @@
+//! `sonograph synth-iq` (synthetic IQ datasets as SigMF recordings or Parquet rows) and
+//! `sonograph rf-features` (RF features of SigMF or raw IQ recordings to Parquet).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use rayon::prelude::*;
+use sonograph_io::sigmf::{
+    list_sources, read_source, sigmf_paths, write_sigmf, WriteType, DEFAULT_MAX_SAMPLES,
+};
+use sonograph_io::table::{write_table, Column};
+use sonograph_rf::features::{features_with, spectral_features, FeatureConfig, RfFeatures, Welch};
+use sonograph_rf::sigmf::{truth_annotation, DataType, SigmfMeta};
+use sonograph_rf::spec::{ModKind, ModulationSpec, Range, SnrDefinition};
+use sonograph_rf::{Complex32, NoiseJob, Synth, SynthSpec, Truth};
+
+use crate::user;
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum OutFormat {
+    Sigmf,
+    Parquet,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum SampleType {
+    Cf32,
+    Ci16,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum SnrDefArg {
+    InBand,
+    EsN0,
+    FullBand,
+}
+
+#[derive(Args)]
+pub struct SynthArgs {
+    /// Recordings in the whole dataset (shards take contiguous shares of 0..count).
+    #[arg(long)]
+    count: u64,
+    /// A SynthSpec in JSON or TOML (by extension); the flags below override it.
+    #[arg(long)]
+    spec: Option<PathBuf>,
+    /// Sample rate in Hz (default 200000).
+    #[arg(long)]
+    sample_rate: Option<f64>,
+    /// Complex samples per recording.
+    #[arg(long, conflicts_with = "duration_ms")]
+    samples: Option<usize>,
+    /// Length of each recording in milliseconds (instead of --samples).
+    #[arg(long)]
+    duration_ms: Option<f64>,
+    /// Comma-separated modulations, or `all`: tone, am-dsb, am-dsb-sc, ssb-usb, ssb-lsb, fm,
+    /// ook, 4ask, 8ask, bpsk, qpsk, 8psk, 16psk, oqpsk, 16qam, 32qam, 64qam, 256qam, 16apsk,
+    /// 32apsk, 2fsk, 4fsk, gfsk, gmsk, msk, ofdm, lfm. Each recording draws one uniformly.
+    #[arg(long)]
+    modulation: Option<String>,
+    /// SNR range A:B in dB (or one value), drawn uniformly per recording.
+    #[arg(long, allow_hyphen_values = true)]
+    snr_db: Option<String>,
+    /// What the SNR measures (default in-band).
+    #[arg(long, value_enum)]
+    snr_definition: Option<SnrDefArg>,
+    /// Dataset seed: recording i is a function of (spec, seed, i) only.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Output folder.
+    #[arg(long)]
+    out: PathBuf,
+    /// SigMF recordings (default) or Parquet rows.
+    #[arg(long, value_enum, default_value_t = OutFormat::Sigmf)]
+    format: OutFormat,
+    /// Sample type of SigMF data (cf32_le or ci16_le).
+    #[arg(long, value_enum, default_value_t = SampleType::Cf32)]
+    datatype: SampleType,
+    /// Recordings per Parquet part.
+    #[arg(long, default_value_t = 1000)]
+    rows_per_part: u64,
+    /// Worker threads (default: the cores).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Where the exact noise stage runs: cpu, or gpu / gpu:N (bit-identical output).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    #[command(flatten)]
+    shard: ShardArgs,
+    /// Print the resolved spec as JSON and exit.
+    #[arg(long)]
+    print_spec: bool,
+}
+
+/// The spec from the file and the flags.
+fn synth_spec(args: &SynthArgs) -> Result<SynthSpec> {
+    let mut spec = match &args.spec {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| user(format!("{}: cannot read spec: {e}", path.display())))?;
+            let parsed = match path.extension().and_then(|e| e.to_str()) {
+                Some("toml") => SynthSpec::from_toml(&text),
+                _ => SynthSpec::from_json(&text),
+            };
+            parsed.map_err(|e| user(format!("{}: {e}", path.display())))?
+        }
+        None => SynthSpec::default(),
+    };
+    if let Some(fs) = args.sample_rate {
+        spec.sample_rate = fs;
+    }
+    if let Some(n) = args.samples {
+        spec.n_samples = n;
+    }
+    if let Some(ms) = args.duration_ms {
+        if !(ms.is_finite() && ms > 0.0) {
+            return Err(user(format!("--duration-ms {ms} must be positive")));
+        }
+        spec.n_samples = (ms * spec.sample_rate / 1000.0).round() as usize;
+    }
+    if let Some(list) = &args.modulation {
+        spec.modulations = if list.trim() == "all" {
+            ModKind::ALL
+                .iter()
+                .map(|&k| ModulationSpec::new(k))
+                .collect()
+        } else {
+            list.split(',')
+                .map(|name| ModKind::parse(name).map(ModulationSpec::new))
+                .collect::<Result<_, _>>()
+                .map_err(|e| user(format!("--modulation: {e}")))?
+        };
+    }
+    if let Some(r) = &args.snr_db {
+        spec.snr_db = Range::parse(r).map_err(|e| user(format!("--snr-db: {e}")))?;
+    }
+    if let Some(d) = args.snr_definition {
+        spec.snr_definition = match d {
+            SnrDefArg::InBand => SnrDefinition::InBand,
+            SnrDefArg::EsN0 => SnrDefinition::EsN0,
+            SnrDefArg::FullBand => SnrDefinition::FullBand,
+        };
+    }
+    spec.validate().map_err(|e| user(e.to_string()))?;
+    Ok(spec)
+}
+
+#[derive(Args)]
+pub struct ShardArgs {
+    /// This machine's shard (default: from JOB_COMPLETION_INDEX or SLURM_ARRAY_TASK_ID, else 0).
+    #[arg(long, env = "SONOGRAPH_SHARD_INDEX")]
+    shard_index: Option<usize>,
+    /// Number of shards (default: SLURM_ARRAY_TASK_COUNT, else 1).
+    #[arg(long, env = "SONOGRAPH_SHARD_COUNT")]
+    shard_count: Option<usize>,
+}
+
+/// The shard from the flags or the batch system's environment, as `extract` reads it.
+fn shard(args: &ShardArgs) -> Result<(usize, usize)> {
+    sonograph_pipeline::resolve_shard(args.shard_index, args.shard_count, |k| {
+        std::env::var(k).ok()
+    })
+    .map_err(user)
+}
+
+fn pool(workers: Option<usize>) -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(workers.unwrap_or(0))
+        .build()
+        .context("cannot start the thread pool")
+}
+
+/// `--device`: None for the CPU, or the opened GPU.
+fn rf_gpu(device: &str) -> Result<Option<sonograph_gpu::rf::RfGpu>> {
+    let set = crate::gpu_cli::device_set(device)?;
+    let [choice] = set.chosen() else {
+        return Err(user(format!(
+            "--device {device}: RF commands run on one device: cpu, auto, gpu or gpu:N"
+        )));
+    };
+    match choice.device {
+        sonograph_gpu::Selected::Cpu => Ok(None),
+        sonograph_gpu::Selected::Gpu(i) => sonograph_gpu::rf::RfGpu::new(Some(i))
+            .map(Some)
+            .map_err(|e| user(format!("--device {device}: {e}"))),
+    }
+}
+
+/// Records the dataset's spec and seed in `out/dataset.json` the first time; a later run
+/// (another shard, a resume) with a different spec or seed is refused, since its recordings
+/// would not belong to the same dataset.
+fn claim_folder(out: &Path, spec: &SynthSpec, seed: u64, count: u64) -> Result<()> {
+    std::fs::create_dir_all(out)
+        .map_err(|e| user(format!("{}: cannot create: {e}", out.display())))?;
+    let path = out.join("dataset.json");
+    let mine = serde_json::json!({
+        "spec_id": spec.spec_id(),
+        "seed": seed,
+        "count": count,
+        "spec": serde_json::from_str::<serde_json::Value>(&spec.to_json())?,
+    });
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let theirs: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| user(format!("{}: not a sonograph dataset: {e}", path.display())))?;
+            for key in ["spec_id", "seed", "count"] {
+                if theirs[key] != mine[key] {
+                    return Err(user(format!(
+                        "{}: the folder holds another dataset ({key} {} here, {} asked); use a new --out",
+                        path.display(),
+                        theirs[key],
+                        mine[key]
+                    )));
+                }
+            }
+            Ok(())
+        }
+        Err(_) => {
+            let tmp = sonograph_io::parquet::tmp_path(&path);
+            std::fs::write(&tmp, serde_json::to_string_pretty(&mine)?)
+                .and_then(|()| std::fs::rename(&tmp, &path))
+                .with_context(|| format!("{}: cannot write", path.display()))
+        }
+    }
+}
+
+/// Generates recordings `indices` (in parallel on the pool), the noise stage on the GPU when
+/// one is given.
+fn generate(
+    synth: &Synth,
+    seed: u64,
+    indices: &[u64],
+    gpu: &mut Option<sonograph_gpu::rf::RfGpu>,
+    pool: &rayon::ThreadPool,
+) -> Result<Vec<(Vec<Complex32>, Truth)>> {
+    match gpu {
+        None => Ok(pool.install(|| {
+            indices
+                .par_iter()
+                .map(|&i| {
+                    let s = synth.sample(seed, i);
+                    (s.iq, s.truth)
+                })
+                .collect()
+        })),
+        Some(g) => {
+            let parts: Vec<(Vec<Complex32>, Truth, NoiseJob)> =
+                pool.install(|| indices.par_iter().map(|&i| synth.clean(seed, i)).collect());
+            let (mut iq, rest): (Vec<_>, Vec<_>) =
+                parts.into_iter().map(|(a, b, c)| (a, (b, c))).unzip();
+            let (truths, jobs): (Vec<Truth>, Vec<NoiseJob>) = rest.into_iter().unzip();
+            g.add_noise(&mut iq, &jobs)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", g.device()))?;
+            Ok(iq.into_iter().zip(truths).collect())
+        }
+    }
+}
+
+pub fn synth_iq(args: &SynthArgs) -> Result<u8> {
+    let spec = synth_spec(args)?;
+    if args.print_spec {
+        println!("{}", spec.to_json());
+        return Ok(0);
+    }
+    if args.rows_per_part == 0 {
+        return Err(user("--rows-per-part must be at least 1"));
+    }
+    let (si, sc) = shard(&args.shard)?;
+    let count = usize::try_from(args.count).map_err(|_| user("--count is too large"))?;
+    let range = sonograph_io::manifest::shard_range(count, si, sc);
+    let synth = Synth::new(&spec).map_err(|e| user(e.to_string()))?;
+    claim_folder(&args.out, synth.spec(), args.seed, args.count)?;
+    let pool = pool(args.workers)?;
+    let mut gpu = rf_gpu(&args.device)?;
+    let started = std::time::Instant::now();
+    let (mut written, mut skipped) = (0u64, 0u64);
+    // Batches of recordings at absolute-index boundaries: Parquet parts are named by the
+    // indices they hold, so a resume or another shard split finds them again.
+    let step = match args.format {
+        OutFormat::Parquet => args.rows_per_part,
+        OutFormat::Sigmf => 64,
+    };
+    let mut start = range.start as u64;
+    while start < range.end as u64 {
+        let end = ((start / step + 1) * step).min(range.end as u64);
+        match args.format {
+            OutFormat::Sigmf => {
+                let todo: Vec<u64> = (start..end)
+                    .filter(|&i| !sigmf_paths(&recording_base(&args.out, i)).0.exists())
+                    .collect();
+                skipped += end - start - todo.len() as u64;
+                let recs = generate(&synth, args.seed, &todo, &mut gpu, &pool)?;
+                let dtype = match args.datatype {
+                    SampleType::Cf32 => WriteType::Cf32,
+                    SampleType::Ci16 => WriteType::Ci16,
+                };
+                pool.install(|| {
+                    todo.par_iter()
+                        .zip(&recs)
+                        .map(|(&i, (iq, truth))| {
+                            let mut meta = SigmfMeta::new(DataType::Cf32Le, spec.sample_rate);
+                            meta.declare_extension();
+                            meta.global.description = Some(format!(
+                                "sonograph synth-iq, seed {}, recording {i}",
+                                args.seed
+                            ));
+                            meta.annotations.push(truth_annotation(truth));
+                            let clipped =
+                                write_sigmf(&recording_base(&args.out, i), iq, dtype, meta)?;
+                            if clipped > 0 {
+                                tracing::warn!(
+                                    "recording {i}: {clipped} values clipped to the ci16 range"
+                                );
+                            }
+                            Ok(())
+                        })
+                        .collect::<Result<(), sonograph_io::IqError>>()
+                })
+                .map_err(|e| anyhow::anyhow!(e))?;
+                written += todo.len() as u64;
+            }
+            OutFormat::Parquet => {
+                let path = args.out.join(format!("part-{start:09}-{end:09}.parquet"));
+                if path.exists() {
+                    skipped += end - start;
+                } else {
+                    let indices: Vec<u64> = (start..end).collect();
+                    let recs = generate(&synth, args.seed, &indices, &mut gpu, &pool)?;
+                    write_iq_part(&path, &indices, &recs, &spec, args.seed)?;
+                    written += end - start;
+                }
+            }
+        }
+        start = end;
+    }
+    eprintln!(
+        "sonograph: shard {si}/{sc}: {written} recordings written, {skipped} already there, in {:.1} s{}",
+        started.elapsed().as_secs_f64(),
+        gpu.as_ref().map_or(String::new(), |g| format!(" (noise on {})", g.device()))
+    );
+    Ok(0)
+}
+
+/// `out/sample-000000042` (the SigMF pair's base).
+pub fn recording_base(out: &Path, index: u64) -> PathBuf {
+    out.join(format!("sample-{index:09}"))
+}
+
+fn write_iq_part(
+    path: &Path,
+    indices: &[u64],
+    recs: &[(Vec<Complex32>, Truth)],
+    spec: &SynthSpec,
+    seed: u64,
+) -> Result<()> {
+    let truths: Vec<&Truth> = recs.iter().map(|r| &r.1).collect();
+    let f64s = |f: &dyn Fn(&Truth) -> f64| Column::F64(truths.iter().map(|t| f(t)).collect());
+    let columns = vec![
+        (
+            "id".to_string(),
+            Column::Utf8(indices.iter().map(|i| format!("sample-{i:09}")).collect()),
+        ),
+        ("index".to_string(), Column::U64(indices.to_vec())),
+        (
+            "label".to_string(),
+            Column::Utf8(truths.iter().map(|t| t.label.clone()).collect()),
+        ),
+        ("sample_rate".to_string(), f64s(&|t| t.sample_rate)),
+        ("snr_db".to_string(), f64s(&|t| t.snr_db)),
+        ("cfo_hz".to_string(), f64s(&|t| t.cfo_hz)),
+        (
+            "noise_sigma".to_string(),
+            f64s(&|t| f64::from(t.noise_sigma)),
+        ),
+        (
+            "truth".to_string(),
+            Column::Utf8(
+                truths
+                    .iter()
+                    .map(|t| serde_json::to_string(t).expect("truth serialises"))
+                    .collect(),
+            ),
+        ),
+        (
+            "iq".to_string(),
+            Column::ListF32(
+                recs.iter()
+                    .map(|(iq, _)| iq.iter().flat_map(|v| [v.re, v.im]).collect())
+                    .collect(),
+            ),
+        ),
+    ];
+    let meta = [
+        ("sonograph.synth_spec".to_string(), spec.to_json()),
+        ("sonograph.spec_id".to_string(), spec.spec_id()),
+        ("sonograph.seed".to_string(), seed.to_string()),
+    ];
+    write_table(path, &columns, &meta).map_err(|e| anyhow::anyhow!(e))?;
+    Ok(())
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum RawFormat {
+    Cf32,
+    Ci16,
+    Cu8,
+    Ci8,
+}
+
+#[derive(Args)]
+pub struct FeaturesArgs {
+    /// A SigMF recording (.sigmf-meta/.sigmf-data), a .sigmf archive, a raw IQ file
+    /// (.cf32, .ci16, .cu8, .ci8), or a folder of them.
+    source: PathBuf,
+    /// Output Parquet file (with --shard-count N, shard I writes OUT-IIIII-of-NNNNN.parquet).
+    #[arg(long)]
+    out: PathBuf,
+    /// Sample rate of raw files.
+    #[arg(long)]
+    sample_rate: Option<f64>,
+    /// Sample type of raw files whose extension does not say it.
+    #[arg(long, value_enum)]
+    format: Option<RawFormat>,
+    /// Features per window of this many milliseconds (default: one row per recording).
+    #[arg(long)]
+    window_ms: Option<f64>,
+    /// dBm of full scale: adds rssi_dbm.
+    #[arg(long, allow_hyphen_values = true)]
+    calibration_db: Option<f64>,
+    /// Add the Welch PSD (fftshift order, float32) as a column.
+    #[arg(long)]
+    psd: bool,
+    /// Welch segment length and overlap (default 1024 and half of it).
+    #[arg(long, default_value_t = 1024)]
+    nperseg: usize,
+    #[arg(long)]
+    noverlap: Option<usize>,
+    /// Remove each segment's mean before its FFT (scipy's detrend='constant').
+    #[arg(long)]
+    detrend: bool,
+    /// Largest recording read (complex samples).
+    #[arg(long, default_value_t = DEFAULT_MAX_SAMPLES)]
+    max_samples: u64,
+    /// Worker threads (default: the cores).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Where the Welch PSD runs: cpu, or gpu / gpu:N.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    #[command(flatten)]
+    shard: ShardArgs,
+}
+
+/// One output row.
+struct Row {
+    id: String,
+    source: String,
+    label: String,
+    truth_snr_db: f64,
+    window: u64,
+    start: u64,
+    samples: u64,
+    sample_rate: f64,
+    features: RfFeatures,
+    psd: Vec<f32>,
+}
+
+pub fn rf_features(args: &FeaturesArgs) -> Result<u8> {
+    let cfg = FeatureConfig {
+        welch: sonograph_rf::WelchConfig {
+            nperseg: args.nperseg,
+            noverlap: args.noverlap.unwrap_or(args.nperseg / 2),
+            detrend: args.detrend,
+            ..Default::default()
+        },
+        calibration_db: args.calibration_db,
+        ..FeatureConfig::default()
+    };
+    cfg.welch.validate().map_err(|e| user(e.to_string()))?;
+    if let Some(fs) = args.sample_rate {
+        if !(fs.is_finite() && fs > 0.0) {
+            return Err(user(format!("--sample-rate {fs} must be positive")));
+        }
+    }
+    let raw = args.format.map(|f| match f {
+        RawFormat::Cf32 => DataType::Cf32Le,
+        RawFormat::Ci16 => DataType::Ci16Le,
+        RawFormat::Cu8 => DataType::Cu8,
+        RawFormat::Ci8 => DataType::Ci8,
+    });
+    let (si, sc) = shard(&args.shard)?;
+    let sources = list_sources(&args.source, raw).map_err(|e| user(e.to_string()))?;
+    if sources.is_empty() {
+        return Err(user(format!(
+            "{}: no IQ recordings found",
+            args.source.display()
+        )));
+    }
+    let range = sonograph_io::manifest::shard_range(sources.len(), si, sc);
+    let pool = pool(args.workers)?;
+    let mut gpu = rf_gpu(&args.device)?;
+    let mut rows: Vec<Row> = Vec::new();
+    // Recordings are read and featurised in groups, so memory holds one group at a time.
+    for group in sources[range].chunks(16) {
+        let recs = pool
+            .install(|| {
+                group
+                    .par_iter()
+                    .map(|s| read_source(s, args.sample_rate, args.max_samples))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(|e| user(e.to_string()))?;
+        // Every window of every recording, in order.
+        let mut windows: Vec<(usize, usize, u64, usize, usize)> = Vec::new(); // (group item, rec, window, start, len)
+        for (g, list) in recs.iter().enumerate() {
+            for (r, rec) in list.iter().enumerate() {
+                let n = rec.samples.len();
+                let w = match args.window_ms {
+                    Some(ms) => {
+                        let w = (ms * rec.sample_rate / 1000.0).round() as usize;
+                        if ms.is_nan() || ms <= 0.0 || w < cfg.welch.nperseg {
+                            return Err(user(format!(
+                                "{}: --window-ms {ms} is {w} samples, fewer than one Welch segment ({})",
+                                rec.path.display(),
+                                cfg.welch.nperseg
+                            )));
+                        }
+                        w
+                    }
+                    None => n,
+                };
+                if n < cfg.welch.nperseg {
+                    return Err(user(format!(
+                        "{}: {n} samples, fewer than one Welch segment ({})",
+                        rec.path.display(),
+                        cfg.welch.nperseg
+                    )));
+                }
+                for k in 0..(n / w) {
+                    windows.push((g, r, k as u64, k * w, w));
+                }
+            }
+        }
+        let computed: Vec<(RfFeatures, Vec<f64>)> = match &mut gpu {
+            None => pool.install(|| {
+                windows
+                    .par_iter()
+                    .map_init(
+                        || Welch::new(&cfg.welch).expect("validated above"),
+                        |welch, &(g, r, _, start, len)| {
+                            let rec = &recs[g][r];
+                            features_with(
+                                welch,
+                                &rec.samples[start..start + len],
+                                rec.sample_rate,
+                                &cfg,
+                            )
+                            .map(|(f, p)| (f, p.density))
+                            .map_err(|e| user(format!("{}: {e}", rec.path.display())))
+                        },
+                    )
+                    .collect::<Result<_>>()
+            })?,
+            Some(g) => {
+                let slices: Vec<&[Complex32]> = windows
+                    .iter()
+                    .map(|&(gi, r, _, start, len)| &recs[gi][r].samples[start..start + len])
+                    .collect();
+                let rates: Vec<f64> = windows
+                    .iter()
+                    .map(|&(gi, r, ..)| recs[gi][r].sample_rate)
+                    .collect();
+                let psds = g
+                    .welch(&slices, &rates, &cfg.welch)
+                    .map_err(|e| user(format!("--device {}: {e}", args.device)))?;
+                pool.install(|| {
+                    slices
+                        .par_iter()
+                        .zip(&rates)
+                        .zip(&psds)
+                        .map(|((iq, &fs), psd)| {
+                            let mut f = RfFeatures::default();
+                            if let Some(i) = iq
+                                .iter()
+                                .position(|v| !(v.re.is_finite() && v.im.is_finite()))
+                            {
+                                return Err(user(format!("sample {i} is not finite")));
+                            }
+                            sonograph_rf::features::sample_features(iq, fs, &cfg, &mut f);
+                            spectral_features(psd, cfg.obw_fraction, &mut f);
+                            Ok((f, psd.density.clone()))
+                        })
+                        .collect::<Result<_>>()
+                })?
+            }
+        };
+        for (&(g, r, k, start, len), (f, psd)) in windows.iter().zip(computed) {
+            let rec = &recs[g][r];
+            let ann = rec.meta.as_ref().and_then(|m| m.annotations.first());
+            rows.push(Row {
+                id: rec.id.clone(),
+                source: rec.path.display().to_string(),
+                label: ann.and_then(|a| a.label.clone()).unwrap_or_default(),
+                truth_snr_db: ann
+                    .and_then(|a| a.extra.get("sonograph:snr_db"))
+                    .and_then(|v| v.as_f64())
+                    .unwrap_or(f64::NAN),
+                window: k,
+                start: start as u64,
+                samples: len as u64,
+                sample_rate: rec.sample_rate,
+                features: f,
+                psd: if args.psd {
+                    psd.iter().map(|&v| v as f32).collect()
+                } else {
+                    Vec::new()
+                },
+            });
+        }
+    }
+    let out = if sc > 1 {
+        let stem = args.out.with_extension("");
+        PathBuf::from(format!("{}-{si:05}-of-{sc:05}.parquet", stem.display()))
+    } else {
+        args.out.clone()
+    };
+    write_features(&out, &rows, &cfg, args.psd)?;
+    eprintln!(
+        "sonograph: {} rows from {} recordings written to {}",
+        rows.len(),
+        sources.len(),
+        out.display()
+    );
+    Ok(0)
+}
+
+fn write_features(path: &Path, rows: &[Row], cfg: &FeatureConfig, psd: bool) -> Result<()> {
+    let mut columns = vec![
+        (
+            "id".to_string(),
+            Column::Utf8(rows.iter().map(|r| r.id.clone()).collect()),
+        ),
+        (
+            "source".to_string(),
+            Column::Utf8(rows.iter().map(|r| r.source.clone()).collect()),
+        ),
+        (
+            "label".to_string(),
+            Column::Utf8(rows.iter().map(|r| r.label.clone()).collect()),
+        ),
+        (
+            "truth_snr_db".to_string(),
+            Column::F64(rows.iter().map(|r| r.truth_snr_db).collect()),
+        ),
+        (
+            "window".to_string(),
+            Column::U64(rows.iter().map(|r| r.window).collect()),
+        ),
+        (
+            "start_sample".to_string(),
+            Column::U64(rows.iter().map(|r| r.start).collect()),
+        ),
+        (
+            "num_samples".to_string(),
+            Column::U64(rows.iter().map(|r| r.samples).collect()),
+        ),
+        (
+            "sample_rate".to_string(),
+            Column::F64(rows.iter().map(|r| r.sample_rate).collect()),
+        ),
+    ];
+    for (i, name) in RfFeatures::NAMES.iter().enumerate() {
+        columns.push((
+            name.to_string(),
+            Column::F64(rows.iter().map(|r| r.features.values()[i]).collect()),
+        ));
+    }
+    if psd {
+        columns.push((
+            "psd".to_string(),
+            Column::ListF32(rows.iter().map(|r| r.psd.clone()).collect()),
+        ));
+    }
+    let meta = [(
+        "sonograph.rf_features".to_string(),
+        serde_json::to_string(cfg)?,
+    )];
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| user(format!("{}: cannot create: {e}", dir.display())))?;
+    }
+    write_table(path, &columns, &meta).map_err(|e| user(e.to_string()))?;
+    Ok(())
+}

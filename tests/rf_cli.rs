@@ -1,0 +1,385 @@
+//! `sonograph synth-iq` and `sonograph rf-features` end to end: bit-identical datasets for any
+//! worker count, shard split, resume or device; Parquet rows; features of what was written;
+//! exit codes and messages on bad input.
+
+mod common;
+use common::{bin, repo, stderr, Tmp};
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use sonograph_io::table::{read_table, Column};
+
+/// Every file under `dir` (relative name → bytes), dataset.json included.
+fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        out.insert(
+            p.file_name().unwrap().to_string_lossy().into_owned(),
+            std::fs::read(&p).unwrap(),
+        );
+    }
+    out
+}
+
+const BASE: &[&str] = &[
+    "synth-iq",
+    "--count",
+    "12",
+    "--samples",
+    "8192",
+    "--modulation",
+    "qpsk,gmsk,16qam,ofdm,fm",
+    "--snr-db",
+    "-5:30",
+    "--seed",
+    "42",
+];
+
+fn synth(out: &Path, extra: &[&str]) -> std::process::Output {
+    bin()
+        .args(BASE)
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn synth_iq_is_identical_for_any_workers_shards_and_resume() {
+    let tmp = Tmp::new("rf-synth");
+    let one = tmp.path("one");
+    let o = synth(&one, &["--workers", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let reference = files(&one);
+    assert_eq!(reference.len(), 1 + 2 * 12);
+
+    let two = tmp.path("two");
+    assert!(synth(&two, &["--workers", "2"]).status.success());
+    assert_eq!(files(&two), reference, "two workers");
+
+    // Three shards into one folder, one of them through the Kubernetes variable.
+    let sharded = tmp.path("sharded");
+    for i in ["0", "2"] {
+        let o = synth(&sharded, &["--shard-index", i, "--shard-count", "3"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let o = bin()
+        .args(BASE)
+        .arg("--out")
+        .arg(&sharded)
+        .args(["--shard-count", "3"])
+        .env("JOB_COMPLETION_INDEX", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(files(&sharded), reference, "three shards");
+
+    // Resume: recordings deleted (and a torn data file left behind) are made again.
+    std::fs::remove_file(sharded.join("sample-000000005.sigmf-meta")).unwrap();
+    std::fs::write(sharded.join("sample-000000005.sigmf-data"), b"torn").unwrap();
+    std::fs::remove_file(sharded.join("sample-000000011.sigmf-meta")).unwrap();
+    let o = synth(&sharded, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("2 recordings written, 10 already there"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(files(&sharded), reference, "resumed");
+}
+
+#[cfg(feature = "gpu")]
+#[test]
+fn synth_iq_on_the_gpu_writes_the_cpus_bytes() {
+    if !common::has_gpu_adapter() {
+        return;
+    }
+    let tmp = Tmp::new("rf-synth-gpu");
+    let cpu = tmp.path("cpu");
+    let gpu = tmp.path("gpu");
+    assert!(synth(&cpu, &["--datatype", "ci16"]).status.success());
+    let o = synth(&gpu, &["--datatype", "ci16", "--device", "gpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("noise on gpu:"), "{}", stderr(&o));
+    assert_eq!(files(&gpu), files(&cpu));
+
+    // rf-features with the PSD on the GPU: within 1e-5 of the CPU.
+    let (a, b) = (tmp.path("a.parquet"), tmp.path("b.parquet"));
+    assert!(bin()
+        .args(["rf-features"])
+        .arg(&cpu)
+        .arg("--out")
+        .arg(&a)
+        .output()
+        .unwrap()
+        .status
+        .success());
+    let o = bin()
+        .args(["rf-features"])
+        .arg(&cpu)
+        .arg("--out")
+        .arg(&b)
+        .args(["--device", "gpu"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (ta, _) = read_table(&a).unwrap();
+    let (tb, _) = read_table(&b).unwrap();
+    for ((name, ca), (_, cb)) in ta.iter().zip(&tb) {
+        if let (Column::F64(x), Column::F64(y)) = (ca, cb) {
+            for (u, v) in x.iter().zip(y) {
+                let ok = u == v
+                    || (u.is_nan() && v.is_nan())
+                    || (u - v).abs() <= 1e-5 * u.abs().max(v.abs())
+                    || (u - v).abs() <= 1e-9;
+                assert!(ok, "{name}: cpu {u} gpu {v}");
+            }
+        } else {
+            assert_eq!(ca, cb, "{name}");
+        }
+    }
+}
+
+fn col<'a>(t: &'a [(String, Column)], name: &str) -> &'a Column {
+    &t.iter()
+        .find(|c| c.0 == name)
+        .unwrap_or_else(|| panic!("no column {name}"))
+        .1
+}
+
+#[test]
+fn parquet_rows_hold_the_sigmf_recordings() {
+    let tmp = Tmp::new("rf-parquet");
+    let (sig, pq) = (tmp.path("sigmf"), tmp.path("pq"));
+    assert!(synth(&sig, &[]).status.success());
+    let o = synth(&pq, &["--format", "parquet", "--rows-per-part", "5"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut parts: Vec<String> = files(&pq)
+        .into_keys()
+        .filter(|k| k.ends_with(".parquet"))
+        .collect();
+    parts.sort();
+    assert_eq!(
+        parts,
+        [
+            "part-000000000-000000005.parquet",
+            "part-000000005-000000010.parquet",
+            "part-000000010-000000012.parquet"
+        ]
+    );
+    let (t, meta) = read_table(&pq.join(&parts[1])).unwrap();
+    assert!(meta["sonograph.synth_spec"].contains("\"qpsk\""));
+    let Column::U64(index) = col(&t, "index") else {
+        panic!()
+    };
+    assert_eq!(index, &[5, 6, 7, 8, 9]);
+    let Column::ListF32(iq) = col(&t, "iq") else {
+        panic!()
+    };
+    let Column::Utf8(labels) = col(&t, "label") else {
+        panic!()
+    };
+    for (k, i) in index.iter().enumerate() {
+        let data = std::fs::read(sig.join(format!("sample-{i:09}.sigmf-data"))).unwrap();
+        let values: Vec<f32> = data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        assert_eq!(iq[k], values, "recording {i}");
+        let meta = std::fs::read_to_string(sig.join(format!("sample-{i:09}.sigmf-meta"))).unwrap();
+        assert!(meta.contains(&format!("\"core:label\": \"{}\"", labels[k])));
+    }
+}
+
+#[test]
+fn rf_features_reads_what_synth_wrote_and_windows_it() {
+    let tmp = Tmp::new("rf-features");
+    let ds = tmp.path("ds");
+    assert!(synth(&ds, &[]).status.success());
+    let out = tmp.path("f.parquet");
+    let o = bin()
+        .arg("rf-features")
+        .arg(&ds)
+        .arg("--out")
+        .arg(&out)
+        .args(["--psd", "--calibration-db", "-10"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (t, _) = read_table(&out).unwrap();
+    let Column::Utf8(ids) = col(&t, "id") else {
+        panic!()
+    };
+    assert_eq!(ids.len(), 12);
+    assert_eq!(ids[3], "sample-000000003");
+    let Column::F64(truth) = col(&t, "truth_snr_db") else {
+        panic!()
+    };
+    let Column::F64(est) = col(&t, "snr_inband_db") else {
+        panic!()
+    };
+    let Column::F64(rssi) = col(&t, "rssi_dbfs") else {
+        panic!()
+    };
+    let Column::F64(dbm) = col(&t, "rssi_dbm") else {
+        panic!()
+    };
+    let Column::ListF32(psd) = col(&t, "psd") else {
+        panic!()
+    };
+    let Column::Utf8(labels) = col(&t, "label") else {
+        panic!()
+    };
+    for i in 0..12 {
+        assert!((-5.0..=30.0).contains(&truth[i]));
+        assert!(!labels[i].is_empty());
+        assert_eq!(psd[i].len(), 1024);
+        assert!((dbm[i] - rssi[i] + 10.0).abs() < 1e-12);
+        // Short recordings (8192 samples, 15 segments): a loose check that the estimate reads
+        // the truth; the accuracy itself is crates/rf/tests/accuracy.rs's.
+        if labels[i] != "ofdm" && labels[i] != "fm" {
+            assert!(
+                (est[i] - truth[i]).abs() < 3.0,
+                "{}: {} vs {}",
+                labels[i],
+                est[i],
+                truth[i]
+            );
+        }
+    }
+    // Windows of 10 ms (2000 samples) at 200 kHz: four per recording.
+    let out2 = tmp.path("w.parquet");
+    let o = bin()
+        .arg("rf-features")
+        .arg(ds.join("sample-000000001.sigmf-meta"))
+        .arg("--out")
+        .arg(&out2)
+        .args(["--window-ms", "10"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (t, _) = read_table(&out2).unwrap();
+    let Column::U64(start) = col(&t, "start_sample") else {
+        panic!()
+    };
+    assert_eq!(start, &[0, 2000, 4000, 6000]);
+
+    // A raw file: the committed fixture, against numpy's RSSI and PAPR of it.
+    let fixture = repo("tests/rf/noise_tone_dc.cf32");
+    let out3 = tmp.path("raw.parquet");
+    let o = bin()
+        .arg("rf-features")
+        .arg(&fixture)
+        .arg("--out")
+        .arg(&out3)
+        .args(["--sample-rate", "200000"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (t, _) = read_table(&out3).unwrap();
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(repo("tests/rf/reference.json")).unwrap())
+            .unwrap();
+    let want = &reference["features"]["noise_tone_dc"];
+    let Column::F64(rssi) = col(&t, "rssi_dbfs") else {
+        panic!()
+    };
+    let Column::F64(papr) = col(&t, "papr_db") else {
+        panic!()
+    };
+    assert!((rssi[0] - want["rssi_dbfs"].as_f64().unwrap()).abs() < 1e-9);
+    assert!((papr[0] - want["papr_db"].as_f64().unwrap()).abs() < 1e-9);
+}
+
+#[test]
+fn bad_input_exits_2_with_one_line_naming_the_file() {
+    let tmp = Tmp::new("rf-bad");
+    let ds = tmp.path("ds");
+    assert!(synth(&ds, &[]).status.success());
+    let check = |args: &[&str], want: &str| {
+        let o = bin().args(args).output().unwrap();
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.contains(want), "{args:?}: {e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    };
+    let out = tmp.path("x.parquet");
+    let out = out.to_str().unwrap();
+    // A truncated data file.
+    let data = ds.join("sample-000000002.sigmf-data");
+    let bytes = std::fs::read(&data).unwrap();
+    std::fs::write(&data, &bytes[..bytes.len() - 3]).unwrap();
+    check(
+        &["rf-features", ds.to_str().unwrap(), "--out", out],
+        "sample-000000002.sigmf-data: 65533 bytes is not a whole number",
+    );
+    std::fs::write(&data, &bytes[..bytes.len() - 8]).unwrap();
+    check(
+        &["rf-features", ds.to_str().unwrap(), "--out", out],
+        "sample-000000002.sigmf-data: truncated",
+    );
+    // A raw file without its rate; an unknown modulation; another dataset in the folder.
+    let raw = tmp.path("r.cf32");
+    std::fs::write(&raw, vec![0u8; 8 * 4096]).unwrap();
+    check(
+        &["rf-features", raw.to_str().unwrap(), "--out", out],
+        "r.cf32: a raw IQ file needs --sample-rate",
+    );
+    let o = bin()
+        .args([
+            "rf-features",
+            raw.to_str().unwrap(),
+            "--out",
+            out,
+            "--sample-rate",
+            "1e6",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    check(
+        &[
+            "synth-iq",
+            "--count",
+            "1",
+            "--modulation",
+            "qpsk,9psk",
+            "--out",
+            out,
+        ],
+        "unknown modulation \"9psk\"",
+    );
+    check(
+        &[
+            "synth-iq",
+            "--count",
+            "1",
+            "--seed",
+            "1",
+            "--out",
+            ds.to_str().unwrap(),
+        ],
+        "dataset.json: the folder holds another dataset",
+    );
+    check(
+        &["synth-iq", "--count", "1", "--snr-db", "9:1", "--out", out],
+        "--snr-db",
+    );
+    check(
+        &[
+            "synth-iq",
+            "--count",
+            "4",
+            "--shard-index",
+            "4",
+            "--shard-count",
+            "4",
+            "--out",
+            out,
+        ],
+        "shard index 4",
+    );
+}
