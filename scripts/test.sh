@@ -4,10 +4,11 @@
 #
 #   scripts/test.sh                       # as a developer: GPU tests skip without a Vulkan driver
 #   SONOGRAPH_REQUIRE_GPU=1 scripts/test.sh   # as CI: a GPU test that would skip fails instead
+#   SONOGRAPH_REQUIRE_ORT=1 scripts/test.sh   # as CI: a model test without onnxruntime fails
 #
 # Runs: the workspace's tests (default features: the wgpu backend); the fault-injection tests
-# (`failpoints`: OOM and device loss in the GPU backend, crash points and kill -9 in `extract`,
-# failing health probes); the CPU-only binary's tests (`--no-default-features`).
+# (`failpoints`: OOM and device loss in the GPU backend and the model runner, crash points and
+# kill -9 in `extract`, failing health probes); the CPU-only binary's tests (`--no-default-features`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +30,7 @@ step() {
 
 step cargo test --workspace --locked --no-fail-fast
 step cargo test --locked --no-fail-fast -p sonograph-gpu --features failpoints --test faults
+step cargo test --locked --no-fail-fast -p sonograph-model --features failpoints --test faults
 step cargo test --locked -p sonograph --features failpoints --test extract killed_at_random
 step cargo test --locked -p sonograph --features failpoints --test cli probe
 step cargo test --locked -p sonograph --no-default-features --test cli
@@ -40,7 +42,8 @@ echo
 echo "=================================================================="
 echo " tests: $passed passed, $failed failed, $ignored ignored, $skipped SKIPPED"
 if [ "$skipped" -gt 0 ]; then
-  echo " skipped (no device or package here; SONOGRAPH_REQUIRE_GPU=1 or _PYTHON=1 fail them):"
+  echo " skipped (no device, onnxruntime or package here; SONOGRAPH_REQUIRE_GPU=1, _ORT=1 or"
+  echo " _PYTHON=1 fail them):"
   sed 's/^/   /' "$SONOGRAPH_SKIP_LOG"
 fi
 for s in "${failed_steps[@]}"; do echo " FAILED STEP: $s"; done

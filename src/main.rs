@@ -9,6 +9,7 @@ use std::time::Instant;
 
 mod extract;
 mod gpu_cli;
+mod model_cli;
 mod rf_cli;
 
 use anyhow::{Context, Result};
@@ -44,6 +45,10 @@ enum Command {
     Extract(extract::ExtractArgs),
     /// List the compute devices (GPUs through wgpu, and the CPU) with their scores and health.
     Devices(gpu_cli::DevicesArgs),
+    /// Speech segments of audio files (Silero VAD), as JSON lines.
+    Vad(model_cli::VadArgs),
+    /// Transcribe audio with a NeMo Parakeet/FastConformer ONNX export (CTC or TDT).
+    Transcribe(model_cli::TranscribeArgs),
     /// Generate a synthetic IQ dataset (SigMF recordings or Parquet rows); sharded, resumable.
     SynthIq(rf_cli::SynthArgs),
     /// RF features of SigMF or raw IQ recordings, to Parquet.
@@ -240,6 +245,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench(&args).map(|()| 0),
         Command::Extract(args) => extract::extract(&args),
         Command::Devices(args) => gpu_cli::devices(&args).map(|()| 0),
+        Command::Vad(args) => model_cli::vad(&args).map(|()| 0),
+        Command::Transcribe(args) => model_cli::transcribe(&args),
         Command::SynthIq(args) => rf_cli::synth_iq(&args),
         Command::RfFeatures(args) => rf_cli::rf_features(&args),
     };

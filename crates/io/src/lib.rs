@@ -9,6 +9,7 @@ pub mod parquet;
 pub mod resample;
 pub mod sigmf;
 pub mod table;
+pub mod transcripts;
 
 use std::path::Path;
 

@@ -195,14 +195,14 @@ pub struct ClosedPart {
     pub rows: usize,
 }
 
-fn io_error(path: &Path) -> impl Fn(std::io::Error) -> WriteError + '_ {
+pub(crate) fn io_error(path: &Path) -> impl Fn(std::io::Error) -> WriteError + '_ {
     move |source| WriteError::Io {
         path: path.to_path_buf(),
         source,
     }
 }
 
-fn other_error(path: &Path) -> impl Fn(String) -> WriteError + '_ {
+pub(crate) fn other_error(path: &Path) -> impl Fn(String) -> WriteError + '_ {
     move |e| WriteError::Io {
         path: path.to_path_buf(),
         source: std::io::Error::other(e),

@@ -1,5 +1,10 @@
 //! Adaptive batching with out-of-memory recovery that loses nothing.
 //!
+//! It runs any device that takes a batch of items and gives one result per item: feature
+//! extractors (audio in, features out) and model runners (feature rows in, model outputs out,
+//! `sonograph_model::ModelRunner` through [`crate::model`]) alike, through the small traits
+//! [`BatchInput`], [`BatchOutput`], [`BatchError`] and [`BatchDevice`].
+//!
 //! A batch that does not fit is split in half and retried, down to one item; an item that does
 //! not fit alone is computed by the fallback (the CPU) and raises an alert. After a run of
 //! successes the batch grows again, but never to a size that has failed on this
@@ -11,10 +16,111 @@
 //! in order.
 
 use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 use std::time::Duration;
 
 use serde::Serialize;
 use sonograph_dsp::{AudioBatch, DeviceError, Extractor, FeatureBatch, ItemError};
+
+/// A batch the batcher can cut into contiguous parts.
+pub trait BatchInput: Clone {
+    /// Number of items.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Items `range` as a batch of their own.
+    fn part(&self, range: Range<usize>) -> Self;
+    /// What a part of one item is, for alerts ("an item of 16000 samples").
+    fn describe(&self) -> String;
+}
+
+/// Results of a batch, one per item, in order.
+pub trait BatchOutput {
+    /// An empty output of the same kind (a scratch buffer).
+    fn empty_like(&self) -> Self;
+    fn clear(&mut self);
+    /// Moves every item of `other` to the end of this output.
+    fn append(&mut self, other: &mut Self);
+    /// Records an item that no device could compute, with why.
+    fn push_no_device(&mut self, why: String);
+}
+
+/// An error that cost a whole batch: out of memory (split and retry), or anything else
+/// (health check, then retry or take the device out).
+pub trait BatchError: std::fmt::Display {
+    fn is_out_of_memory(&self) -> bool;
+    /// The error of a device that was lost (or panicked, or is not there).
+    fn lost(message: String) -> Self;
+}
+
+/// A device that runs batches of `I` into `O`: appends one result per item, or returns `Err`
+/// with `out` unchanged when the whole batch could not run.
+pub trait BatchDevice<I: BatchInput, O: BatchOutput> {
+    type Error: BatchError;
+    /// Where it runs ("cpu", "gpu:0 ...").
+    fn name(&self) -> String;
+    /// What it runs (a spec id, a model): ceilings are remembered per (name, workload).
+    fn workload(&self) -> String;
+    fn run(&mut self, input: &I, out: &mut O) -> Result<(), Self::Error>;
+    /// See [`Extractor::recover`].
+    fn recover(&mut self) -> bool {
+        false
+    }
+}
+
+impl BatchInput for AudioBatch {
+    fn len(&self) -> usize {
+        AudioBatch::len(self)
+    }
+    fn part(&self, range: Range<usize>) -> Self {
+        self.slice(range)
+    }
+    fn describe(&self) -> String {
+        format!("an item of {} samples", self.samples().len())
+    }
+}
+
+impl BatchOutput for FeatureBatch {
+    fn empty_like(&self) -> Self {
+        FeatureBatch::new(self.bins())
+    }
+    fn clear(&mut self) {
+        let bins = self.bins();
+        self.reset(bins);
+    }
+    fn append(&mut self, other: &mut Self) {
+        FeatureBatch::append(self, other)
+    }
+    fn push_no_device(&mut self, why: String) {
+        self.push_error(ItemError::NoDevice(why))
+    }
+}
+
+impl BatchError for DeviceError {
+    fn is_out_of_memory(&self) -> bool {
+        matches!(self, DeviceError::OutOfMemory(_))
+    }
+    fn lost(message: String) -> Self {
+        DeviceError::DeviceLost(message)
+    }
+}
+
+impl<E: Extractor + ?Sized> BatchDevice<AudioBatch, FeatureBatch> for E {
+    type Error = DeviceError;
+    fn name(&self) -> String {
+        self.device()
+    }
+    fn workload(&self) -> String {
+        self.spec().spec_id()
+    }
+    fn run(&mut self, input: &AudioBatch, out: &mut FeatureBatch) -> Result<(), DeviceError> {
+        self.extract_batch(input, out)
+    }
+    fn recover(&mut self) -> bool {
+        Extractor::recover(self)
+    }
+}
 
 /// Health checks after a transient error before the device is taken out, waiting 100, 200,
 /// then 400 ms before each.
@@ -155,7 +261,19 @@ impl AdaptiveBatcher {
         fallback: &mut dyn Extractor,
         out: &mut FeatureBatch,
     ) {
-        let key = (primary.device(), primary.spec().spec_id());
+        self.run_on(batch, primary, fallback, out)
+    }
+
+    /// [`run`](Self::run) for any device: every item of `batch` on `primary`, recovering from
+    /// OOM and device loss with `fallback`; exactly one result per item in `out`, in order.
+    pub fn run_on<I, O, P, F>(&mut self, batch: &I, primary: &mut P, fallback: &mut F, out: &mut O)
+    where
+        I: BatchInput,
+        O: BatchOutput,
+        P: BatchDevice<I, O> + ?Sized,
+        F: BatchDevice<I, O> + ?Sized,
+    {
+        let key = (primary.name(), primary.workload());
         let config = self.config;
         let mut sizing = *self.sizing.entry(key.clone()).or_insert(Sizing {
             size: config.initial.clamp(1, config.max.max(1)),
@@ -167,7 +285,7 @@ impl AdaptiveBatcher {
         let mut retrying = false;
         // Recoveries in a row, without a successful batch in between.
         let mut recoveries = 0u32;
-        let mut scratch = FeatureBatch::new(out.bins());
+        let mut scratch = out.empty_like();
         if self.lost.contains(&key.0) {
             on_fallback(fallback, batch, &mut scratch, out);
             self.stats.items_after_loss += n as u64;
@@ -175,22 +293,22 @@ impl AdaptiveBatcher {
         }
         while next < n {
             let size = sizing.size.min(n - next).max(1);
-            // The batch as it is when it goes whole (the usual case): no copy of its samples.
+            // The batch as it is when it goes whole (the usual case): no copy of its items.
             let part = if next == 0 && size == n {
                 std::borrow::Cow::Borrowed(batch)
             } else {
-                std::borrow::Cow::Owned(batch.slice(next..next + size))
+                std::borrow::Cow::Owned(batch.part(next..next + size))
             };
-            scratch.reset(out.bins());
+            scratch.clear();
             if retrying {
                 self.stats.retries += 1;
             }
             // wgpu panics on some device errors: a panicking device counts as lost.
             let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                primary.extract_batch(&part, &mut scratch)
+                primary.run(&part, &mut scratch)
             }))
             .unwrap_or_else(|payload| {
-                Err(DeviceError::DeviceLost(format!(
+                Err(P::Error::lost(format!(
                     "{} panicked: {}",
                     key.0,
                     crate::error::panic_text(&*payload)
@@ -213,7 +331,8 @@ impl AdaptiveBatcher {
                             .max(1);
                     }
                 }
-                Err(DeviceError::OutOfMemory(msg)) => {
+                Err(e) if e.is_out_of_memory() => {
+                    let msg = e.to_string();
                     self.stats.ooms += 1;
                     sizing.streak = 0;
                     if size > 1 {
@@ -227,15 +346,14 @@ impl AdaptiveBatcher {
                         tracing::warn!(device = %key.0, "{msg}; splitting to {}", size / 2);
                     } else {
                         let alert = format!(
-                            "an item of {} samples does not fit on {} even alone ({msg}); \
-                             computed on {}",
-                            part.samples().len(),
+                            "{} does not fit on {} even alone ({msg}); computed on {}",
+                            part.describe(),
                             key.0,
-                            fallback.device()
+                            fallback.name()
                         );
                         tracing::warn!("{alert}");
                         self.stats.alert(alert);
-                        on_fallback(fallback, &part, &mut scratch, out);
+                        on_fallback(fallback, &*part, &mut scratch, out);
                         self.stats.items_on_fallback += 1;
                         next += 1;
                         retrying = false;
@@ -261,13 +379,13 @@ impl AdaptiveBatcher {
                         "{} failed ({e}); {} remaining items move to {}",
                         key.0,
                         n - next,
-                        fallback.device()
+                        fallback.name()
                     );
                     tracing::error!("{alert}");
                     self.stats.alert(alert);
                     self.stats.devices_lost += 1;
                     self.lost.insert(key.0.clone());
-                    on_fallback(fallback, &batch.slice(next..n), &mut scratch, out);
+                    on_fallback(fallback, &batch.part(next..n), &mut scratch, out);
                     self.stats.items_after_loss += (n - next) as u64;
                     next = n;
                 }
@@ -278,7 +396,10 @@ impl AdaptiveBatcher {
 }
 
 /// Waits 100 ms × 2^`attempt`, then asks the device to check its health.
-fn recovers_after_backoff(primary: &mut dyn Extractor, attempt: u32) -> bool {
+fn recovers_after_backoff<I: BatchInput, O: BatchOutput>(
+    primary: &mut (impl BatchDevice<I, O> + ?Sized),
+    attempt: u32,
+) -> bool {
     std::thread::sleep(FIRST_BACKOFF * 2u32.pow(attempt));
     primary.recover()
 }
@@ -286,18 +407,18 @@ fn recovers_after_backoff(primary: &mut dyn Extractor, attempt: u32) -> bool {
 /// Runs `part` on the fallback and appends its results to `out`. The CPU reports errors per
 /// item; should it fail the whole part anyway, each of its items gets that error, so that
 /// every item still has exactly one result.
-fn on_fallback(
-    fallback: &mut dyn Extractor,
-    part: &AudioBatch,
-    scratch: &mut FeatureBatch,
-    out: &mut FeatureBatch,
+fn on_fallback<I: BatchInput, O: BatchOutput>(
+    fallback: &mut (impl BatchDevice<I, O> + ?Sized),
+    part: &I,
+    scratch: &mut O,
+    out: &mut O,
 ) {
-    scratch.reset(out.bins());
-    match fallback.extract_batch(part, scratch) {
+    scratch.clear();
+    match fallback.run(part, scratch) {
         Ok(()) => out.append(scratch),
         Err(e) => {
             for _ in 0..part.len() {
-                out.push_error(ItemError::NoDevice(e.to_string()));
+                out.push_no_device(e.to_string());
             }
         }
     }

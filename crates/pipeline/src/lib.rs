@@ -17,6 +17,7 @@ mod error;
 mod executor;
 mod job;
 mod layout;
+pub mod model;
 mod report;
 pub mod segment;
 mod source;
@@ -25,12 +26,15 @@ pub mod stage;
 mod testing;
 mod writer;
 
-pub use batcher::{AdaptiveBatcher, BatchStats, BatcherConfig};
+pub use batcher::{
+    AdaptiveBatcher, BatchDevice, BatchError, BatchInput, BatchOutput, BatchStats, BatcherConfig,
+};
 pub use config::JobConfig;
 pub use error::JobError;
 pub use executor::Unit;
 pub use job::{run, run_with, JobOutcome};
 pub use layout::{OutputLayout, META_DIR};
+pub use model::{FeatureRows, NoFallback};
 pub use report::{DeviceReport, Failure, Report, StageTimes};
 pub use stage::{RowStage, Stages, UnitStage};
 pub use writer::RowMsg;
