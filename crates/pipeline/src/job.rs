@@ -485,7 +485,7 @@ mod tests {
         }
     }
 
-    /// A stage that drops or doubles a row would leave an item forever undone or write a
+    /// A stage that drops a row or doubles a unit would leave an item forever undone or write a
     /// piece twice: the item fails instead, naming the stage, and the job completes.
     #[test]
     fn a_stage_that_drops_or_doubles_fails_the_item_not_the_job() {
@@ -545,7 +545,7 @@ mod tests {
             [
                 (
                     "a.wav",
-                    "drop: gave 0 results for one input; a stage passes each on as exactly one"
+                    "drop: never passed on a row it was given (piece 0)"
                 ),
                 (
                     "b.wav",
@@ -553,6 +553,50 @@ mod tests {
                 ),
             ]
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A row stage may hold rows and pass them on later (a model on batches of rows): every
+    /// row is written once, after the stage's `finish`.
+    #[test]
+    fn a_row_stage_may_hold_rows_until_it_finishes() {
+        #[derive(Default)]
+        struct HoldAll(Vec<RowMsg>);
+        impl RowStage for HoldAll {
+            fn name(&self) -> &str {
+                "hold"
+            }
+            fn process(&mut self, row: RowMsg, _out: &mut Vec<RowMsg>) -> Result<(), String> {
+                self.0.push(row);
+                Ok(())
+            }
+            fn finish(&mut self, out: &mut Vec<RowMsg>) -> Result<(), String> {
+                out.append(&mut self.0);
+                Ok(())
+            }
+        }
+        let dir = scratch_corpus("stage-hold", &[("a.wav", 1.0), ("long.wav", 75.0)]);
+        let spec = FeatureSpec::whisper(80);
+        let job = |out: &str, stages: Stages| {
+            let config = JobConfig::new(dir.join("corpus"), dir.join(out), spec.clone());
+            let cpu = CpuBackend::new(&spec, Precision::F64).unwrap();
+            let outcome = run_with(&config, vec![Box::new(cpu)], stages).unwrap();
+            assert_eq!(
+                (outcome.report().items_ok, outcome.report().items_failed),
+                (2, 0)
+            );
+            rows_by_key(&dir.join(out))
+        };
+        let plain = job("plain", Stages::default());
+        let held = job(
+            "held",
+            Stages {
+                units: Vec::new(),
+                rows: vec![Box::new(HoldAll::default())],
+            },
+        );
+        assert_eq!(plain.len(), 4, "a.wav and three pieces of long.wav");
+        assert_eq!(held, plain);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -7,10 +7,13 @@
 //!
 //! A unit stage sees every unit (a whole item, or a piece of a long one) before it is batched
 //! and transforms it (gain, filtering, a check that may fail the item). A row stage sees every
-//! row of features before it is written: a model on the features goes there. Both pass each
-//! input on as exactly one output: segmentation that turns one item into several rows (voice
-//! activity) is a segmenter in the decode stage, which numbers the pieces it cuts. Each runs on its own thread between two
+//! row of features before it is written, and may hold rows to pass them on in batches: a model
+//! on the features goes there. Each passes every input on exactly once; segmentation that
+//! turns one item into several rows (voice activity) is a segmenter in the decode stage, which
+//! numbers the pieces it cuts. Each runs on its own thread between two
 //! bounded queues, so inserting one changes neither its neighbours nor the job's wiring.
+
+use std::collections::HashMap;
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -29,12 +32,19 @@ pub trait UnitStage: Send {
     fn process(&mut self, unit: Unit, out: &mut Vec<Unit>) -> Result<(), String>;
 }
 
-/// A transform of rows between the executors and the writer.
+/// A transform of rows between the executors and the writer. It may hold rows and pass them
+/// on later (a model runs on batches of rows), in any order, but must pass each row it was
+/// given on exactly once, by the time [`finish`](Self::finish) returns: a row it never passes
+/// on, or one it was not given, fails its item (naming the stage), and the job goes on.
 pub trait RowStage: Send {
     fn name(&self) -> &str;
-    /// Passes `row` on as exactly one row pushed to `out`, or fails its item with
-    /// `Err(reason)`; any other count fails the item, as for a [`UnitStage`].
+    /// Takes `row`; pushes to `out` the rows ready to go on (this one, earlier ones, or none);
+    /// `Err(reason)` fails `row`'s item.
     fn process(&mut self, row: RowMsg, out: &mut Vec<RowMsg>) -> Result<(), String>;
+    /// The input has ended: pushes every row still held.
+    fn finish(&mut self, _out: &mut Vec<RowMsg>) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// The reason an item fails when a stage gave `outputs` results for one input.
@@ -95,8 +105,9 @@ pub(crate) fn run_unit_stage(
     busy
 }
 
-/// Runs a row stage from `input` to `output`; failures pass through, and a failed row fails
-/// its item. Returns the seconds spent busy.
+/// Runs a row stage from `input` to `output`; failures pass through. Every row given to the
+/// stage is outstanding until it comes back out; what never does fails its item at the end.
+/// Returns the seconds spent busy.
 pub(crate) fn run_row_stage(
     mut stage: Box<dyn RowStage>,
     input: Receiver<WriterMsg>,
@@ -104,6 +115,39 @@ pub(crate) fn run_row_stage(
 ) -> f64 {
     let mut busy = 0.0;
     let mut out = Vec::new();
+    // (item, piece) → (source, a whole item's only row): what the stage holds.
+    let mut outstanding: HashMap<(String, u32), (String, bool)> = HashMap::new();
+    let fail = |stage: &dyn RowStage, id: String, source: String, whole: bool, reason: &str| {
+        let failure = Failure {
+            id,
+            source,
+            reason: format!("{}: {reason}", stage.name()),
+        };
+        if whole {
+            WriterMsg::Failed(failure)
+        } else {
+            WriterMsg::FailedPiece(failure)
+        }
+    };
+    let pass_on = |stage: &dyn RowStage,
+                   out: &mut Vec<RowMsg>,
+                   outstanding: &mut HashMap<(String, u32), (String, bool)>|
+     -> bool {
+        out.drain(..).all(|row| {
+            let key = (row.row.id.clone(), row.piece);
+            let msg = match outstanding.remove(&key) {
+                Some(_) => WriterMsg::Row(Box::new(row)),
+                None => fail(
+                    stage,
+                    key.0,
+                    row.row.source,
+                    false,
+                    &format!("passed on piece {} it did not hold", key.1),
+                ),
+            };
+            output.send(msg).is_ok()
+        })
+    };
     for msg in input {
         let started = std::time::Instant::now();
         let sent = match msg {
@@ -111,33 +155,45 @@ pub(crate) fn run_row_stage(
                 output.send(failed).is_ok()
             }
             WriterMsg::Row(row) => {
-                let (id, source) = (row.row.id.clone(), row.row.source.clone());
-                let whole = row.piece == 0 && row.last;
-                let result = stage
-                    .process(*row, &mut out)
-                    .and_then(|()| not_one(out.len()));
+                let key = (row.row.id.clone(), row.piece);
+                let (source, whole) = (row.row.source.clone(), row.piece == 0 && row.last);
+                outstanding.insert(key.clone(), (source.clone(), whole));
+                let result = stage.process(*row, &mut out);
                 busy += started.elapsed().as_secs_f64();
                 match result {
                     Err(reason) => {
-                        out.clear();
-                        let reason = format!("{}: {reason}", stage.name());
-                        let failure = Failure { id, source, reason };
-                        output
-                            .send(if whole {
-                                WriterMsg::Failed(failure)
-                            } else {
-                                WriterMsg::FailedPiece(failure)
-                            })
-                            .is_ok()
+                        outstanding.remove(&key);
+                        let held_back = pass_on(stage.as_ref(), &mut out, &mut outstanding);
+                        held_back
+                            && output
+                                .send(fail(stage.as_ref(), key.0, source, whole, &reason))
+                                .is_ok()
                     }
-                    Ok(()) => out
-                        .drain(..)
-                        .all(|row| output.send(WriterMsg::Row(Box::new(row))).is_ok()),
+                    Ok(()) => pass_on(stage.as_ref(), &mut out, &mut outstanding),
                 }
             }
         };
         if !sent {
-            break; // the writer has stopped
+            return busy; // the writer has stopped
+        }
+    }
+    let started = std::time::Instant::now();
+    let finished = stage.finish(&mut out);
+    busy += started.elapsed().as_secs_f64();
+    if !pass_on(stage.as_ref(), &mut out, &mut outstanding) {
+        return busy;
+    }
+    let why = match finished {
+        Err(reason) => reason,
+        Ok(()) => "never passed on a row it was given".to_string(),
+    };
+    for ((id, piece), (source, whole)) in outstanding {
+        let reason = format!("{why} (piece {piece})");
+        if output
+            .send(fail(stage.as_ref(), id, source, whole, &reason))
+            .is_err()
+        {
+            break;
         }
     }
     busy
