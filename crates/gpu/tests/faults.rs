@@ -99,9 +99,10 @@ fn injected_ooms_and_a_lost_device_lose_and_duplicate_nothing() {
     };
     let bins = expect.bins();
 
-    // 1. The pool refuses 10% of its allocations, at random (about half the batches, each
-    // allocating eight blocks): the backend hands back what it took and reports the OOM.
-    fail::cfg("gpu::oom", "10%return").unwrap();
+    // 1. The pool refuses its 2nd and its 13th allocations (a batch allocates eight blocks:
+    // mid-way through the first batch and through a later one): each time the backend hands
+    // back what it took and reports the OOM, and the batcher splits.
+    fail::cfg("gpu::oom", "1*off->1*return->10*off->1*return->off").unwrap();
     let mut batcher = AdaptiveBatcher::new(BatcherConfig {
         initial: 8,
         max: 16,
@@ -121,7 +122,7 @@ fn injected_ooms_and_a_lost_device_lose_and_duplicate_nothing() {
         batch.len() as u64
     );
     eprintln!("injected OOMs: {:?}", batcher.stats());
-    assert!(batcher.stats().ooms > 0, "{:?}", batcher.stats());
+    assert_eq!(batcher.stats().ooms, 2, "{:?}", batcher.stats());
     let pool = primary.inner.memory_stats().unwrap();
     assert_eq!(pool.num_ooms, batcher.stats().ooms, "{pool:?}");
     assert_eq!(
