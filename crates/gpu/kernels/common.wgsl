@@ -95,16 +95,13 @@ fn ln_real(x: real) -> real {
 }
 
 // The spec's guard (clamp or add) and log of one mel energy (`p` is each kernel's uniform),
-// scaled as the CPU's `log_row` scales it.
+// scaled as the CPU's `log_row` scales it. A clamp is applied after the log, to ln of the floor
+// (the host's f64 log): a floor under f32's normal range (Clamp(1e-40)) would otherwise be
+// flushed to zero on GPUs that flush subnormals (NVIDIA's do) and give -inf where the CPU gives
+// ln 1e-40.
 fn guarded_log(energy: real) -> f32 {
     if (p.log_kind == 0u) {
         return f32(energy);
-    }
-    var e = energy;
-    if (p.guard_add != 0u) {
-        e = e + real(p.guard);
-    } else {
-        e = max(e, real(p.guard));
     }
     var scale: real = 1.0;
     if (p.log_kind == 2u) {
@@ -112,5 +109,14 @@ fn guarded_log(energy: real) -> f32 {
     } else if (p.log_kind == 3u) {
         scale = 10.0 * 0.43429448190325182765;
     }
-    return f32(ln_real(e) * scale);
+    if (p.guard_add != 0u) {
+        return f32(ln_real(energy + real(p.guard)) * scale);
+    }
+    let ln_floor = real(p.guard);
+    // Not `max(ln(e), floor)` alone: WGSL leaves max with a NaN operand to the implementation,
+    // and the CPU's f64::max takes the floor over a NaN energy.
+    if (!(energy > 0.0)) {
+        return f32(ln_floor * scale);
+    }
+    return f32(max(ln_real(energy), ln_floor) * scale);
 }

@@ -215,6 +215,19 @@ pub fn read_buffer(
     index: wgpu::SubmissionIndex,
     deadline: Duration,
 ) -> Result<Vec<u8>, String> {
+    read_mapped(gpu, buffer, len, index, deadline, <[u8]>::to_vec)
+}
+
+/// Waits for submission `index`, maps the first `len` bytes of `buffer` and hands them to
+/// `read` while mapped: one copy out of the mapping, where `read` converts as it copies.
+pub fn read_mapped<T>(
+    gpu: &GpuDevice,
+    buffer: &wgpu::Buffer,
+    len: u64,
+    index: wgpu::SubmissionIndex,
+    deadline: Duration,
+    read: impl FnOnce(&[u8]) -> T,
+) -> Result<T, String> {
     let slice = buffer.slice(..len);
     let (tx, rx) = mpsc::channel();
     slice.map_async(wgpu::MapMode::Read, move |r| {
@@ -236,10 +249,10 @@ pub fn read_buffer(
         Ok(Err(e)) => return Err(format!("cannot map the readback buffer: {e}")),
         Err(_) => return Err("the readback buffer was never mapped".into()),
     }
-    let bytes = match slice.get_mapped_range() {
-        Ok(view) => view.to_vec(),
+    let out = match slice.get_mapped_range() {
+        Ok(view) => read(&view),
         Err(e) => return Err(format!("cannot read the mapped buffer: {e}")),
     };
     buffer.unmap();
-    Ok(bytes)
+    Ok(out)
 }

@@ -8,9 +8,10 @@
 //! host after readback, in the CPU path's own arithmetic (`plan::finish_item`).
 
 use std::num::NonZeroU64;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytemuck::{Pod, Zeroable};
+use rayon::prelude::*;
 use sonograph_dsp::dct::Dct;
 use sonograph_dsp::mel::MelBank;
 use sonograph_dsp::span::{prepare_span, Span};
@@ -151,6 +152,11 @@ pub struct GpuBackend {
     dct: Option<Dct>,
     /// How long one batch may take before the device counts as lost.
     deadline: Duration,
+    /// The host's copy of a batch's samples and frame table, kept between batches: a fresh
+    /// vector of hundreds of megabytes faults in every page again (a third of the host's time
+    /// per batch on an H100, bench/RESULTS-gpu.md).
+    host_samples: Vec<f32>,
+    host_frame_item: Vec<u32>,
 }
 
 /// The kernels of one spec.
@@ -302,6 +308,8 @@ impl GpuBackend {
             mel_bufs,
             pool: MemoryPool::new(allocator, budget),
             deadline: Duration::from_secs(60),
+            host_samples: Vec::new(),
+            host_frame_item: Vec::new(),
             gpu,
         })
     }
@@ -480,6 +488,7 @@ impl GpuBackend {
         };
         let oom_scope = d.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let val_scope = d.push_error_scope(wgpu::ErrorFilter::Validation);
+        let started = Instant::now();
         let params = self.params(total, grid_y, frame_x * 64);
         q.write_buffer(b_params, 0, bytemuck::bytes_of(&params));
         q.write_buffer(b_samples, 0, bytemuck::cast_slice(samples));
@@ -570,6 +579,7 @@ impl GpuBackend {
             (b_spec, sizes[4])
         };
         enc.copy_buffer_to_buffer(result_buf, 0, b_read, 0, result_bytes);
+        let encoded = Instant::now();
         let index = q.submit([enc.finish()]);
         if let Some(e) = pollster::block_on(val_scope.pop()) {
             return Err(DeviceError::Kernel(format!("wgpu rejected the batch: {e}")));
@@ -589,16 +599,38 @@ impl GpuBackend {
         if self.gpu.is_lost() {
             return Err(DeviceError::DeviceLost(self.label.clone()));
         }
-        let bytes = context::read_buffer(&self.gpu, b_read, result_bytes, index, self.deadline)
-            .map_err(|e| DeviceError::DeviceLost(format!("{}: {e}", self.label)))?;
-        Ok(if spectrum_is_f64(spec, self.precision) {
-            bytemuck::pod_collect_to_vec::<u8, f64>(&bytes)
-                .into_iter()
-                .map(|v| v as f32)
-                .collect()
-        } else {
-            bytemuck::pod_collect_to_vec(&bytes)
-        })
+        let submitted = Instant::now();
+        let f64_rows = spectrum_is_f64(spec, self.precision);
+        // One copy out of the mapping, rounding f64 spectra to f32 rows as it goes.
+        let rows = context::read_mapped(
+            &self.gpu,
+            b_read,
+            result_bytes,
+            index,
+            self.deadline,
+            |bytes| {
+                if f64_rows {
+                    bytes
+                        .chunks_exact(8)
+                        .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32)
+                        .collect()
+                } else {
+                    let mut rows = vec![0f32; bytes.len() / 4];
+                    bytemuck::cast_slice_mut::<f32, u8>(&mut rows).copy_from_slice(bytes);
+                    rows
+                }
+            },
+        )
+        .map_err(|e| DeviceError::DeviceLost(format!("{}: {e}", self.label)))?;
+        tracing::debug!(
+            upload_and_encode_ms = (encoded - started).as_secs_f64() * 1e3,
+            submit_ms = (submitted - encoded).as_secs_f64() * 1e3,
+            run_and_read_ms = submitted.elapsed().as_secs_f64() * 1e3,
+            upload_bytes = 4 * (samples.len() + frame_item.len()),
+            read_bytes = result_bytes,
+            "gpu batch on the device"
+        );
+        Ok(rows)
     }
 }
 
@@ -726,9 +758,13 @@ impl Extractor for GpuBackend {
             return Err(DeviceError::DeviceLost(self.label.clone()));
         }
         let spec = &self.spec;
-        let mut samples: Vec<f32> = Vec::with_capacity(batch.samples().len());
+        let started = Instant::now();
+        let mut samples = std::mem::take(&mut self.host_samples);
+        samples.clear();
+        samples.reserve(batch.samples().len());
         let mut records: Vec<ItemRecord> = Vec::with_capacity(batch.len());
-        let mut frame_item: Vec<u32> = Vec::new();
+        let mut frame_item = std::mem::take(&mut self.host_frame_item);
+        frame_item.clear();
         let mut per_item: Vec<Result<usize, ItemError>> = Vec::with_capacity(batch.len());
         let mut lasts: Vec<bool> = Vec::with_capacity(batch.len());
         for (i, item) in batch.items().enumerate() {
@@ -780,32 +816,53 @@ impl Extractor for GpuBackend {
                 }
             }
         }
+        let prepared = Instant::now();
         let rows = if frame_item.is_empty() {
             Vec::new()
         } else {
             self.run(&samples, &records, &frame_item, batch.len())?
         };
+        let computed = Instant::now();
         let width = gpu_row_width(&self.spec);
-        for (r, last) in per_item.into_iter().zip(lasts) {
-            match r {
+        // Items finish (log, normalisation, DCT) side by side: on one core this was a fifth of
+        // a batch's time on an H100.
+        let finished: Vec<Result<(usize, Vec<f32>), ItemError>> = per_item
+            .into_par_iter()
+            .zip(lasts)
+            .map(|(prepared, last)| {
+                let rec = records[prepared?];
+                let a = rec.frame_offset as usize * width;
+                let b = a + rec.n_frames as usize * width;
+                let mut item_rows = Vec::new();
+                let frames = finish_item(
+                    &self.spec,
+                    self.dct.as_ref(),
+                    &rows[a..b],
+                    rec.n_frames as usize,
+                    last,
+                    &mut item_rows,
+                );
+                Ok((frames, item_rows))
+            })
+            .collect();
+        for item in finished {
+            match item {
                 Err(e) => out.push_error(e),
-                Ok(i) => {
-                    let rec = records[i];
-                    let a = rec.frame_offset as usize * width;
-                    let b = a + rec.n_frames as usize * width;
-                    let mut item_rows = Vec::new();
-                    let frames = finish_item(
-                        &self.spec,
-                        self.dct.as_ref(),
-                        &rows[a..b],
-                        rec.n_frames as usize,
-                        last,
-                        &mut item_rows,
-                    );
-                    out.push_owned(frames, item_rows);
-                }
+                Ok((frames, item_rows)) => out.push_owned(frames, item_rows),
             }
         }
+        let frames = frame_item.len();
+        self.host_samples = samples;
+        self.host_frame_item = frame_item;
+        // Where a batch's time goes, for profiling on a real GPU (SONOGRAPH_LOG=sonograph_gpu=debug).
+        tracing::debug!(
+            items = batch.len(),
+            frames,
+            prepare_ms = (prepared - started).as_secs_f64() * 1e3,
+            device_ms = (computed - prepared).as_secs_f64() * 1e3,
+            finish_ms = computed.elapsed().as_secs_f64() * 1e3,
+            "gpu batch"
+        );
         Ok(())
     }
 }

@@ -77,7 +77,9 @@ pub fn batch_buffers(
 }
 
 /// The log and guard the mel kernels apply (`guarded_log` in kernels/common.wgsl): the log
-/// kind (0 none, 1 ln, 2 log10, 3 dB), whether the guard is added (else a clamp), the guard.
+/// kind (0 none, 1 ln, 2 log10, 3 dB), whether the guard is added (else a clamp), and the
+/// addend, or for a clamp the natural log of the floor (the kernels clamp after the log, so a
+/// floor under f32's normal range survives GPUs that flush subnormals).
 pub fn log_params(spec: &FeatureSpec) -> (u32, u32, f32) {
     let kind = match spec.log {
         LogKind::None => 0,
@@ -86,7 +88,7 @@ pub fn log_params(spec: &FeatureSpec) -> (u32, u32, f32) {
         LogKind::Db => 3,
     };
     let (add, guard) = match spec.log_guard {
-        LogGuard::Clamp(v) => (0, v),
+        LogGuard::Clamp(v) => (0, (f64::from(v)).ln() as f32),
         LogGuard::Add(v) => (1, v),
     };
     (kind, add, guard)
