@@ -24,6 +24,9 @@ pub enum ItemError {
     /// Shorter than the spec's `min_samples`: the code the spec matches refuses it too.
     #[error("the item has {samples} samples; this spec needs at least {min} (the code it matches refuses shorter input)")]
     TooShort { samples: usize, min: usize },
+    /// Complex input whose values do not pair up: an I without its Q.
+    #[error("{values} values do not pair up into I/Q samples")]
+    HalfSample { values: usize },
     /// A piece of an item whose window does not hold what its frames read (a caller's bug).
     #[error("bad piece: {0}")]
     BadSpan(String),
