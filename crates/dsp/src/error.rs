@@ -53,6 +53,10 @@ pub enum DeviceError {
     /// The spec cannot be run (a caller's error; `FeatureSpec::validate` says why).
     #[error("invalid spec: {0}")]
     InvalidSpec(String),
+    /// A valid spec this backend does not compute (the GPU and complex input): another
+    /// backend does, so `auto` leaves it to the CPU and a device named outright refuses.
+    #[error("this backend cannot compute the spec: {0}")]
+    Unsupported(String),
     /// A kernel that does not compile, or a pipeline that cannot be made from it: a bug in
     /// sonograph, never a missing device.
     #[error("GPU kernel error (a bug in sonograph, please report it): {0}")]
