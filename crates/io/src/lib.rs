@@ -164,6 +164,15 @@ impl ItemReader {
         }
     }
 
+    /// The item's length in seconds as its header (or an IQ recording's data length) says,
+    /// before anything is read; `None` when the header does not say.
+    pub fn expected_seconds(&self) -> Option<f64> {
+        match self {
+            ItemReader::Audio(r) => r.expected_seconds(),
+            ItemReader::Iq(r) => Some(r.samples() as f64 / r.sample_rate()),
+        }
+    }
+
     /// Hands the samples to `sink` chunk by chunk as they are read: audio resampled to
     /// `rate`, IQ as recorded (it is never resampled: the caller checked its rate). Returns
     /// how many samples went to the sink.

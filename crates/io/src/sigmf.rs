@@ -12,7 +12,8 @@ use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha512};
-use sonograph_rf::sigmf::{DataType, SigmfMeta};
+pub use sonograph_rf::sigmf::DataType;
+use sonograph_rf::sigmf::SigmfMeta;
 use sonograph_rf::Complex32;
 use thiserror::Error;
 
@@ -95,6 +96,16 @@ pub enum IqSource {
 }
 
 impl IqSource {
+    /// The file to name in messages: the metadata of a SigMF pair, `archive/member.sigmf-meta`
+    /// inside an archive, the raw file.
+    pub fn path(&self) -> PathBuf {
+        match self {
+            IqSource::Sigmf { meta, .. } => meta.clone(),
+            IqSource::Archive { path, .. } | IqSource::Raw { path, .. } => path.clone(),
+            IqSource::Member { archive, meta, .. } => archive.join(&meta.name),
+        }
+    }
+
     pub fn id(&self) -> &str {
         match self {
             IqSource::Sigmf { id, .. }

@@ -392,3 +392,59 @@ fn recordings_of_folders_and_archives_are_listed_one_by_one() {
         "{e}"
     );
 }
+
+/// `Source::open_with` lists a folder's IQ recordings beside its audio (archives by member,
+/// sorted by id) only when asked to, and opens a single recording or archive as a source;
+/// plain `Source::open` is unchanged: audio only, and no IQ file as a source.
+#[test]
+fn extract_sources_list_iq_recordings_beside_audio_when_asked() {
+    use sonograph_io::manifest::{Entry, Source, SourceOptions};
+    let tmp = Tmp::new("source");
+    let dir = tmp.0.join("mixed");
+    std::fs::create_dir_all(&dir).unwrap();
+    write(&dir.join("rec"), &signal(64), WriteType::Cf32);
+    std::fs::write(dir.join("clip.wav"), b"not decoded while listing").unwrap();
+    std::fs::write(dir.join("cap.cu8"), [128u8; 64]).unwrap();
+    let mut tar = Vec::new();
+    let (meta, data) = sigmf_paths(&dir.join("rec"));
+    member(&mut tar, "m.sigmf-meta", &std::fs::read(meta).unwrap());
+    member(&mut tar, "m.sigmf-data", &std::fs::read(data).unwrap());
+    tar.extend(vec![0u8; 1024]);
+    std::fs::write(dir.join("pack.sigmf"), &tar).unwrap();
+    let iq = SourceOptions {
+        iq: true,
+        raw: None,
+    };
+    let ids = |s: &Source| -> Vec<(String, bool)> {
+        s.entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.id().to_string(), matches!(e, Entry::Iq { .. }))
+            })
+            .collect()
+    };
+    let listed = ids(&Source::open_with(&dir, &iq).unwrap());
+    let want = [
+        ("cap.cu8", true),
+        ("clip.wav", false),
+        ("pack.sigmf/m", true),
+        ("rec", true),
+    ];
+    assert_eq!(listed, want.map(|(i, k)| (i.to_string(), k)));
+    assert_eq!(
+        ids(&Source::open(&dir).unwrap()),
+        [("clip.wav".to_string(), false)]
+    );
+    let one = ids(&Source::open_with(&dir.join("rec.sigmf-meta"), &iq).unwrap());
+    assert_eq!(one, [("rec".to_string(), true)]);
+    let archive = ids(&Source::open_with(&dir.join("pack.sigmf"), &iq).unwrap());
+    assert_eq!(archive, [("pack.sigmf/m".to_string(), true)]);
+    assert!(Source::open(&dir.join("rec.sigmf-meta")).is_err());
+    // A file that is neither audio source nor IQ says what a source may be.
+    let e = Source::open_with(&dir.join("clip.wav"), &iq)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("clip.wav") && e.contains("raw IQ file"), "{e}");
+}
