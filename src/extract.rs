@@ -12,7 +12,9 @@ use crate::{load_spec, user, DtypeArg, SpecArgs};
 
 #[derive(Args)]
 pub struct ExtractArgs {
-    /// A directory (walked recursively), a NeMo manifest (.jsonl) or a CSV manifest (id,path[,offset,duration]).
+    /// A directory (walked recursively), a NeMo manifest (.jsonl) or a CSV manifest
+    /// (id,path[,offset,duration]); for IQ specs, a SigMF recording (.sigmf-meta/.sigmf-data),
+    /// a .sigmf archive, a raw IQ file (.cf32, .ci16, .cu8, .ci8), or a folder of them.
     source: PathBuf,
     /// Output folder: Parquet parts, and __sonograph/ (ledger, report).
     #[arg(long, env = "SONOGRAPH_OUT")]
@@ -62,6 +64,16 @@ pub struct ExtractArgs {
     no_progress: bool,
     #[command(flatten)]
     limits: crate::LimitArgs,
+    /// Sample rate of raw IQ files, in Hz. With an IQ spec it is the spec's rate too (IQ is
+    /// never resampled, so a recording at another rate fails).
+    #[arg(long, env = "SONOGRAPH_SAMPLE_RATE")]
+    sample_rate: Option<f64>,
+    /// Sample type of raw IQ files whose extension does not say it.
+    #[arg(long, value_enum)]
+    format: Option<crate::rf_cli::RawFormat>,
+    /// Largest IQ recording read (complex samples).
+    #[arg(long, default_value_t = sonograph_io::sigmf::DEFAULT_MAX_SAMPLES)]
+    max_samples: u64,
 }
 
 /// Exit codes of `extract`, as documented in the README.
@@ -69,7 +81,21 @@ pub const EXIT_SOME_FAILED: u8 = 3;
 
 /// Runs the job; returns the process exit code.
 pub fn extract(args: &ExtractArgs) -> Result<u8> {
-    let spec = load_spec(&args.spec)?;
+    let mut spec = load_spec(&args.spec)?;
+    if let Some(fs) = args.sample_rate {
+        if !(fs.is_finite() && fs > 0.0) {
+            return Err(user(format!("--sample-rate {fs} must be positive")));
+        }
+        if spec.is_complex() {
+            if fs.fract() != 0.0 || fs > f64::from(u32::MAX) {
+                return Err(user(format!(
+                    "--sample-rate {fs}: an IQ spec's rate is a whole number of Hz"
+                )));
+            }
+            spec.sample_rate = fs as u32;
+            spec.validate().map_err(|e| user(e.to_string()))?;
+        }
+    }
     let (shard_index, shard_count) =
         sonograph_pipeline::resolve_shard(args.shard_index, args.shard_count, |k| {
             std::env::var(k).ok()
@@ -92,6 +118,11 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
     config.dtype = args.dtype.into();
     config.part_mb = args.part_mb;
     config.progress = !args.no_progress && std::io::stderr().is_terminal();
+    config.iq = sonograph_pipeline::IqOptions {
+        sample_rate: args.sample_rate,
+        raw: args.format.map(crate::rf_cli::RawFormat::datatype),
+        max_samples: args.max_samples,
+    };
     let options = sonograph_gpu::OpenOptions {
         precision,
         budget: crate::gpu_cli::budget(args.gpu_memory.as_deref())?,

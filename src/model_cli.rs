@@ -209,6 +209,10 @@ fn for_each_item(
                     Entry::Invalid { id, reason } => {
                         return Err(user(format!("{}: {id}: {reason}", input.display())))
                     }
+                    // `Source::open` lists audio only.
+                    Entry::Iq { id, .. } => {
+                        return Err(user(format!("{}: {id}: not audio", input.display())))
+                    }
                 }
             }
         } else {

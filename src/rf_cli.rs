@@ -407,6 +407,17 @@ pub enum RawFormat {
     Ci8,
 }
 
+impl RawFormat {
+    pub fn datatype(self) -> DataType {
+        match self {
+            RawFormat::Cf32 => DataType::Cf32Le,
+            RawFormat::Ci16 => DataType::Ci16Le,
+            RawFormat::Cu8 => DataType::Cu8,
+            RawFormat::Ci8 => DataType::Ci8,
+        }
+    }
+}
+
 #[derive(Args)]
 pub struct FeaturesArgs {
     /// A SigMF recording (.sigmf-meta/.sigmf-data), a .sigmf archive, a raw IQ file
@@ -482,12 +493,7 @@ pub fn rf_features(args: &FeaturesArgs) -> Result<u8> {
             return Err(user(format!("--sample-rate {fs} must be positive")));
         }
     }
-    let raw = args.format.map(|f| match f {
-        RawFormat::Cf32 => DataType::Cf32Le,
-        RawFormat::Ci16 => DataType::Ci16Le,
-        RawFormat::Cu8 => DataType::Cu8,
-        RawFormat::Ci8 => DataType::Ci8,
-    });
+    let raw = args.format.map(RawFormat::datatype);
     let (si, sc) = shard(&args.shard)?;
     let sources = list_sources(&args.source, raw).map_err(|e| user(e.to_string()))?;
     if sources.is_empty() {

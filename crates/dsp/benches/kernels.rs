@@ -2,7 +2,6 @@
 //! Run: cargo bench -p sonograph-dsp
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
-use rustfft::num_complex::Complex32;
 use sonograph_dsp::complex::ComplexStft;
 use sonograph_dsp::spec::WindowKind;
 use sonograph_dsp::{CpuExtractor, FeatureSpec, Precision};
@@ -61,11 +60,9 @@ fn pieces(c: &mut Criterion) {
             sonograph_dsp::fastlog::ln_in_place(black_box(&mut row));
         })
     });
-    let iq: Vec<Complex32> = clip(16_000, 1)
-        .chunks_exact(2)
-        .map(|p| Complex32::new(p[0], p[1]))
-        .collect();
-    let mut stft = ComplexStft::new(256, 128, WindowKind::Hann, true, true);
+    // 8000 IQ samples, interleaved as they travel through sonograph.
+    let iq = clip(16_000, 1);
+    let mut stft = ComplexStft::<f32>::new(256, 256, 128, WindowKind::Hann, true, true);
     let mut out = Vec::new();
     c.bench_function("complex_stft_256_8000iq", |b| {
         b.iter(|| {

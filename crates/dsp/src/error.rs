@@ -24,6 +24,9 @@ pub enum ItemError {
     /// Shorter than the spec's `min_samples`: the code the spec matches refuses it too.
     #[error("the item has {samples} samples; this spec needs at least {min} (the code it matches refuses shorter input)")]
     TooShort { samples: usize, min: usize },
+    /// Complex input whose values do not pair up: an I without its Q.
+    #[error("{values} values do not pair up into I/Q samples")]
+    HalfSample { values: usize },
     /// A piece of an item whose window does not hold what its frames read (a caller's bug).
     #[error("bad piece: {0}")]
     BadSpan(String),
@@ -50,6 +53,10 @@ pub enum DeviceError {
     /// The spec cannot be run (a caller's error; `FeatureSpec::validate` says why).
     #[error("invalid spec: {0}")]
     InvalidSpec(String),
+    /// A valid spec this backend does not compute (the GPU and complex input): another
+    /// backend does, so `auto` leaves it to the CPU and a device named outright refuses.
+    #[error("this backend cannot compute the spec: {0}")]
+    Unsupported(String),
     /// A kernel that does not compile, or a pipeline that cannot be made from it: a bug in
     /// sonograph, never a missing device.
     #[error("GPU kernel error (a bug in sonograph, please report it): {0}")]

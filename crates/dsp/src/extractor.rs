@@ -11,29 +11,26 @@ use std::sync::Arc;
 
 use realfft::{RealFftPlanner, RealToComplex};
 use rustfft::num_complex::Complex;
-use rustfft::num_traits::{Float, FromPrimitive};
-use rustfft::FftNum;
 
+use crate::complex::ComplexStft;
 use crate::dct::Dct;
 use crate::dither::unit_noise;
 use crate::error::{ItemError, SpecError};
 use crate::fastlog;
+use crate::float::cast;
+pub use crate::float::Real;
 use crate::mel::MelBank;
 use crate::signal::{padded_index, reflect_index, scale_and_preemphasize};
-use crate::span::{check_span, prepared_window, Span};
+use crate::span::{check_finite, check_span, prepared_window, Span};
 use crate::spec::{
-    FeatureSpec, Framing, LogGuard, LogKind, Normalize, OutputKind, PadMode, PreemphasisScope,
+    FeatureSpec, Framing, InputKind, LogGuard, LogKind, Normalize, OutputKind, PadMode,
+    PreemphasisScope,
 };
 use crate::window::window;
 
 /// The most values [`CpuExtractor::begin_sized`] reserves (64 MiB of f32): a header can lie,
 /// and a longer item's rows grow past it as they come.
 const MAX_RESERVED_VALUES: usize = 1 << 24;
-
-/// Floating-point type of the FFT and the mel projection.
-pub trait Real: FftNum + Float + FromPrimitive {}
-impl Real for f32 {}
-impl Real for f64 {}
 
 /// Arithmetic precision of the spectral core. Outputs are always f32.
 ///
@@ -55,10 +52,6 @@ impl Precision {
             Precision::F64 => "f64",
         }
     }
-}
-
-fn cast<T: Real>(v: f64) -> T {
-    T::from_f64(v).expect("every f64 converts to f32/f64")
 }
 
 /// Per-precision state: FFT plan, window, filter weights and the frame scratch.
@@ -236,13 +229,61 @@ pub fn log_row(spec: &FeatureSpec, row: &mut [f64], out: &mut Vec<f32>) {
     out.extend(row.iter().map(|&v| (v * scale) as f32));
 }
 
+/// The complex path's state: the STFT plan and one row before the log, in f64.
+struct ComplexCore<T: Real> {
+    stft: ComplexStft<T>,
+    row: Vec<f64>,
+}
+
+impl<T: Real> ComplexCore<T> {
+    fn new(spec: &FeatureSpec) -> Self {
+        ComplexCore {
+            stft: ComplexStft::for_spec(spec),
+            row: Vec::with_capacity(spec.n_fft),
+        }
+    }
+
+    /// Computes `frames` frames of the interleaved I/Q values `iq` (the first frame starts at
+    /// `iq[0]`) and appends their rows — power or magnitude, through the log — to `out`.
+    fn rows(&mut self, spec: &FeatureSpec, iq: &[f32], frames: usize, out: &mut Vec<f32>) {
+        let magnitude = spec.output == OutputKind::Magnitude;
+        let row = &mut self.row;
+        self.stft.frames(iq, frames, |power| {
+            row.clear();
+            row.extend(power.iter().map(|p| {
+                let v = p.to_f64().unwrap_or(f64::NAN);
+                if magnitude {
+                    v.sqrt()
+                } else {
+                    v
+                }
+            }));
+            log_row(spec, row, out);
+        });
+    }
+}
+
+/// The spectral core in the chosen precision: a real FFT a frame at a time for audio, the
+/// complex STFT many frames at a time for IQ.
 enum Engine {
     F32(Core<f32>),
     F64(Core<f64>),
+    ComplexF32(ComplexCore<f32>),
+    ComplexF64(ComplexCore<f64>),
 }
 
 impl Engine {
-    /// [`Core::frame`] in the chosen precision.
+    fn new(spec: &FeatureSpec, precision: Precision, bank: Option<&MelBank>) -> Self {
+        match (spec.input, precision) {
+            (InputKind::Real, Precision::F32) => Engine::F32(Core::new(spec, bank)),
+            (InputKind::Real, Precision::F64) => Engine::F64(Core::new(spec, bank)),
+            (InputKind::Complex, Precision::F32) => Engine::ComplexF32(ComplexCore::new(spec)),
+            (InputKind::Complex, Precision::F64) => Engine::ComplexF64(ComplexCore::new(spec)),
+        }
+    }
+
+    /// [`Core::frame`] in the chosen precision. Real input only: the extractor sends complex
+    /// specs to [`Engine::complex_rows`] before any frame is read.
     fn frame(
         &mut self,
         spec: &FeatureSpec,
@@ -255,6 +296,20 @@ impl Engine {
         match self {
             Engine::F32(core) => core.frame(spec, segment, offset, frame_index, out, psd_sum),
             Engine::F64(core) => core.frame(spec, segment, offset, frame_index, out, psd_sum),
+            Engine::ComplexF32(_) | Engine::ComplexF64(_) => {
+                unreachable!("complex specs are computed by Engine::complex_rows")
+            }
+        }
+    }
+
+    /// [`ComplexCore::rows`] in the chosen precision. Complex input only (see `frame`).
+    fn complex_rows(&mut self, spec: &FeatureSpec, iq: &[f32], frames: usize, out: &mut Vec<f32>) {
+        match self {
+            Engine::ComplexF32(core) => core.rows(spec, iq, frames, out),
+            Engine::ComplexF64(core) => core.rows(spec, iq, frames, out),
+            Engine::F32(_) | Engine::F64(_) => {
+                unreachable!("real specs are computed a frame at a time by Engine::frame")
+            }
         }
     }
 }
@@ -294,10 +349,7 @@ impl CpuExtractor {
             OutputKind::Mel | OutputKind::Logmel | OutputKind::Mfcc
         );
         let bank = uses_mel.then(|| MelBank::new(spec));
-        let engine = match precision {
-            Precision::F32 => Engine::F32(Core::new(spec, bank.as_ref())),
-            Precision::F64 => Engine::F64(Core::new(spec, bank.as_ref())),
-        };
+        let engine = Engine::new(spec, precision, bank.as_ref());
         Ok(CpuExtractor {
             dct: (spec.output == OutputKind::Mfcc)
                 .then(|| Dct::new(spec.n_mels, spec.n_mfcc, f64::from(spec.lifter))),
@@ -332,7 +384,8 @@ impl CpuExtractor {
         }
         // All of it at once: frames read the samples in place, sized outputs, no streaming
         // buffer (the span path gives the streamed frames bit for bit).
-        self.extract_span(samples, &Span::whole(&self.spec, samples.len()), out)
+        let n = samples.len() / self.spec.values_per_sample();
+        self.extract_span(samples, &Span::whole(&self.spec, n), out)
     }
 
     /// Computes a piece of an item from its window (see [`Span`]) and appends its rows (with
@@ -351,6 +404,9 @@ impl CpuExtractor {
         }
         self.begin();
         self.in_item = false;
+        if self.spec.is_complex() {
+            return self.complex_span(window, span, out);
+        }
         let mut scratch = std::mem::take(&mut self.pending);
         let (prepared, base) = match prepared_window(&self.spec, window, span, &mut scratch) {
             Ok(p) => p,
@@ -387,6 +443,37 @@ impl CpuExtractor {
         }
         scratch.clear();
         self.pending = scratch;
+        let mut raw = std::mem::take(&mut self.raw);
+        let drop_last = span.last && self.spec.drop_last_frame;
+        let frames = self.finish_rows(&mut raw, drop_last, out);
+        raw.clear();
+        self.raw = raw;
+        Ok(frames)
+    }
+
+    /// [`extract_span`](Self::extract_span) of complex input: `window` holds the span's
+    /// samples as interleaved I/Q values.
+    fn complex_span(
+        &mut self,
+        window: &[f32],
+        span: &Span,
+        out: &mut Vec<f32>,
+    ) -> Result<usize, ItemError> {
+        if !window.len().is_multiple_of(2) {
+            return Err(ItemError::HalfSample {
+                values: window.len(),
+            });
+        }
+        check_span(&self.spec, window.len() / 2, span)?;
+        check_finite(window, span.sample_start, 2)?;
+        self.raw.reserve(span.frames * self.spec.n_bins());
+        if span.frames > 0 {
+            // Whole frames start inside the signal, and check_span saw that the window holds
+            // every sample they read.
+            let first = self.spec.frame_start(span.first_frame) as usize - span.sample_start;
+            self.engine
+                .complex_rows(&self.spec, &window[2 * first..], span.frames, &mut self.raw);
+        }
         let mut raw = std::mem::take(&mut self.raw);
         let drop_last = span.last && self.spec.drop_last_frame;
         let frames = self.finish_rows(&mut raw, drop_last, out);
@@ -432,6 +519,9 @@ impl CpuExtractor {
         if !self.in_item {
             self.begin();
         }
+        if self.spec.is_complex() {
+            return self.push_complex(samples);
+        }
         if let Some(i) = samples.iter().position(|s| !s.is_finite()) {
             let index = self.signal_len + i;
             self.in_item = false;
@@ -473,6 +563,14 @@ impl CpuExtractor {
                 min: self.spec.min_samples,
             });
         }
+        if self.spec.is_complex() {
+            // Every whole frame was computed as its samples came.
+            let values = 2 * self.pending_start + self.pending.len();
+            if !values.is_multiple_of(2) {
+                return Err(ItemError::HalfSample { values });
+            }
+            return Ok(self.post_process(out));
+        }
         if !self.started {
             self.start_with_left_pad();
         }
@@ -484,6 +582,38 @@ impl CpuExtractor {
         self.run_frames(available);
         debug_assert_eq!(self.next_frame, total_raw);
         Ok(self.post_process(out))
+    }
+
+    /// [`push`](Self::push) of interleaved I/Q values. `pending` holds the values from sample
+    /// `pending_start` on (ending in half a sample when a chunk ended between I and Q); whole
+    /// frames need no padding, so each is computed as soon as its last sample is in.
+    fn push_complex(&mut self, values: &[f32]) -> Result<(), ItemError> {
+        let seen = 2 * self.pending_start + self.pending.len();
+        if let Some(i) = values.iter().position(|s| !s.is_finite()) {
+            self.in_item = false;
+            return Err(ItemError::NonFinite {
+                index: (seen + i) / 2,
+                value: values[i],
+            });
+        }
+        self.pending.extend_from_slice(values);
+        self.signal_len = (seen + values.len()) / 2;
+        let ready = self.spec.n_raw_frames(self.signal_len);
+        if ready > self.next_frame {
+            let from = 2 * (self.spec.frame_start(self.next_frame) as usize - self.pending_start);
+            let frames = ready - self.next_frame;
+            self.engine
+                .complex_rows(&self.spec, &self.pending[from..], frames, &mut self.raw);
+            self.next_frame = ready;
+        }
+        // What no later frame reads goes, once there is enough of it to be worth moving (a
+        // hop longer than the window skips samples: never past those seen).
+        let keep_from = (self.spec.frame_start(self.next_frame) as usize).min(self.signal_len);
+        if keep_from > self.pending_start + 4096.max(self.spec.n_fft) {
+            self.pending.drain(..2 * (keep_from - self.pending_start));
+            self.pending_start = keep_from;
+        }
+        Ok(())
     }
 
     fn can_start(&self) -> bool {
@@ -744,7 +874,9 @@ mod tests {
     #[test]
     fn streaming_in_any_chunking_equals_one_shot() {
         let x = chirp(40_000);
-        // Dither is keyed by frame, so a dithered spec streams to the same output too.
+        // Dither is keyed by frame, so a dithered spec streams to the same output too. IQ
+        // presets read the chirp as interleaved I/Q pairs, split anywhere (chunks of odd sizes
+        // end between an I and its Q).
         let mut dithered = FeatureSpec::kaldi(40);
         dithered.dither = 1.0;
         dithered.dither_seed = 99;
@@ -753,7 +885,8 @@ mod tests {
             let mut ex = CpuExtractor::new(&spec).unwrap();
             let mut whole = Vec::new();
             let frames = ex.extract(&x, &mut whole).unwrap();
-            assert_eq!(frames, spec.n_frames(x.len()));
+            assert_eq!(frames, spec.n_frames(x.len() / spec.values_per_sample()));
+            assert!(frames > 0);
             for chunk in [1usize, 7, 160, 1000, 4097] {
                 ex.begin();
                 for c in x.chunks(chunk) {
@@ -881,28 +1014,131 @@ mod tests {
                     }
                 }
                 ex.finish(&mut streamed).unwrap();
-                let total = spec.n_raw_frames(x.len());
+                // IQ presets read the chirp as interleaved I/Q pairs.
+                let v = spec.values_per_sample();
+                let n = x.len() / v;
+                let total = spec.n_raw_frames(n);
                 let mut spans = Vec::new();
                 let mut first = 0;
                 for (k, frames) in cuts.iter().copied().chain([0]).enumerate() {
                     let last = k == cuts.len();
                     let frames = if last { total - first } else { frames };
-                    let w = span_window(&spec, first..first + frames, x.len());
+                    let w = span_window(&spec, first..first + frames, n);
                     let span = Span {
                         sample_start: w.start,
                         // An earlier piece knows the item only as far as its window.
-                        signal_len: if last { x.len() } else { w.end },
+                        signal_len: if last { n } else { w.end },
                         first_frame: first,
                         frames,
                         last,
                     };
-                    ex.extract_span(&x[w], &span, &mut spans).unwrap();
+                    ex.extract_span(&x[w.start * v..w.end * v], &span, &mut spans)
+                        .unwrap();
                     first += frames;
                 }
                 assert!(cuts.len() >= 3, "{name}: only {} cuts", cuts.len());
                 assert_eq!(spans, streamed, "{name} {precision:?}");
             }
         }
+    }
+
+    /// Complex specs through the extractor: each row is the two-sided |DFT|² (or |DFT|) of
+    /// its frame from the definition — the frame at `t · hop`, scaled, windowed by `win_length`
+    /// and zero-padded to `n_fft` — in fftshift order when asked, through the log.
+    #[test]
+    fn complex_specs_match_a_naive_two_sided_dft() {
+        use crate::spec::{LogKind, WindowKind};
+        let n = 3000;
+        let iq: Vec<f32> = (0..n)
+            .flat_map(|t| {
+                let a = 0.37 * t as f64 + 1e-4 * (t * t) as f64;
+                let r = ((t * 7919) % 101) as f64 / 101.0 - 0.5;
+                [
+                    (0.6 * a.cos() + 0.1 * r) as f32,
+                    (0.6 * a.sin() - 0.05) as f32,
+                ]
+            })
+            .collect();
+        let mut base = FeatureSpec::iq_spectrogram(1_000_000, 64);
+        base.win_length = 60;
+        base.hop_length = 24;
+        base.input_scale = 2.0;
+        base.window = WindowKind::Hamming;
+        let mut magnitude = base.clone();
+        magnitude.output = OutputKind::Magnitude;
+        magnitude.log = LogKind::None;
+        magnitude.fftshift = false;
+        for spec in [base, magnitude] {
+            let mut out = Vec::new();
+            let frames = CpuExtractor::with_precision(&spec, Precision::F64)
+                .unwrap()
+                .extract(&iq, &mut out)
+                .unwrap();
+            assert_eq!(frames, 1 + (n - 60) / 24);
+            assert_eq!(out.len(), frames * 64);
+            let w = window(spec.window, 60, spec.periodic);
+            for f in [0, 1, frames / 2, frames - 1] {
+                for (k, &got) in out[f * 64..(f + 1) * 64].iter().enumerate() {
+                    // Output bin k is frequency k − 32 when shifted.
+                    let bin = if spec.fftshift { (k + 32) % 64 } else { k };
+                    let (mut re, mut im) = (0.0f64, 0.0f64);
+                    for (m, wm) in w.iter().enumerate() {
+                        let s = f * 24 + m;
+                        let g = 2.0 * wm;
+                        let (x, y) = (g * f64::from(iq[2 * s]), g * f64::from(iq[2 * s + 1]));
+                        let a = -2.0 * std::f64::consts::PI * ((bin * m) % 64) as f64 / 64.0;
+                        re += x * a.cos() - y * a.sin();
+                        im += x * a.sin() + y * a.cos();
+                    }
+                    let power = re * re + im * im;
+                    let (expect, tol) = match spec.output {
+                        OutputKind::Magnitude => (power.sqrt(), 1e-6 * power.sqrt() + 1e-9),
+                        _ => (10.0 * power.max(1e-10).log10(), 1e-4),
+                    };
+                    let got = f64::from(got);
+                    assert!(
+                        (got - expect).abs() <= tol,
+                        "{:?} frame {f} bin {k}: {got} vs {expect}",
+                        spec.output
+                    );
+                }
+            }
+        }
+    }
+
+    /// IQ travels as pairs: an odd count of values is refused (whole or streamed), and a
+    /// non-finite value is named by its sample's index.
+    #[test]
+    fn complex_items_refuse_half_samples_and_name_bad_samples() {
+        let spec = FeatureSpec::iq_spectrogram(200_000, 16);
+        let mut ex = CpuExtractor::new(&spec).unwrap();
+        let mut out = Vec::new();
+        let mut iq = vec![0.25f32; 101];
+        assert_eq!(
+            ex.extract(&iq, &mut out),
+            Err(ItemError::HalfSample { values: 101 })
+        );
+        ex.begin();
+        ex.push(&iq[..40]).unwrap();
+        ex.push(&iq[40..]).unwrap();
+        assert_eq!(
+            ex.finish(&mut out),
+            Err(ItemError::HalfSample { values: 101 })
+        );
+        iq.pop();
+        iq[77] = f32::INFINITY;
+        assert!(matches!(
+            ex.extract(&iq, &mut out),
+            Err(ItemError::NonFinite { index: 38, .. })
+        ));
+        ex.begin();
+        assert!(matches!(
+            ex.push(&iq[..41]).and_then(|()| ex.push(&iq[41..])),
+            Err(ItemError::NonFinite { index: 38, .. })
+        ));
+        assert!(out.is_empty());
+        iq[77] = 0.5;
+        assert_eq!(ex.extract(&iq, &mut out), Ok(1 + (50 - 16) / 8));
     }
 
     #[test]

@@ -131,9 +131,14 @@ pub fn check_span(spec: &FeatureSpec, window_len: usize, span: &Span) -> Result<
     Ok(())
 }
 
-/// Refuses a window holding a NaN or an infinity, naming its signal index (`start` is the
-/// window's). The scan has no early exit, so it vectorises; the index is looked for only then.
-fn check_finite(window: &[f32], start: usize) -> Result<(), ItemError> {
+/// Refuses a window holding a NaN or an infinity, naming the signal index of its sample
+/// (`start` is the window's; a sample takes `per_sample` values). The scan has no early exit,
+/// so it vectorises; the index is looked for only then.
+pub(crate) fn check_finite(
+    window: &[f32],
+    start: usize,
+    per_sample: usize,
+) -> Result<(), ItemError> {
     if window.iter().fold(true, |ok, s| ok & s.is_finite()) {
         return Ok(());
     }
@@ -142,7 +147,7 @@ fn check_finite(window: &[f32], start: usize) -> Result<(), ItemError> {
         .position(|s| !s.is_finite())
         .expect("the scan found one");
     Err(ItemError::NonFinite {
-        index: start + i,
+        index: start + i / per_sample,
         value: window[i],
     })
 }
@@ -164,7 +169,7 @@ pub fn prepared_window<'a>(
         return Ok((dst.as_slice(), base));
     }
     check_span(spec, window.len(), span)?;
-    check_finite(window, span.sample_start)?;
+    check_finite(window, span.sample_start, 1)?;
     // A later piece's first sample is only pre-emphasis context, as in `prepare_span`.
     Ok(if span.sample_start == 0 {
         (window, 0)
@@ -183,7 +188,7 @@ pub fn prepare_span(
     dst: &mut Vec<f32>,
 ) -> Result<usize, ItemError> {
     check_span(spec, window.len(), span)?;
-    check_finite(window, span.sample_start)?;
+    check_finite(window, span.sample_start, 1)?;
     if span.sample_start == 0 {
         scale_and_preemphasize(spec, window, true, 0.0, dst);
         Ok(0)

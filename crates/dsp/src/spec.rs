@@ -124,6 +124,24 @@ pub enum OutputKind {
     Psd,
 }
 
+/// What the samples of an item are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputKind {
+    /// Real audio, one value per sample.
+    #[default]
+    Real,
+    /// Complex baseband (RF IQ): two values per sample, I then Q, in the sample buffers. The
+    /// spectrum is two-sided (`n_fft` bins, DC first, or in the middle with `fftshift`).
+    Complex,
+}
+
+impl InputKind {
+    fn is_real(&self) -> bool {
+        *self == InputKind::Real
+    }
+}
+
 /// Whisper's affine scaling `(x + add) / div`, applied after the dynamic-range clamp.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Affine {
@@ -136,7 +154,12 @@ pub struct Affine {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FeatureSpec {
-    /// Rate the audio is resampled to before extraction (Hz).
+    /// Real audio or complex IQ. Left out of the JSON when real, so that audio specs keep
+    /// their `spec_id`.
+    #[serde(default, skip_serializing_if = "InputKind::is_real")]
+    pub input: InputKind,
+    /// Rate the audio is resampled to before extraction (Hz). IQ is never resampled: a
+    /// recording at another rate is refused.
     pub sample_rate: u32,
     /// FFT size.
     pub n_fft: usize,
@@ -183,6 +206,11 @@ pub struct FeatureSpec {
     pub drop_last_frame: bool,
     /// Leave out the Nyquist bin of power/magnitude outputs (Kaldi never uses it).
     pub drop_nyquist: bool,
+    /// Complex input only: put the zero frequency in the middle of each row (numpy's
+    /// `fftshift`: bins −n_fft/2 … n_fft/2 − 1) instead of first. Left out of the JSON when
+    /// false, so that audio specs keep their `spec_id`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub fftshift: bool,
     /// Shortest item accepted, in samples at `sample_rate`; a shorter one fails with
     /// [`ItemError::TooShort`](crate::ItemError::TooShort), as the matched code fails
     /// (NeMo ≤ 2.4: torch's reflect padding needs more than `n_fft / 2` samples). 0 = any.
@@ -200,6 +228,10 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 /// A named spec with the code it reproduces.
 #[derive(Debug, Clone)]
 pub struct Preset {
@@ -212,6 +244,7 @@ impl FeatureSpec {
     /// A neutral base: 16 kHz, 400/160 periodic Hann, centred with reflect padding, power mel.
     fn base() -> Self {
         FeatureSpec {
+            input: InputKind::Real,
             sample_rate: 16_000,
             n_fft: 400,
             win_length: 400,
@@ -239,6 +272,7 @@ impl FeatureSpec {
             normalize: Normalize::None,
             drop_last_frame: false,
             drop_nyquist: false,
+            fftshift: false,
             min_samples: 0,
             n_mfcc: 20,
             lifter: 0.0,
@@ -344,6 +378,35 @@ impl FeatureSpec {
         }
     }
 
+    /// A spectrogram of complex IQ: two-sided `|X|²` of periodic-Hann frames of `n_fft`
+    /// samples with half overlap, whole frames only, DC in the middle, in dB
+    /// (`10 log10(max(x, 1e-10))`). What `torch.stft(iq, n_fft, n_fft // 2,
+    /// window=torch.hann_window(n_fft), center=False).abs() ** 2` gives, fftshifted over
+    /// frequency and in dB.
+    pub fn iq_spectrogram(sample_rate: u32, n_fft: usize) -> Self {
+        FeatureSpec {
+            input: InputKind::Complex,
+            sample_rate,
+            n_fft,
+            win_length: n_fft,
+            hop_length: n_fft / 2,
+            framing: Framing::SnipEdges,
+            log: LogKind::Db,
+            log_guard: LogGuard::Clamp(1e-10),
+            fftshift: true,
+            output: OutputKind::Power,
+            ..Self::base()
+        }
+    }
+
+    /// [`Self::iq_spectrogram`] without the log: linear `|X|²`.
+    pub fn iq_power(sample_rate: u32, n_fft: usize) -> Self {
+        FeatureSpec {
+            log: LogKind::None,
+            ..Self::iq_spectrogram(sample_rate, n_fft)
+        }
+    }
+
     /// All presets, in the order `sonograph presets` lists them.
     pub fn presets() -> Vec<Preset> {
         vec![
@@ -391,6 +454,16 @@ impl FeatureSpec {
                 name: "librosa-mfcc",
                 matches: "librosa.feature.mfcc(y, sr=22050), 20 coefficients",
                 spec: Self::librosa_mfcc(),
+            },
+            Preset {
+                name: "iq-spectrogram",
+                matches: "complex IQ at 200 kHz: torch.stft(iq, 256, 128, hann_window(256), center=False).abs()**2, fftshift, 10 log10(max(x, 1e-10))",
+                spec: Self::iq_spectrogram(200_000, 256),
+            },
+            Preset {
+                name: "iq-power",
+                matches: "complex IQ at 200 kHz: torch.stft(iq, 256, 128, hann_window(256), center=False).abs()**2, fftshift (linear)",
+                spec: Self::iq_power(200_000, 256),
             },
         ]
     }
@@ -448,6 +521,19 @@ impl FeatureSpec {
         }
     }
 
+    /// Complex (IQ) input.
+    pub fn is_complex(&self) -> bool {
+        self.input == InputKind::Complex
+    }
+
+    /// Values one sample takes in a sample buffer: 1 for audio, 2 for IQ (I then Q).
+    pub fn values_per_sample(&self) -> usize {
+        match self.input {
+            InputKind::Real => 1,
+            InputKind::Complex => 2,
+        }
+    }
+
     /// Nyquist frequency in Hz.
     pub fn nyquist(&self) -> f64 {
         f64::from(self.sample_rate) / 2.0
@@ -462,10 +548,13 @@ impl FeatureSpec {
         }
     }
 
-    /// Number of one-sided FFT bins the spectrum has (`n_fft / 2 + 1`, less the Nyquist bin
-    /// when dropped).
+    /// Number of FFT bins the spectrum has: one-sided for audio (`n_fft / 2 + 1`, less the
+    /// Nyquist bin when dropped), two-sided for IQ (`n_fft`).
     pub fn n_spectrum_bins(&self) -> usize {
-        self.n_fft / 2 + 1 - usize::from(self.drop_nyquist)
+        match self.input {
+            InputKind::Real => self.n_fft / 2 + 1 - usize::from(self.drop_nyquist),
+            InputKind::Complex => self.n_fft,
+        }
     }
 
     /// Width of one output frame.
@@ -530,10 +619,20 @@ impl FeatureSpec {
     /// Checks that every parameter is in range and that they fit together.
     pub fn validate(&self) -> Result<(), SpecError> {
         let bad = |field: &'static str, reason: String| Err(SpecError::Invalid { field, reason });
-        if !(1_000..=768_000).contains(&self.sample_rate) {
+        // IQ is recorded at any rate up to the GHz (and never resampled); audio is not.
+        let rates = match self.input {
+            InputKind::Real => 1_000..=768_000,
+            InputKind::Complex => 1..=u32::MAX,
+        };
+        if !rates.contains(&self.sample_rate) {
             return bad(
                 "sample_rate",
-                format!("{} Hz is outside 1000..=768000", self.sample_rate),
+                format!(
+                    "{} Hz is outside {}..={}",
+                    self.sample_rate,
+                    rates.start(),
+                    rates.end()
+                ),
             );
         }
         if !(2..=1 << 16).contains(&self.n_fft) {
@@ -628,10 +727,60 @@ impl FeatureSpec {
         if !self.lifter.is_finite() || self.lifter < 0.0 {
             return bad("lifter", format!("{} must be finite and ≥ 0", self.lifter));
         }
+        self.validate_input()?;
         if self.output == OutputKind::Psd && self.framing != Framing::SnipEdges {
             return bad(
                 "framing",
                 "psd averages whole segments as Welch does: use \"snip_edges\"".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// What complex input allows: the two-sided power or magnitude spectrogram of whole
+    /// frames, through the log and the item-level steps; the steps defined on real audio
+    /// (mel, PSD, dither, DC removal, pre-emphasis, centred frames) are refused by name
+    /// rather than given a meaning of sonograph's own.
+    fn validate_input(&self) -> Result<(), SpecError> {
+        let bad = |field: &'static str, reason: String| Err(SpecError::Invalid { field, reason });
+        if self.input == InputKind::Real {
+            if self.fftshift {
+                return bad(
+                    "fftshift",
+                    "reorders a two-sided spectrum: it needs \"input\": \"complex\"".into(),
+                );
+            }
+            return Ok(());
+        }
+        if !matches!(self.output, OutputKind::Power | OutputKind::Magnitude) {
+            return bad(
+                "output",
+                format!(
+                    "complex input gives two-sided \"power\" or \"magnitude\" rows (with a log \
+                     if asked); {:?} is defined on real audio (rf-features --psd gives the Welch \
+                     PSD of IQ)",
+                    self.output
+                ),
+            );
+        }
+        if self.framing != Framing::SnipEdges {
+            return bad(
+                "framing",
+                "complex input is framed in whole segments: use \"snip_edges\" (as \
+                 torch.stft(center=False) and scipy.signal.spectrogram)"
+                    .into(),
+            );
+        }
+        let real_only = [
+            ("dither", self.dither != 0.0),
+            ("remove_dc", self.remove_dc),
+            ("preemphasis", self.preemphasis != 0.0),
+            ("drop_nyquist", self.drop_nyquist),
+        ];
+        if let Some(&(field, _)) = real_only.iter().find(|(_, set)| *set) {
+            return bad(
+                field,
+                "applies to real audio only; complex input needs it off".into(),
             );
         }
         Ok(())
@@ -698,6 +847,77 @@ mod tests {
         assert!(FeatureSpec::from_json("{\"sample_rate\": 1}").is_err());
         let err = FeatureSpec::preset("nope").unwrap_err().to_string();
         assert!(err.contains("whisper"), "{err}");
+    }
+
+    /// The fields complex input brought are left out of audio specs' JSON, so their ids are
+    /// those recorded before (in every output folder and ledger made since).
+    #[test]
+    fn audio_specs_keep_their_json_and_spec_id() {
+        for p in FeatureSpec::presets()
+            .iter()
+            .filter(|p| !p.spec.is_complex())
+        {
+            let json = p.spec.to_json();
+            assert!(
+                !json.contains("\"input\"") && !json.contains("fftshift"),
+                "{}: {json}",
+                p.name
+            );
+        }
+        // Ids as sonograph wrote them before complex input existed (report.json of `extract`).
+        for (name, id) in [
+            ("whisper", "8405a48f2226c81e"),
+            ("kaldi", "69129e463e1a9609"),
+            ("nemo", "eaa819291297224b"),
+            ("librosa", "4b55b2727d94dc82"),
+        ] {
+            assert_eq!(FeatureSpec::preset(name).unwrap().spec_id(), id, "{name}");
+        }
+        let iq = FeatureSpec::preset("iq-spectrogram").unwrap();
+        let json = iq.to_json();
+        assert!(json.contains("\"input\": \"complex\"") && json.contains("\"fftshift\": true"));
+        assert_eq!(FeatureSpec::from_json(&json).unwrap(), iq);
+        assert_eq!((iq.n_bins(), iq.values_per_sample()), (256, 2));
+        assert_ne!(
+            iq.spec_id(),
+            FeatureSpec::preset("iq-power").unwrap().spec_id()
+        );
+    }
+
+    /// Complex input takes power and magnitude rows of whole frames; what is defined on real
+    /// audio is refused naming the field, and fftshift needs complex input.
+    #[test]
+    fn complex_specs_refuse_what_is_defined_on_real_audio() {
+        let iq = FeatureSpec::iq_spectrogram(2_400_000, 1024);
+        iq.validate().unwrap();
+        let field = |s: &FeatureSpec| match s.validate() {
+            Err(SpecError::Invalid { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        let with = |f: &dyn Fn(&mut FeatureSpec)| {
+            let mut s = iq.clone();
+            f(&mut s);
+            field(&s)
+        };
+        assert_eq!(with(&|s| s.output = OutputKind::Logmel), "output");
+        assert_eq!(with(&|s| s.output = OutputKind::Psd), "output");
+        assert_eq!(with(&|s| s.framing = Framing::Center), "framing");
+        assert_eq!(with(&|s| s.dither = 1.0), "dither");
+        assert_eq!(with(&|s| s.remove_dc = true), "remove_dc");
+        assert_eq!(with(&|s| s.preemphasis = 0.97), "preemphasis");
+        assert_eq!(with(&|s| s.drop_nyquist = true), "drop_nyquist");
+        assert_eq!(with(&|s| s.sample_rate = 0), "sample_rate");
+        let mut magnitude = iq.clone();
+        magnitude.output = OutputKind::Magnitude;
+        magnitude.log = LogKind::None;
+        magnitude.fftshift = false;
+        magnitude.validate().unwrap();
+        let mut audio = FeatureSpec::whisper(80);
+        audio.fftshift = true;
+        assert_eq!(field(&audio), "fftshift");
+        audio.fftshift = false;
+        audio.sample_rate = 2_400_000;
+        assert_eq!(field(&audio), "sample_rate");
     }
 
     #[test]

@@ -180,6 +180,7 @@ impl GpuBackend {
     /// Opens the adapter `options` names (or the best one, software included: asking for the
     /// GPU backend is naming it) and prepares the kernels for `spec`.
     pub fn new(spec: &FeatureSpec, options: &GpuOptions) -> Result<Self, DeviceError> {
+        crate::check_spec(spec)?;
         let (gpu, index) = context::open_adapter(options.adapter).map_err(unavailable)?;
         Self::on_device(spec, gpu, index, options)
     }
@@ -191,6 +192,7 @@ impl GpuBackend {
         index: usize,
         options: &GpuOptions,
     ) -> Result<Self, DeviceError> {
+        crate::check_spec(spec)?;
         let budget = crate::nvml::budget_for(options.budget, &gpu.info);
         spec.validate()
             .map_err(|e| DeviceError::InvalidSpec(e.to_string()))?;

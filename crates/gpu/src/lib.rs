@@ -92,6 +92,20 @@ pub struct GpuOptions {
     pub precision: sonograph_dsp::Precision,
 }
 
+/// Whether the GPU backend computes `spec`, checked before any adapter is opened. It has no
+/// kernels for complex (IQ) input and says so, rather than run the audio kernels on
+/// interleaved I/Q values.
+pub fn check_spec(spec: &sonograph_dsp::FeatureSpec) -> Result<(), sonograph_dsp::DeviceError> {
+    if spec.is_complex() {
+        return Err(sonograph_dsp::DeviceError::Unsupported(
+            "the GPU backend has no kernels for complex (IQ) input; it runs on the CPU \
+             (--device cpu or auto)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// True when this build has the wgpu backend.
 pub const GPU_BUILT: bool = cfg!(feature = "gpu");
 
@@ -107,7 +121,8 @@ mod standin {
     }
 
     impl GpuBackend {
-        pub fn new(_spec: &FeatureSpec, _options: &GpuOptions) -> Result<Self, DeviceError> {
+        pub fn new(spec: &FeatureSpec, _options: &GpuOptions) -> Result<Self, DeviceError> {
+            crate::check_spec(spec)?;
             Err(DeviceError::Unavailable(
                 "this sonograph was built without the `gpu` feature; rebuild with `--features gpu`"
                     .into(),

@@ -228,7 +228,9 @@ impl DeviceSet {
                 }
                 Selected::Gpu(index) => index,
             };
-            match self.open_gpu(index, spec, options) {
+            // A spec the backend does not take is refused before the adapter is opened.
+            let opened = crate::check_spec(spec).and_then(|()| self.open_gpu(index, spec, options));
+            match opened {
                 Ok(gpu) => executors.push(gpu),
                 Err(DeviceError::Kernel(e)) => return Err(OpenError::Kernel(e)),
                 Err(DeviceError::InvalidSpec(e)) => return Err(OpenError::Spec(e)),
@@ -430,6 +432,38 @@ mod tests {
         // A list keeps its order and drops repeats.
         let (set, _) = resolve("gpu:2,cpu,gpu:2", &[], &[]);
         assert_eq!(chosen(&set.unwrap()), [Selected::Gpu(2), Selected::Cpu]);
+    }
+
+    /// The GPU backend does not take complex (IQ) specs: `auto` (which chose a hardware GPU
+    /// here) computes them on the CPU and says why; a GPU named outright is refused with the
+    /// reason; `all` keeps its CPU. No adapter is opened to find this out.
+    #[test]
+    fn complex_specs_go_to_the_cpu_under_auto_and_are_refused_on_a_named_gpu() {
+        let spec = FeatureSpec::preset("iq-spectrogram").unwrap();
+        let options = OpenOptions::default();
+        let (set, _) = resolve("auto", &[], &[]);
+        let set = set.unwrap();
+        assert_eq!(chosen(&set), [Selected::Gpu(1)]);
+        let opened = set.open(&spec, &options).unwrap();
+        let devices: Vec<String> = opened.executors.iter().map(|e| e.device()).collect();
+        assert_eq!(devices, ["cpu"]);
+        assert!(
+            opened.notes[0].contains("gpu:1") && opened.notes[0].contains("complex"),
+            "{:?}",
+            opened.notes
+        );
+        let (set, _) = resolve("gpu:2", &[], &[]);
+        match set.unwrap().open(&spec, &options) {
+            Err(OpenError::Device(e)) => {
+                assert!(e.contains("gpu:2") && e.contains("complex (IQ)"), "{e}")
+            }
+            other => panic!("{:?}", other.map(|o| o.notes)),
+        }
+        let (set, _) = resolve("all", &[], &[]);
+        let opened = set.unwrap().open(&spec, &options).unwrap();
+        let devices: Vec<String> = opened.executors.iter().map(|e| e.device()).collect();
+        assert_eq!(devices, ["cpu"]);
+        assert_eq!(opened.notes.len(), 3, "{:?}", opened.notes);
     }
 
     #[test]

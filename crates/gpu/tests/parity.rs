@@ -379,6 +379,18 @@ fn gpu_refuses_what_the_reference_refuses() {
     }
 }
 
+/// The GPU has no kernels for complex (IQ) input: opening it for such a spec is refused, with
+/// the reason, before any adapter is looked for (so this needs no GPU).
+#[test]
+fn complex_specs_are_refused_at_open() {
+    let spec = FeatureSpec::preset("iq-spectrogram").unwrap();
+    match GpuBackend::new(&spec, &GpuOptions::default()) {
+        Err(DeviceError::Unsupported(why)) => assert!(why.contains("complex (IQ)"), "{why}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("the GPU took a complex spec"),
+    }
+}
+
 /// Sizes off the presets' path: an odd n_fft (3^4 · 5), one with radices 2 and 3, and one with
 /// prime factors 11 and 19 that the Stockham FFT cannot take (the direct DFT runs instead).
 #[test]

@@ -35,6 +35,9 @@ pub enum DecodeError {
     ResourceLimit { path: PathBuf, reason: String },
     #[error("{path}: cannot resample: {reason}")]
     Resample { path: PathBuf, reason: String },
+    /// An IQ recording that cannot be read (its message names the file).
+    #[error(transparent)]
+    Iq(#[from] crate::sigmf::IqError),
 }
 
 /// An error from [`crate::stream_mono`]: the decoder's, or the one the sink returned.

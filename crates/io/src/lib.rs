@@ -17,7 +17,7 @@ pub use decode::{AudioInfo, AudioReader, ChannelMix, DecodeOptions, Limits};
 pub use error::{DecodeError, StreamError, WriteError};
 pub use npy::{read_npy, read_npy_f32, write_npy};
 pub use resample::StreamResampler;
-pub use sigmf::{IqError, IqRecording, IqSource};
+pub use sigmf::{IqError, IqReader, IqRecording, IqSource};
 
 /// What a finished stream was.
 #[derive(Debug, Clone, PartialEq)]
@@ -145,6 +145,76 @@ pub fn stream_reader<E: std::error::Error + 'static>(
         source_frames: reader.frames_read(),
         output_samples,
     })
+}
+
+/// An item's samples, read a chunk at a time: a decoded (and resampled) audio file, or an IQ
+/// recording's interleaved I/Q values. What the stages that cut and compute items read, so
+/// that audio and IQ go through the same code.
+pub enum ItemReader {
+    Audio(AudioReader),
+    Iq(IqReader),
+}
+
+impl ItemReader {
+    /// The file read (an IQ recording's data; `archive/member` inside an archive).
+    pub fn path(&self) -> &Path {
+        match self {
+            ItemReader::Audio(r) => r.path(),
+            ItemReader::Iq(r) => r.path(),
+        }
+    }
+
+    /// The item's length in seconds as its header (or an IQ recording's data length) says,
+    /// before anything is read; `None` when the header does not say.
+    pub fn expected_seconds(&self) -> Option<f64> {
+        match self {
+            ItemReader::Audio(r) => r.expected_seconds(),
+            ItemReader::Iq(r) => Some(r.samples() as f64 / r.sample_rate()),
+        }
+    }
+
+    /// Hands the samples to `sink` chunk by chunk as they are read: audio resampled to
+    /// `rate`, IQ as recorded (it is never resampled: the caller checked its rate). Returns
+    /// how many samples went to the sink.
+    pub fn stream<E: std::error::Error + 'static>(
+        self,
+        rate: u32,
+        mut sink: impl FnMut(&[f32]) -> Result<(), E>,
+    ) -> Result<u64, StreamError<E>> {
+        match self {
+            ItemReader::Audio(r) => stream_reader(r, rate, sink).map(|s| s.output_samples),
+            ItemReader::Iq(mut r) => {
+                let path = r.path().to_path_buf();
+                let mut chunk = Vec::new();
+                let mut samples = 0u64;
+                loop {
+                    chunk.clear();
+                    let n = r.read_interleaved(&mut chunk).map_err(DecodeError::Iq)?;
+                    if n == 0 {
+                        return Ok(samples);
+                    }
+                    samples += n as u64;
+                    sink(&chunk).map_err(|source| StreamError::Sink {
+                        path: path.clone(),
+                        source,
+                    })?;
+                }
+            }
+        }
+    }
+
+    /// All the samples (see [`stream`](Self::stream)).
+    pub fn read_all(self, rate: u32) -> Result<Vec<f32>, DecodeError> {
+        match self {
+            ItemReader::Audio(r) => decode_reader(r, rate),
+            ItemReader::Iq(mut r) => {
+                // Sized from the data's real length, which the reader checked.
+                let mut all = Vec::with_capacity(2 * r.samples() as usize);
+                while r.read_interleaved(&mut all)? > 0 {}
+                Ok(all)
+            }
+        }
+    }
 }
 
 /// Decodes the whole file to mono at `rate`.

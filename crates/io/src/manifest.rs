@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::sigmf::{list_recordings, raw_datatype, DataType, IqSource};
+
 /// File extensions treated as audio when walking a directory.
 pub const AUDIO_EXTENSIONS: &[&str] = &["wav", "wave", "flac", "mp3", "ogg", "oga"];
 
@@ -25,6 +27,11 @@ pub struct SourceItem {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Entry {
     Item(SourceItem),
+    /// An IQ recording (a SigMF pair, an archive member or a raw file), with its id.
+    Iq {
+        id: String,
+        source: IqSource,
+    },
     /// A manifest line that could not be used, with its id (`manifest:LINE`) and reason.
     Invalid {
         id: String,
@@ -36,7 +43,7 @@ impl Entry {
     pub fn id(&self) -> &str {
         match self {
             Entry::Item(i) => &i.id,
-            Entry::Invalid { id, .. } => id,
+            Entry::Iq { id, .. } | Entry::Invalid { id, .. } => id,
         }
     }
 }
@@ -68,6 +75,49 @@ enum SourceKind {
     Csv,
 }
 
+/// What [`Source::open_with`] lists besides audio.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SourceOptions {
+    /// IQ recordings too (SigMF, `.sigmf` archives, raw IQ files).
+    pub iq: bool,
+    /// The datatype of raw IQ files whose extension does not say it.
+    pub raw: Option<DataType>,
+}
+
+fn is_audio(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| AUDIO_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
+}
+
+/// A SigMF file, a `.sigmf` archive or a raw IQ file, by its name.
+fn is_iq_file(path: &Path) -> bool {
+    let s = path.to_string_lossy();
+    s.ends_with(".sigmf-meta")
+        || s.ends_with(".sigmf-data")
+        || path.extension().is_some_and(|e| e == "sigmf")
+        || raw_datatype(path).is_some()
+}
+
+/// `base` names a SigMF recording as `base.sigmf-meta`.
+fn is_sigmf_base(base: &Path) -> bool {
+    crate::sigmf::sigmf_paths(base).0.is_file()
+}
+
+fn not_a_source(path: &Path, iq: bool) -> SourceError {
+    let reason = if iq {
+        "a source is a directory, a .jsonl (NeMo) or a .csv manifest, a SigMF recording \
+         (.sigmf-meta/.sigmf-data), a .sigmf archive, or a raw IQ file (.cf32, .ci16, .cu8, \
+         .ci8; another name with --format)"
+    } else {
+        "a source is a directory, a .jsonl (NeMo) or a .csv manifest"
+    };
+    SourceError::Format {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
 /// A source's entries, in order; an error reading the source ends it.
 pub type Entries<'a> = Box<dyn Iterator<Item = Result<Entry, SourceError>> + 'a>;
 
@@ -75,26 +125,65 @@ impl Source {
     /// Opens a directory (walked now, sorted by id; ids are unique by construction) or a
     /// `.jsonl` / `.csv` manifest (checked to be readable; read when iterated).
     pub fn open(path: &Path) -> Result<Source, SourceError> {
-        let meta = std::fs::metadata(path).map_err(|source| SourceError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let kind = if meta.is_dir() {
-            let mut entries = walk_dir(path)?;
-            entries.sort_by(|a, b| a.id().cmp(b.id()));
-            SourceKind::Dir(entries)
-        } else {
-            match path.extension().and_then(|e| e.to_str()) {
-                Some("csv") => SourceKind::Csv,
-                Some("json" | "jsonl" | "ndjson") => SourceKind::Nemo,
-                _ => {
-                    return Err(SourceError::Format {
-                        path: path.to_path_buf(),
-                        reason: "a source is a directory, a .jsonl (NeMo) or a .csv manifest"
-                            .into(),
-                    })
+        Self::open_with(path, &SourceOptions::default())
+    }
+
+    /// [`open`](Self::open), and with `options.iq` IQ recordings too: a directory's SigMF
+    /// recordings, `.sigmf` archives (one entry per member) and raw IQ files beside its
+    /// audio, or a source that is one of them (a SigMF file or base name, an archive, a raw
+    /// file). An archive that cannot be listed is one invalid entry.
+    pub fn open_with(path: &Path, options: &SourceOptions) -> Result<Source, SourceError> {
+        let iq_entries = || -> Result<Vec<Entry>, SourceError> {
+            let listed = list_recordings(path, options.raw).map_err(|e| SourceError::Format {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+            Ok(listed
+                .into_iter()
+                // With a raw datatype given, a folder's every file reads as raw IQ: its audio
+                // files are audio all the same.
+                .filter(|(_, r)| !matches!(r, Ok(IqSource::Raw { path, .. }) if is_audio(path)))
+                .map(|(id, r)| match r {
+                    Ok(source) => Entry::Iq { id, source },
+                    Err(e) => Entry::Invalid {
+                        id,
+                        reason: e.to_string(),
+                    },
+                })
+                .collect())
+        };
+        let meta = std::fs::metadata(path);
+        let kind = match meta {
+            Ok(m) if m.is_dir() => {
+                let mut entries = walk_dir(path)?;
+                if options.iq {
+                    entries.extend(iq_entries()?);
                 }
+                entries.sort_by(|a, b| a.id().cmp(b.id()));
+                SourceKind::Dir(entries)
             }
+            _ => match path.extension().and_then(|e| e.to_str()) {
+                Some("csv") if meta.is_ok() => SourceKind::Csv,
+                Some("json" | "jsonl" | "ndjson") if meta.is_ok() => SourceKind::Nemo,
+                // A SigMF base name is no file of its own.
+                _ if options.iq && (meta.is_ok() || is_sigmf_base(path)) => {
+                    if meta.is_ok() && options.raw.is_none() && !is_iq_file(path) {
+                        return Err(not_a_source(path, true));
+                    }
+                    let mut entries = iq_entries()?;
+                    entries.sort_by(|a, b| a.id().cmp(b.id()));
+                    SourceKind::Dir(entries)
+                }
+                _ => {
+                    if let Err(source) = meta {
+                        return Err(SourceError::Io {
+                            path: path.to_path_buf(),
+                            source,
+                        });
+                    }
+                    return Err(not_a_source(path, options.iq));
+                }
+            },
         };
         Ok(Source {
             path: path.to_path_buf(),
@@ -172,11 +261,7 @@ impl Source {
 /// Audio files under `root` (recursively; symlinked directories are not followed, so a loop
 /// cannot hang the walk), with ids relative to `root`.
 pub fn walk_dir(root: &Path) -> Result<Vec<Entry>, SourceError> {
-    walk_files(root, |path| {
-        path.extension()
-            .and_then(|e| e.to_str())
-            .is_some_and(|e| AUDIO_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
-    })
+    walk_files(root, is_audio)
 }
 
 /// Files under `root` that `accept` takes (recursively, hidden and `_` entries skipped,

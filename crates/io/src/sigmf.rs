@@ -12,7 +12,8 @@ use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha512};
-use sonograph_rf::sigmf::{DataType, SigmfMeta};
+pub use sonograph_rf::sigmf::DataType;
+use sonograph_rf::sigmf::SigmfMeta;
 use sonograph_rf::Complex32;
 use thiserror::Error;
 
@@ -78,6 +79,14 @@ pub enum IqSource {
     Sigmf { id: String, meta: PathBuf },
     /// A `.sigmf` archive: every recording in it.
     Archive { id: String, path: PathBuf },
+    /// One recording of a `.sigmf` archive, as [`archive_recordings`] found it: its metadata
+    /// member and its data member (`None` when the archive has none).
+    Member {
+        id: String,
+        archive: PathBuf,
+        meta: TarMember,
+        data: Option<TarMember>,
+    },
     /// A raw file of one datatype at a given sample rate.
     Raw {
         id: String,
@@ -87,10 +96,21 @@ pub enum IqSource {
 }
 
 impl IqSource {
+    /// The file to name in messages: the metadata of a SigMF pair, `archive/member.sigmf-meta`
+    /// inside an archive, the raw file.
+    pub fn path(&self) -> PathBuf {
+        match self {
+            IqSource::Sigmf { meta, .. } => meta.clone(),
+            IqSource::Archive { path, .. } | IqSource::Raw { path, .. } => path.clone(),
+            IqSource::Member { archive, meta, .. } => archive.join(&meta.name),
+        }
+    }
+
     pub fn id(&self) -> &str {
         match self {
             IqSource::Sigmf { id, .. }
             | IqSource::Archive { id, .. }
+            | IqSource::Member { id, .. }
             | IqSource::Raw { id, .. } => id,
         }
     }
@@ -222,27 +242,13 @@ pub fn read_source(
     max_samples: u64,
 ) -> Result<Vec<IqRecording>, IqError> {
     match source {
-        IqSource::Sigmf { id, meta } => Ok(vec![read_sigmf(meta, id, max_samples)?]),
-        IqSource::Raw { id, path, datatype } => {
-            let fs = sample_rate.ok_or_else(|| IqError::Unsupported {
-                path: path.clone(),
-                reason: "a raw IQ file needs --sample-rate".into(),
-            })?;
-            let mut f = File::open(path).map_err(|source| IqError::Open {
-                path: path.clone(),
-                source,
-            })?;
-            let len = file_len(&f, path)?;
-            let samples = read_samples(&mut f, path, len, *datatype, max_samples)?;
-            Ok(vec![IqRecording {
-                id: id.clone(),
-                path: path.clone(),
-                sample_rate: fs,
-                meta: None,
-                samples,
-            }])
-        }
-        IqSource::Archive { id, path } => read_archive(path, id, max_samples),
+        IqSource::Archive { id, path } => archive_recordings(path, id)?
+            .iter()
+            .map(|member| IqReader::open(member, sample_rate, max_samples)?.into_recording())
+            .collect(),
+        _ => Ok(vec![
+            IqReader::open(source, sample_rate, max_samples)?.into_recording()?
+        ]),
     }
 }
 
@@ -255,33 +261,20 @@ fn file_len(f: &File, path: &Path) -> Result<u64, IqError> {
         })
 }
 
+fn open_file(path: &Path) -> Result<File, IqError> {
+    File::open(path).map_err(|source| IqError::Open {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 /// Reads a `.sigmf-meta` and its `.sigmf-data`.
 pub fn read_sigmf(meta_path: &Path, id: &str, max_samples: u64) -> Result<IqRecording, IqError> {
-    let open = |p: &Path| {
-        File::open(p).map_err(|source| IqError::Open {
-            path: p.to_path_buf(),
-            source,
-        })
+    let source = IqSource::Sigmf {
+        id: id.to_string(),
+        meta: meta_path.to_path_buf(),
     };
-    let mut mf = open(meta_path)?;
-    let meta_len = file_len(&mf, meta_path)?;
-    if meta_len > MAX_META_BYTES {
-        return Err(IqError::BadMeta {
-            path: meta_path.to_path_buf(),
-            reason: format!("{meta_len} bytes of metadata (at most {MAX_META_BYTES})"),
-        });
-    }
-    let mut text = String::new();
-    mf.read_to_string(&mut text).map_err(|e| IqError::BadMeta {
-        path: meta_path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    let meta = parse_meta(&text, meta_path)?;
-    let base = meta_path.to_string_lossy();
-    let data_path = PathBuf::from(format!("{}.sigmf-data", strip_sigmf(&base)));
-    let mut df = open(&data_path)?;
-    let len = file_len(&df, &data_path)?;
-    recording(meta, &mut df, &data_path, len, id, max_samples)
+    IqReader::open(&source, None, max_samples)?.into_recording()
 }
 
 fn parse_meta(text: &str, path: &Path) -> Result<SigmfMeta, IqError> {
@@ -294,127 +287,327 @@ fn parse_meta(text: &str, path: &Path) -> Result<SigmfMeta, IqError> {
     })
 }
 
-/// A recording from its metadata and `len` bytes of data at the reader's position.
-fn recording(
-    meta: SigmfMeta,
-    data: &mut impl Read,
-    data_path: &Path,
-    len: u64,
-    id: &str,
-    max_samples: u64,
-) -> Result<IqRecording, IqError> {
-    let datatype = meta.datatype().map_err(|e| IqError::BadMeta {
-        path: data_path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    let sample_rate = meta.global.sample_rate.ok_or_else(|| IqError::BadMeta {
-        path: data_path.to_path_buf(),
-        reason: "core:sample_rate is missing".into(),
-    })?;
-    let samples_in_file = len / datatype.sample_bytes() as u64;
-    let claimed = meta.claimed_end();
-    if claimed > samples_in_file && len.is_multiple_of(datatype.sample_bytes() as u64) {
-        return Err(IqError::Truncated {
-            path: data_path.to_path_buf(),
-            reason: format!(
-                "the metadata refers to sample {claimed}, the data holds {samples_in_file}"
-            ),
+/// Metadata text of at most [`MAX_META_BYTES`], `len` bytes at the reader's position.
+fn read_meta(r: &mut impl Read, len: u64, path: &Path) -> Result<SigmfMeta, IqError> {
+    if len > MAX_META_BYTES {
+        return Err(IqError::BadMeta {
+            path: path.to_path_buf(),
+            reason: format!("{len} bytes of metadata (at most {MAX_META_BYTES})"),
         });
     }
-    let samples = read_samples(data, data_path, len, datatype, max_samples)?;
-    Ok(IqRecording {
-        id: id.to_string(),
-        path: data_path.to_path_buf(),
-        sample_rate,
-        meta: Some(meta),
-        samples,
-    })
-}
-
-/// `len` bytes of `datatype` samples, converted to f32 full scale as the `sigmf` package does
-/// (integers divided by 2^(bits−1), unsigned ones centred first).
-fn read_samples(
-    r: &mut impl Read,
-    path: &Path,
-    len: u64,
-    datatype: DataType,
-    max_samples: u64,
-) -> Result<Vec<Complex32>, IqError> {
-    let sb = datatype.sample_bytes() as u64;
-    if !len.is_multiple_of(sb) {
-        return Err(IqError::OddLength {
+    let mut text = Vec::with_capacity(len as usize);
+    r.take(len)
+        .read_to_end(&mut text)
+        .map_err(|e| IqError::BadMeta {
             path: path.to_path_buf(),
-            bytes: len,
-            sample_bytes: sb as usize,
-            datatype: datatype.name(),
-        });
-    }
-    let count = len / sb;
-    if count > max_samples {
-        return Err(IqError::TooLarge {
-            path: path.to_path_buf(),
-            samples: count,
-            limit: max_samples,
-        });
-    }
-    let mut out = Vec::with_capacity(count as usize);
-    let mut buf = vec![0u8; (sb as usize) * 65_536];
-    let mut left = count;
-    while left > 0 {
-        let n = left.min(65_536) as usize;
-        let bytes = &mut buf[..n * sb as usize];
-        r.read_exact(bytes).map_err(|e| IqError::Truncated {
-            path: path.to_path_buf(),
-            reason: format!("{e} after {} of {count} samples", count - left),
+            reason: e.to_string(),
         })?;
-        decode(bytes, datatype, &mut out);
-        left -= n as u64;
-    }
-    Ok(out)
+    parse_meta(&String::from_utf8_lossy(&text), path)
 }
 
-fn decode(bytes: &[u8], datatype: DataType, out: &mut Vec<Complex32>) {
+/// Samples read per block.
+const BLOCK_SAMPLES: u64 = 65_536;
+
+/// A recording opened for reading: its metadata parsed and checked, its length checked
+/// against the data and the limit, and its samples read a block at a time, so that a
+/// recording of any length streams in flat memory.
+pub struct IqReader {
+    id: String,
+    /// The data: a file, or `archive/member` inside an archive.
+    path: PathBuf,
+    sample_rate: f64,
+    meta: Option<SigmfMeta>,
+    datatype: DataType,
+    samples: u64,
+    left: u64,
+    data: std::io::Take<File>,
+    buf: Vec<u8>,
+}
+
+/// A recording's data: `len` bytes at `file`'s position (a file, or a member of an archive,
+/// whose path is then `archive/member`).
+struct Data {
+    path: PathBuf,
+    file: File,
+    len: u64,
+}
+
+impl IqReader {
+    /// Opens a recording (a SigMF pair, an archive member, or a raw file at `sample_rate`)
+    /// and checks everything its size depends on before any sample is read: the datatype,
+    /// the sample rate, a data length of whole samples that backs what the metadata refers
+    /// to, and at most `max_samples` samples.
+    pub fn open(
+        source: &IqSource,
+        sample_rate: Option<f64>,
+        max_samples: u64,
+    ) -> Result<Self, IqError> {
+        match source {
+            IqSource::Sigmf { id, meta } => {
+                let mut mf = open_file(meta)?;
+                let meta_len = file_len(&mf, meta)?;
+                let parsed = read_meta(&mut mf, meta_len, meta)?;
+                let base = meta.to_string_lossy();
+                let path = PathBuf::from(format!("{}.sigmf-data", strip_sigmf(&base)));
+                let file = open_file(&path)?;
+                let len = file_len(&file, &path)?;
+                Self::sigmf(id, parsed, Data { path, file, len }, max_samples)
+            }
+            IqSource::Member {
+                id,
+                archive,
+                meta,
+                data,
+            } => {
+                let inner = archive.join(&meta.name);
+                let data = data.as_ref().ok_or_else(|| IqError::Truncated {
+                    path: inner.clone(),
+                    reason: format!("the archive has no {}.sigmf-data", strip_sigmf(&meta.name)),
+                })?;
+                let mut file = open_file(archive)?;
+                let total = file_len(&file, archive)?;
+                // The archive was listed before it is read: it may have changed since.
+                for m in [meta, data] {
+                    if m.offset.saturating_add(m.size) > total {
+                        return Err(IqError::Truncated {
+                            path: archive.join(&m.name),
+                            reason: format!(
+                                "{} bytes at byte {} are past the archive's end ({total})",
+                                m.size, m.offset
+                            ),
+                        });
+                    }
+                }
+                let seek = |file: &mut File, at: u64| {
+                    file.seek(SeekFrom::Start(at))
+                        .map(|_| ())
+                        .map_err(|source| IqError::Open {
+                            path: archive.clone(),
+                            source,
+                        })
+                };
+                seek(&mut file, meta.offset)?;
+                let parsed = read_meta(&mut file, meta.size, &inner)?;
+                seek(&mut file, data.offset)?;
+                let path = archive.join(&data.name);
+                let len = data.size;
+                Self::sigmf(id, parsed, Data { path, file, len }, max_samples)
+            }
+            IqSource::Raw { id, path, datatype } => {
+                let fs = sample_rate.ok_or_else(|| IqError::Unsupported {
+                    path: path.clone(),
+                    reason: "a raw IQ file needs --sample-rate".into(),
+                })?;
+                if !(fs.is_finite() && fs > 0.0) {
+                    return Err(IqError::Unsupported {
+                        path: path.clone(),
+                        reason: format!("sample rate {fs} is not positive"),
+                    });
+                }
+                let file = open_file(path)?;
+                let len = file_len(&file, path)?;
+                let data = Data {
+                    path: path.clone(),
+                    file,
+                    len,
+                };
+                Self::new(id, None, data, *datatype, fs, max_samples)
+            }
+            IqSource::Archive { path, .. } => Err(IqError::Unsupported {
+                path: path.clone(),
+                reason: "an archive holds recordings of its own: open its members \
+                         (archive_recordings)"
+                    .into(),
+            }),
+        }
+    }
+
+    /// A SigMF recording: the datatype and rate from its metadata, whose annotations and
+    /// captures the data must hold.
+    fn sigmf(id: &str, meta: SigmfMeta, data: Data, max_samples: u64) -> Result<Self, IqError> {
+        let bad = |reason: String| IqError::BadMeta {
+            path: data.path.clone(),
+            reason,
+        };
+        let datatype = meta.datatype().map_err(|e| bad(e.to_string()))?;
+        let rate = meta
+            .global
+            .sample_rate
+            .ok_or_else(|| bad("core:sample_rate is missing".into()))?;
+        let sb = datatype.sample_bytes() as u64;
+        let claimed = meta.claimed_end();
+        if claimed > data.len / sb && data.len.is_multiple_of(sb) {
+            return Err(IqError::Truncated {
+                path: data.path,
+                reason: format!(
+                    "the metadata refers to sample {claimed}, the data holds {}",
+                    data.len / sb
+                ),
+            });
+        }
+        Self::new(id, Some(meta), data, datatype, rate, max_samples)
+    }
+
+    /// The reader of `data`, once its length is found to be whole samples within the limit.
+    fn new(
+        id: &str,
+        meta: Option<SigmfMeta>,
+        data: Data,
+        datatype: DataType,
+        sample_rate: f64,
+        max_samples: u64,
+    ) -> Result<Self, IqError> {
+        let sb = datatype.sample_bytes() as u64;
+        if !data.len.is_multiple_of(sb) {
+            return Err(IqError::OddLength {
+                path: data.path,
+                bytes: data.len,
+                sample_bytes: sb as usize,
+                datatype: datatype.name(),
+            });
+        }
+        let samples = data.len / sb;
+        if samples > max_samples {
+            return Err(IqError::TooLarge {
+                path: data.path,
+                samples,
+                limit: max_samples,
+            });
+        }
+        Ok(IqReader {
+            id: id.to_string(),
+            path: data.path,
+            sample_rate,
+            meta,
+            datatype,
+            samples,
+            left: samples,
+            data: data.file.take(data.len),
+            buf: Vec::new(),
+        })
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The data's path (`archive/member` inside an archive).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Samples per second, from the metadata (or the raw file's given rate).
+    pub fn sample_rate(&self) -> f64 {
+        self.sample_rate
+    }
+
+    pub fn meta(&self) -> Option<&SigmfMeta> {
+        self.meta.as_ref()
+    }
+
+    pub fn datatype(&self) -> DataType {
+        self.datatype
+    }
+
+    /// Complex samples in the recording (from the data's length, which is real).
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// Reads the next block (up to 65,536 samples) and hands each sample to `push` as
+    /// (I, Q); returns the samples read, 0 at the end.
+    fn next_block(&mut self, push: impl FnMut(f32, f32)) -> Result<usize, IqError> {
+        if self.left == 0 {
+            return Ok(0);
+        }
+        let sb = self.datatype.sample_bytes();
+        let n = self.left.min(BLOCK_SAMPLES) as usize;
+        self.buf.resize(n * sb, 0);
+        self.data
+            .read_exact(&mut self.buf)
+            .map_err(|e| IqError::Truncated {
+                path: self.path.clone(),
+                reason: format!(
+                    "{e} after {} of {} samples",
+                    self.samples - self.left,
+                    self.samples
+                ),
+            })?;
+        decode(&self.buf, self.datatype, push);
+        self.left -= n as u64;
+        Ok(n)
+    }
+
+    /// Appends the next block to `out` as interleaved I/Q values (as samples travel through
+    /// sonograph's sample buffers); returns the samples read, 0 at the end.
+    pub fn read_interleaved(&mut self, out: &mut Vec<f32>) -> Result<usize, IqError> {
+        out.reserve(2 * self.left.min(BLOCK_SAMPLES) as usize);
+        self.next_block(|i, q| out.extend([i, q]))
+    }
+
+    /// Appends the next block to `out`; returns the samples read, 0 at the end.
+    pub fn read_complex(&mut self, out: &mut Vec<Complex32>) -> Result<usize, IqError> {
+        out.reserve(self.left.min(BLOCK_SAMPLES) as usize);
+        self.next_block(|i, q| out.push(Complex32::new(i, q)))
+    }
+
+    /// The rest of the recording, in memory.
+    pub fn into_recording(mut self) -> Result<IqRecording, IqError> {
+        let mut samples = Vec::with_capacity(self.left as usize);
+        while self.read_complex(&mut samples)? > 0 {}
+        Ok(IqRecording {
+            id: self.id,
+            path: self.path,
+            sample_rate: self.sample_rate,
+            meta: self.meta,
+            samples,
+        })
+    }
+}
+
+/// Hands each sample of `bytes` to `push` as (I, Q) in f32 full scale, as the `sigmf` package
+/// converts them (integers divided by 2^(bits−1), unsigned ones centred first).
+fn decode(bytes: &[u8], datatype: DataType, mut push: impl FnMut(f32, f32)) {
     match datatype {
-        DataType::Cf32Le => out.extend(bytes.chunks_exact(8).map(|b| {
-            Complex32::new(
+        DataType::Cf32Le => bytes.chunks_exact(8).for_each(|b| {
+            push(
                 f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
                 f32::from_le_bytes([b[4], b[5], b[6], b[7]]),
             )
-        })),
-        DataType::Cf64Le => out.extend(bytes.chunks_exact(16).map(|b| {
+        }),
+        DataType::Cf64Le => bytes.chunks_exact(16).for_each(|b| {
             let f = |o: usize| {
                 let mut a = [0u8; 8];
                 a.copy_from_slice(&b[o..o + 8]);
                 f64::from_le_bytes(a) as f32
             };
-            Complex32::new(f(0), f(8))
-        })),
-        DataType::Ci16Le => out.extend(bytes.chunks_exact(4).map(|b| {
+            push(f(0), f(8))
+        }),
+        DataType::Ci16Le => bytes.chunks_exact(4).for_each(|b| {
             let s = 1.0 / 32_768.0;
-            Complex32::new(
+            push(
                 f32::from(i16::from_le_bytes([b[0], b[1]])) * s,
                 f32::from(i16::from_le_bytes([b[2], b[3]])) * s,
             )
-        })),
-        DataType::Ci8 => {
-            out.extend(bytes.chunks_exact(2).map(|b| {
-                Complex32::new(f32::from(b[0] as i8) / 128.0, f32::from(b[1] as i8) / 128.0)
-            }))
-        }
-        DataType::Cu8 => out.extend(bytes.chunks_exact(2).map(|b| {
-            Complex32::new(
+        }),
+        DataType::Ci8 => bytes
+            .chunks_exact(2)
+            .for_each(|b| push(f32::from(b[0] as i8) / 128.0, f32::from(b[1] as i8) / 128.0)),
+        DataType::Cu8 => bytes.chunks_exact(2).for_each(|b| {
+            push(
                 (f32::from(b[0]) - 128.0) / 128.0,
                 (f32::from(b[1]) - 128.0) / 128.0,
             )
-        })),
+        }),
     }
 }
 
-/// One member of a tar archive: name, offset of its bytes, and size.
-struct TarMember {
-    name: String,
-    offset: u64,
-    size: u64,
+/// One member of a tar archive: its name, the offset of its bytes, and their count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TarMember {
+    pub name: String,
+    pub offset: u64,
+    pub size: u64,
 }
 
 /// The members of a ustar archive (what `sigmf.archive` writes), every size checked against
@@ -476,60 +669,54 @@ fn tar_members(f: &mut File, path: &Path) -> Result<Vec<TarMember>, IqError> {
     Ok(members)
 }
 
-/// Every recording of a `.sigmf` archive, by member name.
-fn read_archive(path: &Path, id: &str, max_samples: u64) -> Result<Vec<IqRecording>, IqError> {
-    let mut f = File::open(path).map_err(|source| IqError::Open {
-        path: path.to_path_buf(),
-        source,
-    })?;
+/// The recordings of a `.sigmf` archive, one per metadata member, in the archive's order,
+/// with ids `id/member`: found from the tar headers alone (every size checked against the
+/// archive's length), each read when it is opened.
+pub fn archive_recordings(path: &Path, id: &str) -> Result<Vec<IqSource>, IqError> {
+    let mut f = open_file(path)?;
     let members = tar_members(&mut f, path)?;
-    let mut out = Vec::new();
-    for m in members.iter().filter(|m| m.name.ends_with(".sigmf-meta")) {
-        let inner = path.join(&m.name);
-        if m.size > MAX_META_BYTES {
-            return Err(IqError::BadMeta {
-                path: inner,
-                reason: format!("{} bytes of metadata (at most {MAX_META_BYTES})", m.size),
-            });
-        }
-        let mut text = vec![0u8; m.size as usize];
-        f.seek(SeekFrom::Start(m.offset))
-            .and_then(|_| f.read_exact(&mut text))
-            .map_err(|e| IqError::Truncated {
-                path: inner.clone(),
-                reason: e.to_string(),
-            })?;
-        let meta = parse_meta(&String::from_utf8_lossy(&text), &inner)?;
-        let data_name = format!("{}.sigmf-data", strip_sigmf(&m.name));
-        let data = members
-            .iter()
-            .find(|d| d.name == data_name)
-            .ok_or_else(|| IqError::Truncated {
-                path: inner.clone(),
-                reason: format!("the archive has no {data_name}"),
-            })?;
-        f.seek(SeekFrom::Start(data.offset))
-            .map_err(|source| IqError::Open {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        let member_id = format!("{id}/{}", strip_sigmf(&m.name));
-        let mut reader = (&mut f).take(data.size);
-        out.push(recording(
-            meta,
-            &mut reader,
-            &path.join(&data_name),
-            data.size,
-            &member_id,
-            max_samples,
-        )?);
-    }
+    let out: Vec<IqSource> = members
+        .iter()
+        .filter(|m| m.name.ends_with(".sigmf-meta"))
+        .map(|meta| {
+            let base = strip_sigmf(&meta.name);
+            let data_name = format!("{base}.sigmf-data");
+            IqSource::Member {
+                id: format!("{id}/{base}"),
+                archive: path.to_path_buf(),
+                meta: meta.clone(),
+                data: members.iter().find(|d| d.name == data_name).cloned(),
+            }
+        })
+        .collect();
     if out.is_empty() {
         return Err(IqError::BadMeta {
             path: path.to_path_buf(),
             reason: "the archive holds no .sigmf-meta".into(),
         });
     }
+    Ok(out)
+}
+
+/// One recording of a listing, by id: where it is, or why the archive it is in cannot be
+/// listed.
+pub type Listed = (String, Result<IqSource, IqError>);
+
+/// Every recording at `path` ([`list_sources`]), archives opened up into their members:
+/// `(id, recording)`, or `(id, why)` for an archive that cannot be listed — one item that
+/// fails, where a job goes on with the others.
+pub fn list_recordings(path: &Path, raw: Option<DataType>) -> Result<Vec<Listed>, IqError> {
+    let mut out = Vec::new();
+    for source in list_sources(path, raw)? {
+        match &source {
+            IqSource::Archive { id, path } => match archive_recordings(path, id) {
+                Ok(members) => out.extend(members.into_iter().map(|m| (m.id().to_string(), Ok(m)))),
+                Err(e) => out.push((id.clone(), Err(e))),
+            },
+            _ => out.push((source.id().to_string(), Ok(source))),
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }
 

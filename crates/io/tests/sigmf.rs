@@ -263,3 +263,188 @@ fn folders_list_sigmf_archives_and_raw_files_sorted() {
     // The base name of a pair works too.
     assert_eq!(list_sources(&tmp.0.join("a"), None).unwrap().len(), 1);
 }
+
+/// A recording streamed a block at a time (interleaved I/Q, as `extract` reads it) is the
+/// recording read whole, over several blocks, for every datatype the readers take.
+#[test]
+fn streamed_blocks_equal_the_whole_recording() {
+    use sonograph_io::{IqReader, ItemReader};
+    let tmp = Tmp::new("stream");
+    let iq = signal(150_001);
+    let base = tmp.0.join("long");
+    write(&base, &iq, WriteType::Ci16);
+    let meta = sigmf_paths(&base).0;
+    // Raw files of each integer type, from the same bytes pattern.
+    let bytes: Vec<u8> = (0..40_000u32).map(|i| (i * 7919 % 251) as u8).collect();
+    let mut sources = list_sources(&meta, None).unwrap();
+    for (name, dt) in [
+        ("r.cu8", DataType::Cu8),
+        ("r.ci8", DataType::Ci8),
+        ("r.ci16", DataType::Ci16Le),
+        ("r.cf32", DataType::Cf32Le),
+    ] {
+        let path = tmp.0.join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        let s = list_sources(&path, None).unwrap();
+        assert!(matches!(&s[0], IqSource::Raw { datatype, .. } if *datatype == dt));
+        sources.extend(s);
+    }
+    for source in &sources {
+        let whole = read_source(source, Some(5e5), DEFAULT_MAX_SAMPLES).unwrap();
+        let want: Vec<f32> = whole[0].samples.iter().flat_map(|c| [c.re, c.im]).collect();
+        let mut reader = IqReader::open(source, Some(5e5), DEFAULT_MAX_SAMPLES).unwrap();
+        assert_eq!(reader.samples() as usize, whole[0].samples.len());
+        let (mut got, mut blocks) = (Vec::new(), 0);
+        while reader.read_interleaved(&mut got).unwrap() > 0 {
+            blocks += 1;
+        }
+        // Bit for bit: random bytes read as cf32 hold NaNs.
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+        assert!(bits(&got) == bits(&want), "{}", source.id());
+        let reader = IqReader::open(source, Some(5e5), DEFAULT_MAX_SAMPLES).unwrap();
+        let mut streamed = Vec::new();
+        let n = ItemReader::Iq(reader)
+            .stream(0, |chunk| {
+                assert!(chunk.len() % 2 == 0 && chunk.len() <= 2 * 65_536);
+                streamed.extend_from_slice(chunk);
+                Ok::<(), std::convert::Infallible>(())
+            })
+            .unwrap();
+        assert_eq!(n as usize, want.len() / 2);
+        assert!(bits(&streamed) == bits(&want), "{}", source.id());
+        if source.id() == "long" {
+            assert_eq!(blocks, 3);
+        }
+    }
+}
+
+/// A folder's recordings with archives opened up into their members (ids `archive/member`),
+/// sorted; an archive that cannot be listed is one entry with its reason, and a member whose
+/// data is missing, or an archive cut short after it was listed, fails when opened, naming
+/// the file.
+#[test]
+fn recordings_of_folders_and_archives_are_listed_one_by_one() {
+    use sonograph_io::sigmf::list_recordings;
+    use sonograph_io::IqReader;
+    let tmp = Tmp::new("recordings");
+    let dir = tmp.0.join("set");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (a, b) = (signal(300), signal(500));
+    let mut tar = Vec::new();
+    for (name, iq) in [("a", &a), ("b", &b)] {
+        let base = tmp.0.join(name);
+        write(&base, iq, WriteType::Cf32);
+        let (meta, data) = sigmf_paths(&base);
+        member(
+            &mut tar,
+            &format!("{name}.sigmf-meta"),
+            &std::fs::read(meta).unwrap(),
+        );
+        member(
+            &mut tar,
+            &format!("{name}.sigmf-data"),
+            &std::fs::read(data).unwrap(),
+        );
+    }
+    // A third recording with metadata and no data.
+    member(
+        &mut tar,
+        "c.sigmf-meta",
+        &std::fs::read(sigmf_paths(&tmp.0.join("a")).0).unwrap(),
+    );
+    tar.extend(vec![0u8; 1024]);
+    std::fs::write(dir.join("pack.sigmf"), &tar).unwrap();
+    let mut junk = tar_header("x.sigmf-meta", 1);
+    junk[124..136].copy_from_slice(b"zzzzzzzzzzz\0");
+    std::fs::write(dir.join("bad.sigmf"), &junk).unwrap();
+    write(&dir.join("solo"), &signal(10), WriteType::Cf32);
+    let listed = list_recordings(&dir, None).unwrap();
+    let ids: Vec<&str> = listed.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "bad.sigmf",
+            "pack.sigmf/a",
+            "pack.sigmf/b",
+            "pack.sigmf/c",
+            "solo"
+        ]
+    );
+    let e = listed[0].1.as_ref().unwrap_err().to_string();
+    assert!(
+        e.contains("bad.sigmf") && e.contains("no valid size"),
+        "{e}"
+    );
+    let open = |k: usize| IqReader::open(listed[k].1.as_ref().unwrap(), None, 1 << 20);
+    assert_eq!(open(1).unwrap().into_recording().unwrap().samples, a);
+    let rec_b = open(2).unwrap().into_recording().unwrap();
+    assert_eq!((rec_b.samples, rec_b.id.as_str()), (b, "pack.sigmf/b"));
+    let e = open(3).err().unwrap().to_string();
+    assert!(
+        e.contains("pack.sigmf/c.sigmf-meta") && e.contains("no c.sigmf-data"),
+        "{e}"
+    );
+    // Cut short after listing: b's data is past the end now.
+    std::fs::write(dir.join("pack.sigmf"), &tar[..tar.len() / 2]).unwrap();
+    let e = open(2).err().unwrap().to_string();
+    assert!(
+        e.contains("pack.sigmf/b.sigmf-") && e.contains("past the archive's end"),
+        "{e}"
+    );
+}
+
+/// `Source::open_with` lists a folder's IQ recordings beside its audio (archives by member,
+/// sorted by id) only when asked to, and opens a single recording or archive as a source;
+/// plain `Source::open` is unchanged: audio only, and no IQ file as a source.
+#[test]
+fn extract_sources_list_iq_recordings_beside_audio_when_asked() {
+    use sonograph_io::manifest::{Entry, Source, SourceOptions};
+    let tmp = Tmp::new("source");
+    let dir = tmp.0.join("mixed");
+    std::fs::create_dir_all(&dir).unwrap();
+    write(&dir.join("rec"), &signal(64), WriteType::Cf32);
+    std::fs::write(dir.join("clip.wav"), b"not decoded while listing").unwrap();
+    std::fs::write(dir.join("cap.cu8"), [128u8; 64]).unwrap();
+    let mut tar = Vec::new();
+    let (meta, data) = sigmf_paths(&dir.join("rec"));
+    member(&mut tar, "m.sigmf-meta", &std::fs::read(meta).unwrap());
+    member(&mut tar, "m.sigmf-data", &std::fs::read(data).unwrap());
+    tar.extend(vec![0u8; 1024]);
+    std::fs::write(dir.join("pack.sigmf"), &tar).unwrap();
+    let iq = SourceOptions {
+        iq: true,
+        raw: None,
+    };
+    let ids = |s: &Source| -> Vec<(String, bool)> {
+        s.entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.id().to_string(), matches!(e, Entry::Iq { .. }))
+            })
+            .collect()
+    };
+    let listed = ids(&Source::open_with(&dir, &iq).unwrap());
+    let want = [
+        ("cap.cu8", true),
+        ("clip.wav", false),
+        ("pack.sigmf/m", true),
+        ("rec", true),
+    ];
+    assert_eq!(listed, want.map(|(i, k)| (i.to_string(), k)));
+    assert_eq!(
+        ids(&Source::open(&dir).unwrap()),
+        [("clip.wav".to_string(), false)]
+    );
+    let one = ids(&Source::open_with(&dir.join("rec.sigmf-meta"), &iq).unwrap());
+    assert_eq!(one, [("rec".to_string(), true)]);
+    let archive = ids(&Source::open_with(&dir.join("pack.sigmf"), &iq).unwrap());
+    assert_eq!(archive, [("pack.sigmf/m".to_string(), true)]);
+    assert!(Source::open(&dir.join("rec.sigmf-meta")).is_err());
+    // A file that is neither audio source nor IQ says what a source may be.
+    let e = Source::open_with(&dir.join("clip.wav"), &iq)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("clip.wav") && e.contains("raw IQ file"), "{e}");
+}

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use sonograph_dsp::{FeatureSpec, Precision};
 use sonograph_io::decode::{ChannelMix, Limits};
 use sonograph_io::parquet::Dtype;
+use sonograph_io::sigmf::{DataType, DEFAULT_MAX_SAMPLES};
 
 use crate::error::JobError;
 
@@ -36,6 +37,29 @@ pub struct JobConfig {
     pub part_mb: usize,
     /// Draw a progress bar (on a terminal); otherwise a log line every 10 s.
     pub progress: bool,
+    /// How IQ recordings in the source are read.
+    pub iq: IqOptions,
+}
+
+/// How IQ recordings are read (SigMF ones carry their datatype and rate; raw files do not).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IqOptions {
+    /// Sample rate of raw IQ files, in Hz.
+    pub sample_rate: Option<f64>,
+    /// Datatype of raw IQ files whose extension does not say it.
+    pub raw: Option<DataType>,
+    /// Largest recording read, in complex samples.
+    pub max_samples: u64,
+}
+
+impl Default for IqOptions {
+    fn default() -> Self {
+        IqOptions {
+            sample_rate: None,
+            raw: None,
+            max_samples: DEFAULT_MAX_SAMPLES,
+        }
+    }
 }
 
 impl JobConfig {
@@ -58,6 +82,7 @@ impl JobConfig {
             dtype: Dtype::F32,
             part_mb: 64,
             progress: false,
+            iq: IqOptions::default(),
         }
     }
 

@@ -10,7 +10,8 @@ use sonograph_dsp::{CpuExtractor, ItemError, OutputKind};
 use sonograph_io::decode::{AudioReader, DecodeOptions};
 use sonograph_io::manifest::{Entry, SourceItem};
 use sonograph_io::parquet::FeatureRow;
-use sonograph_io::{decode_reader, stream_reader, StreamError};
+use sonograph_io::sigmf::{IqReader, IqSource};
+use sonograph_io::{ItemReader, StreamError};
 use thiserror::Error;
 
 use crate::config::JobConfig;
@@ -36,13 +37,28 @@ pub(crate) fn decode_worker(
     for entry in work {
         let t = Instant::now();
         let mut blocked = 0.0;
-        let outcome = match entry {
-            Entry::Invalid { id, reason } => Err(WriterMsg::Failed(Failure {
+        // An IQ recording goes through the same stages as an audio file, as an item named
+        // by its file, whose samples are interleaved I/Q values.
+        let work = match entry {
+            Entry::Invalid { id, reason } => Err(Failure {
                 id,
                 source: config.source.display().to_string(),
                 reason,
-            })),
-            Entry::Item(item) => {
+            }),
+            Entry::Item(item) => Ok(WorkItem { item, iq: None }),
+            Entry::Iq { id, source } => Ok(WorkItem {
+                item: SourceItem {
+                    id,
+                    path: source.path(),
+                    offset_s: 0.0,
+                    duration_s: None,
+                },
+                iq: Some(source),
+            }),
+        };
+        let outcome = match work {
+            Err(failure) => Err(WriterMsg::Failed(failure)),
+            Ok(work) => {
                 let ex = extractor.get_or_insert_with(|| {
                     CpuExtractor::with_precision(&spec, config.precision)
                         .expect("the spec was validated")
@@ -52,7 +68,7 @@ pub(crate) fn decode_worker(
                 let run = std::panic::AssertUnwindSafe(|| {
                     decode_item(
                         config,
-                        &item,
+                        &work,
                         ex,
                         &units,
                         &writer,
@@ -63,8 +79,8 @@ pub(crate) fn decode_worker(
                 std::panic::catch_unwind(run).unwrap_or_else(|payload| {
                     // Pieces sent before the panic may still be on their way.
                     Err(WriterMsg::FailedPiece(Failure {
-                        id: item.id.clone(),
-                        source: item.path.display().to_string(),
+                        id: work.item.id.clone(),
+                        source: work.item.path.display().to_string(),
                         reason: format!("internal error while decoding: {}", panic_text(&*payload)),
                     }))
                 })
@@ -83,15 +99,23 @@ pub(crate) fn decode_worker(
     busy
 }
 
+/// An item to decode: an audio file (or a span of one), or an IQ recording (`iq`) named by
+/// its file.
+struct WorkItem {
+    item: SourceItem,
+    iq: Option<IqSource>,
+}
+
 fn decode_item(
     config: &JobConfig,
-    item: &SourceItem,
+    work: &WorkItem,
     extractor: &mut CpuExtractor,
     units: &Sender<Unit>,
     writer: &Sender<WriterMsg>,
     long_items: &LongItems,
     blocked: &mut f64,
 ) -> Result<Flow, WriterMsg> {
+    let item = &work.item;
     let source = item.path.display().to_string();
     let fail = |reason: String| WriterMsg::Failed(item_failure(item, reason));
     let opts = DecodeOptions {
@@ -100,13 +124,14 @@ fn decode_item(
         offset_s: item.offset_s,
         duration_s: item.duration_s,
     };
-    let reader = AudioReader::open(&item.path, &opts).map_err(|e| fail(e.to_string()))?;
+    let reader = open_item(config, item, work.iq.as_ref(), &opts).map_err(fail)?;
     let short = reader
         .expected_seconds()
         .is_some_and(|s| s <= config.max_seconds);
     if short {
-        let samples =
-            decode_reader(reader, config.spec.sample_rate).map_err(|e| fail(e.to_string()))?;
+        let samples = reader
+            .read_all(config.spec.sample_rate)
+            .map_err(|e| fail(e.to_string()))?;
         let wait = Instant::now();
         let sent = units.send(Unit {
             id: item.id.clone(),
@@ -165,6 +190,45 @@ fn decode_item(
     }
 }
 
+/// Opens an item for the spec: an audio file for a real spec, an IQ recording at the spec's
+/// rate for a complex one (IQ is never resampled). Any other pairing is the item's failure,
+/// naming the file and why.
+fn open_item(
+    config: &JobConfig,
+    item: &SourceItem,
+    iq: Option<&IqSource>,
+    opts: &DecodeOptions,
+) -> Result<ItemReader, String> {
+    let spec = &config.spec;
+    let path = item.path.display();
+    match (iq, spec.is_complex()) {
+        (None, false) => Ok(ItemReader::Audio(
+            AudioReader::open(&item.path, opts).map_err(|e| e.to_string())?,
+        )),
+        (None, true) => Err(format!(
+            "{path}: an audio file, and the spec takes complex IQ input (\"input\": \"complex\"): \
+             use an audio preset, or give IQ recordings"
+        )),
+        (Some(_), false) => Err(format!(
+            "{path}: an IQ recording, and the spec takes real audio: use an IQ preset \
+             (iq-spectrogram, iq-power) or a spec with \"input\": \"complex\""
+        )),
+        (Some(source), true) => {
+            let reader = IqReader::open(source, config.iq.sample_rate, config.iq.max_samples)
+                .map_err(|e| e.to_string())?;
+            let rate = reader.sample_rate();
+            if rate != f64::from(spec.sample_rate) {
+                return Err(format!(
+                    "{path}: recorded at {rate} Hz, and the spec is for {} Hz (IQ is not \
+                     resampled: give a spec at the recording's rate)",
+                    spec.sample_rate
+                ));
+            }
+            Ok(ItemReader::Iq(reader))
+        }
+    }
+}
+
 /// Cuts a long item, as it decodes, into pieces that go to the executors like short items,
 /// each with the window of samples it reads: the file is never held whole, and its pieces run
 /// on any device, several at once. At most `--batch-items` pieces of it are queued or being
@@ -173,7 +237,7 @@ fn decode_item(
 fn send_pieces(
     config: &JobConfig,
     item: &SourceItem,
-    reader: AudioReader,
+    reader: ItemReader,
     units: &Sender<Unit>,
     executors_running: &Weak<()>,
     blocked: &mut f64,
@@ -203,7 +267,7 @@ fn send_pieces(
         *blocked += wait.elapsed().as_secs_f64();
         sent.map_err(|_| WriterGone)
     };
-    let streamed = stream_reader(reader, config.spec.sample_rate, |chunk| {
+    let streamed = reader.stream(config.spec.sample_rate, |chunk| {
         cutter.push(chunk, &mut send)
     });
     match streamed {
@@ -288,6 +352,7 @@ mod tests {
         let executors = Arc::new(());
         let running = Arc::downgrade(&executors);
         drop(executors);
+        let reader = ItemReader::Audio(reader);
         let flow = send_pieces(&config, &item, reader, &units, &running, &mut 0.0).unwrap();
         assert!(matches!(flow, Flow::Stop));
         assert_eq!(queued.len(), 1, "one piece went out on the one permit");

@@ -146,7 +146,9 @@ pub(crate) fn run_executor(
             let (piece, last, offset_s, duration_s) = match unit.piece {
                 Some(p) => (p.index, p.span.last, p.offset_s, p.duration_s),
                 None => {
-                    let seconds = unit.samples.len() as f64 / f64::from(spec.sample_rate);
+                    // IQ samples take two values each.
+                    let n = unit.samples.len() / spec.values_per_sample();
+                    let seconds = n as f64 / f64::from(spec.sample_rate);
                     (0, true, 0.0, seconds)
                 }
             };

@@ -58,7 +58,18 @@ pub fn run_with(
     }
     let start = Instant::now();
     let spec_id = config.spec.spec_id();
-    let source = ShardSource::open(&config.source, config.shard_index, config.shard_count)?;
+    // IQ recordings are listed whatever the spec: one of the wrong kind fails as an item,
+    // saying why, instead of being passed over in silence.
+    let options = sonograph_io::manifest::SourceOptions {
+        iq: true,
+        raw: config.iq.raw,
+    };
+    let source = ShardSource::open(
+        &config.source,
+        &options,
+        config.shard_index,
+        config.shard_count,
+    )?;
     source.check_unique_ids()?;
     let layout = OutputLayout::new(&config.out, config.shard_index, config.shard_count);
     std::fs::create_dir_all(&layout.meta_dir).map_err(io_err(&layout.meta_dir))?;

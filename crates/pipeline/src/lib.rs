@@ -29,7 +29,7 @@ mod writer;
 pub use batcher::{
     AdaptiveBatcher, BatchDevice, BatchError, BatchInput, BatchOutput, BatchStats, BatcherConfig,
 };
-pub use config::JobConfig;
+pub use config::{IqOptions, JobConfig};
 pub use error::JobError;
 pub use executor::Unit;
 pub use job::{run, run_with, JobOutcome};

@@ -16,7 +16,7 @@ use sonograph_dsp::{CpuExtractor, ItemError};
 use thiserror::Error;
 
 use sonograph_io::decode::{AudioReader, DecodeOptions};
-use sonograph_io::{DecodeError, StreamError, StreamSummary};
+use sonograph_io::{DecodeError, ItemReader, StreamError};
 
 /// One row of output.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,16 +40,16 @@ pub fn frames_per_piece(spec: &FeatureSpec, chunk_seconds: f64) -> usize {
 
 /// Streams `path` through `extractor`; with `chunk_seconds`, hands a piece to `sink` each
 /// time one is complete, otherwise one piece at the end. Welch PSD averages the whole item,
-/// so it is never cut.
+/// so it is never cut. Returns the samples read.
 pub fn extract_streaming<E: std::error::Error + 'static>(
     path: &Path,
     opts: &DecodeOptions,
     extractor: &mut CpuExtractor,
     chunk_seconds: Option<f64>,
     sink: impl FnMut(Piece) -> Result<(), E>,
-) -> Result<StreamSummary, StreamError<E>> {
+) -> Result<u64, StreamError<E>> {
     extract_from_reader(
-        AudioReader::open(path, opts)?,
+        ItemReader::Audio(AudioReader::open(path, opts)?),
         extractor,
         chunk_seconds,
         sink,
@@ -85,13 +85,19 @@ pub struct PieceWindow {
 /// Cuts an item's samples, as they arrive, into pieces of a fixed number of frames, each with
 /// its window; holds only the samples from the next piece's window on. A piece is cut once two
 /// more frames are ready, so that the last piece is never empty (Whisper drops a frame).
+/// Samples are values in the buffers, or interleaved I/Q pairs of values for a complex spec.
 pub struct PieceCutter {
     spec: FeatureSpec,
     per_piece: usize,
-    /// Samples from signal index `held_from` on.
+    /// Values per sample: 2 for IQ.
+    per_sample: usize,
+    /// Samples from signal index `held_from` on (and half a sample at the end, when the
+    /// values so far do not pair up).
     held: Vec<f32>,
     held_from: usize,
+    /// Whole samples seen.
     seen: usize,
+    values_seen: usize,
     next_frame: usize,
     index: u32,
 }
@@ -101,9 +107,11 @@ impl PieceCutter {
         PieceCutter {
             spec: spec.clone(),
             per_piece: frames_per_piece(spec, chunk_seconds),
+            per_sample: spec.values_per_sample(),
             held: Vec::new(),
             held_from: 0,
             seen: 0,
+            values_seen: 0,
             next_frame: 0,
             index: 0,
         }
@@ -126,7 +134,8 @@ impl PieceCutter {
         mut sink: impl FnMut(PieceWindow) -> Result<(), E>,
     ) -> Result<(), E> {
         self.held.extend_from_slice(samples);
-        self.seen += samples.len();
+        self.values_seen += samples.len();
+        self.seen = self.values_seen / self.per_sample;
         while frames_ready(&self.spec, self.seen) >= self.next_frame + self.per_piece + 2 {
             let piece = self.cut(self.per_piece, false);
             // What no later piece reads goes.
@@ -134,8 +143,8 @@ impl PieceCutter {
             let drop = next
                 .start
                 .saturating_sub(self.held_from)
-                .min(self.held.len());
-            self.held.drain(..drop);
+                .min(self.held.len() / self.per_sample);
+            self.held.drain(..drop * self.per_sample);
             self.held_from += drop;
             sink(piece)?;
         }
@@ -144,7 +153,7 @@ impl PieceCutter {
 
     /// The last piece (the rest of the item); `None` for an item without samples.
     pub fn finish(mut self) -> Option<PieceWindow> {
-        if self.seen == 0 {
+        if self.values_seen == 0 {
             return None;
         }
         let frames = self.spec.n_raw_frames(self.seen) - self.next_frame;
@@ -171,7 +180,14 @@ impl PieceCutter {
         } else {
             frames as f64 * seconds_per_frame
         };
-        let samples = self.held[start - self.held_from..w.end - self.held_from].to_vec();
+        let v = self.per_sample;
+        // The last piece keeps a trailing half sample, for the extractor to refuse.
+        let end = if last {
+            self.held.len()
+        } else {
+            (w.end - self.held_from) * v
+        };
+        let samples = self.held[(start - self.held_from) * v..end].to_vec();
         self.next_frame += frames;
         let index = self.index;
         self.index += 1;
@@ -187,13 +203,13 @@ impl PieceCutter {
     }
 }
 
-/// [`extract_streaming`] from a reader already open.
+/// [`extract_streaming`] from a reader already open (audio, or IQ for a complex spec).
 pub fn extract_from_reader<E: std::error::Error + 'static>(
-    reader: AudioReader,
+    reader: ItemReader,
     extractor: &mut CpuExtractor,
     chunk_seconds: Option<f64>,
     mut sink: impl FnMut(Piece) -> Result<(), E>,
-) -> Result<StreamSummary, StreamError<E>> {
+) -> Result<u64, StreamError<E>> {
     let path = reader.path().to_path_buf();
     let path = path.as_path();
     let spec = extractor.spec().clone();
@@ -207,7 +223,8 @@ pub fn extract_from_reader<E: std::error::Error + 'static>(
     let Some(chunk_seconds) = chunk_seconds else {
         // One piece: the extractor streams the whole item.
         extractor.begin();
-        let summary = sonograph_io::stream_reader(reader, spec.sample_rate, |c| extractor.push(c))
+        let samples = reader
+            .stream(spec.sample_rate, |c| extractor.push(c))
             .map_err(|e| match e {
                 StreamError::Decode(d) => StreamError::Decode(d),
                 other => corrupt(other.to_string()),
@@ -216,7 +233,7 @@ pub fn extract_from_reader<E: std::error::Error + 'static>(
         let frames = extractor
             .finish(&mut rows)
             .map_err(|e| corrupt(e.to_string()))?;
-        let duration_s = summary.output_samples as f64 / f64::from(spec.sample_rate);
+        let duration_s = samples as f64 / f64::from(spec.sample_rate);
         sink(Piece {
             index: 0,
             last: true,
@@ -229,7 +246,7 @@ pub fn extract_from_reader<E: std::error::Error + 'static>(
             path: path.to_path_buf(),
             source,
         })?;
-        return Ok(summary);
+        return Ok(samples);
     };
     let mut cutter = PieceCutter::new(&spec, chunk_seconds);
     let mut failed: Option<E> = None;
@@ -251,9 +268,8 @@ pub fn extract_from_reader<E: std::error::Error + 'static>(
             PieceStop::SinkStopped
         })
     };
-    let streamed =
-        sonograph_io::stream_reader(reader, spec.sample_rate, |c| cutter.push(c, &mut compute));
-    let summary = match streamed {
+    let streamed = reader.stream(spec.sample_rate, |c| cutter.push(c, &mut compute));
+    let samples = match streamed {
         Ok(s) => s,
         Err(StreamError::Sink { source, .. }) => {
             return Err(match failed.take() {
@@ -277,7 +293,7 @@ pub fn extract_from_reader<E: std::error::Error + 'static>(
         },
         None => corrupt(e.to_string()),
     })?;
-    Ok(summary)
+    Ok(samples)
 }
 
 #[cfg(test)]

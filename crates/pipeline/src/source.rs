@@ -8,7 +8,7 @@ use std::ops::Range;
 
 use crossbeam_channel::Sender;
 use sonograph_io::ledger::LedgerReader;
-use sonograph_io::manifest::{shard_range, Entry, Source, SourceError};
+use sonograph_io::manifest::{shard_range, Entry, Source, SourceError, SourceOptions};
 
 use crate::error::JobError;
 
@@ -24,8 +24,13 @@ pub(crate) struct ShardSource {
 impl ShardSource {
     /// Opens the source and finds shard `index` of `count`: a contiguous share of the
     /// entries in their order (a directory's by id, a manifest's by line).
-    pub fn open(path: &std::path::Path, index: usize, count: usize) -> Result<Self, SourceError> {
-        let source = Source::open(path)?;
+    pub fn open(
+        path: &std::path::Path,
+        options: &SourceOptions,
+        index: usize,
+        count: usize,
+    ) -> Result<Self, SourceError> {
+        let source = Source::open_with(path, options)?;
         let range = shard_range(source.count()?, index, count);
         Ok(ShardSource { source, range })
     }
