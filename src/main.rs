@@ -9,6 +9,7 @@ use std::time::Instant;
 
 mod extract;
 mod gpu_cli;
+mod serve_cli;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -43,6 +44,8 @@ enum Command {
     Extract(extract::ExtractArgs),
     /// List the compute devices (GPUs through wgpu, and the CPU) with their scores and health.
     Devices(gpu_cli::DevicesArgs),
+    /// Run the HTTP service: jobs API, Prometheus metrics, alerts, live dashboard.
+    Serve(serve_cli::ServeArgs),
 }
 
 #[derive(Args)]
@@ -235,6 +238,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench(&args).map(|()| 0),
         Command::Extract(args) => extract::extract(&args),
         Command::Devices(args) => gpu_cli::devices(&args).map(|()| 0),
+        Command::Serve(args) => serve_cli::serve(&args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

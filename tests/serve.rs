@@ -1,0 +1,517 @@
+//! `sonograph serve` on loopback, spoken to by a real HTTP client: endpoints, safety rules,
+//! the jobs API with its SQLite queue, alerts and their webhook, the event stream, and what
+//! kill -9 and SIGTERM leave behind. `extract --metrics-addr` too.
+
+#[path = "shared/serving.rs"]
+mod serving;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use serving::{manifest, request, Scratch, Server};
+
+/// Every sample of a /metrics text, parsed by a real Prometheus text parser.
+fn scrape(text: &str) -> prometheus_parse::Scrape {
+    prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap()
+}
+
+fn value_of(s: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    s.samples
+        .iter()
+        .find(|x| {
+            x.metric == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| x.labels.get(k) == Some(*v))
+        })
+        .map(|x| match x.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => f64::NAN,
+        })
+}
+
+#[test]
+fn health_ready_status_and_metrics() {
+    let dir = Scratch::new("basic");
+    let server = Server::start(&["--data-root", dir.str(), "--state-dir", &dir.path("state").display().to_string()]);
+    let (status, body) = server.call("GET", "/health", None);
+    assert_eq!((status, body.as_str()), (200, r#"{"status":"ok"}"#));
+    server.wait_ready();
+    let status = server.get_json("/api/v1/status");
+    let devices = status["devices"].as_array().unwrap();
+    assert_eq!(devices.last().unwrap()["id"], "cpu", "{status:#}");
+    assert_eq!(status["configuration"]["data_roots"][0], dir.str());
+    assert_eq!(status["configuration"]["token_required"], false);
+    assert!(status["optimisations"]["gpu_backend_built"].is_boolean());
+    assert!(status["configuration"]["alert_rules"]["memory_warning"].as_f64() == Some(0.9));
+
+    let (code, text) = server.call("GET", "/metrics", None);
+    assert_eq!(code, 200);
+    let m = scrape(&text);
+    assert_eq!(value_of(&m, "sonograph_items_total", &[("status", "ok")]), Some(0.0));
+    for level in ["INFO", "WARNING", "ERROR", "CRITICAL"] {
+        assert_eq!(
+            value_of(&m, "sonograph_alerts_active", &[("level", level)]),
+            Some(0.0),
+            "{text}"
+        );
+    }
+    assert_eq!(value_of(&m, "sonograph_jobs", &[("state", "queued")]), Some(0.0));
+    assert_eq!(value_of(&m, "sonograph_ready", &[]), Some(1.0));
+    assert!(value_of(&m, "process_resident_memory_bytes", &[]).unwrap() > 1e6);
+    let (code, body) = server.call("GET", "/nope", None);
+    assert_eq!(code, 404);
+    assert!(body.contains("no such endpoint"));
+    // The dashboard is one embedded page.
+    let (code, page) = server.call("GET", "/", None);
+    assert_eq!(code, 200);
+    assert!(page.contains("<canvas id=\"chart-throughput\"") && !page.contains("http"), "no CDN");
+}
+
+#[test]
+fn hostile_requests_get_clear_4xx_answers() {
+    let dir = Scratch::new("hostile");
+    let root = dir.path("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let outside = dir.path("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let src = manifest(&root, 3, 0);
+    let secret = manifest(&outside, 3, 0);
+    std::os::unix::fs::symlink(&outside, root.join("escape")).unwrap();
+    let server = Server::start(&[
+        "--data-root",
+        root.to_str().unwrap(),
+        "--state-dir",
+        dir.path("state").to_str().unwrap(),
+    ]);
+    let post = |body: &str| server.call("POST", "/api/v1/jobs", Some(body));
+    let expect = |(code, body): (u16, String), want: u16, says: &str| {
+        assert_eq!(code, want, "{body}");
+        let reason = serde_json::from_str::<Value>(&body).unwrap()["error"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(reason.contains(says), "{reason:?} should say {says:?}");
+    };
+    let out = root.join("out");
+    let (s, o) = (src.to_str().unwrap(), out.to_str().unwrap());
+    expect(post("{\"source\": "), 400, "EOF");
+    expect(post("[1, 2]"), 400, "invalid job");
+    expect(
+        post(&json!({"source": s, "out": o, "bogus": 1}).to_string()),
+        400,
+        "unknown field `bogus`",
+    );
+    expect(
+        post(&json!({"source": s, "out": o, "preset": "nope"}).to_string()),
+        400,
+        "nope",
+    );
+    expect(
+        post(&json!({"source": s, "out": o, "workers": 0}).to_string()),
+        400,
+        "--workers",
+    );
+    expect(
+        post(&json!({"source": s, "out": o, "dtype": "f8"}).to_string()),
+        400,
+        "unknown variant",
+    );
+    let big = format!("{{\"source\": \"{}\"}}", "a".repeat(1 << 20));
+    let (code, _) = post(&big);
+    assert_eq!(code, 413);
+    // Paths outside every data root, directly, through a symlink, or with `..`.
+    let secret_s = secret.to_str().unwrap();
+    expect(post(&json!({"source": secret_s, "out": o}).to_string()), 403, "--data-root");
+    let via_link = root.join("escape").join(secret.file_name().unwrap());
+    expect(
+        post(&json!({"source": via_link, "out": o}).to_string()),
+        403,
+        "does not resolve under",
+    );
+    expect(
+        post(&json!({"source": s, "out": root.join("../outside/new")}).to_string()),
+        403,
+        "out",
+    );
+    expect(
+        post(&json!({"source": s, "out": root.join("new/../../x")}).to_string()),
+        403,
+        "out",
+    );
+    expect(
+        post(&json!({"source": root.join("missing.csv"), "out": o}).to_string()),
+        400,
+        "does not exist",
+    );
+    let (code, _) = server.call("GET", "/api/v1/jobs/abc", None);
+    assert_eq!(code, 400);
+    expect(server.call("GET", "/api/v1/jobs/999", None), 404, "no job 999");
+    expect(server.call("DELETE", "/api/v1/jobs/999", None), 404, "no job 999");
+    expect(server.call("GET", "/api/v1/telemetry?since=-1", None), 400, "since");
+    let (code, _) = server.call("GET", "/api/v1/telemetry?since=abc", None);
+    assert_eq!(code, 400);
+    let (code, _) = server.call("GET", "/api/v1/telemetry?until=3", None);
+    assert_eq!(code, 400);
+    // A relative path is taken from the first data root.
+    let (code, body) = post(
+        &json!({"source": src.file_name().unwrap(), "out": "out-rel", "device": "cpu"}).to_string(),
+    );
+    assert_eq!(code, 201, "{body}");
+    // Still standing.
+    assert_eq!(server.call("GET", "/health", None).0, 200);
+}
+
+#[test]
+fn a_token_guards_everything_but_health_and_ready() {
+    let dir = Scratch::new("token");
+    // A public address without a token is refused at start.
+    let out = serving::command()
+        .args(["serve", "--addr", "0.0.0.0:0", "--state-dir", dir.path("s").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a loopback address") && err.contains("--token"), "{err}");
+
+    let token = "correct-horse-battery-staple";
+    let server = Server::start(&[
+        "--token",
+        token,
+        "--state-dir",
+        dir.path("state").to_str().unwrap(),
+    ]);
+    let url = |p: &str| server.url(p);
+    assert_eq!(request("GET", &url("/health"), None, None).0, 200);
+    server.wait_ready();
+    assert_eq!(request("GET", &url("/ready"), None, None).0, 200);
+    for path in ["/metrics", "/api/v1/status", "/api/v1/jobs", "/api/v1/alerts", "/", "/api/v1/events"] {
+        let (code, body) = request("GET", &url(path), None, None);
+        assert_eq!(code, 401, "{path}: {body}");
+        let (code, _) = request("GET", &url(path), None, Some("Bearer wrong-token-of-some-length"));
+        assert_eq!(code, 401, "{path}");
+    }
+    assert_eq!(request("POST", &url("/api/v1/jobs"), Some("{}"), None).0, 401);
+    assert_eq!(
+        request("GET", &url("/api/v1/status"), None, Some(&format!("Bearer {token}"))).0,
+        200
+    );
+    // The dashboard opened with ?token= keeps it in a cookie for its own calls.
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let r = agent.get(&url(&format!("/?token={token}"))).call().unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let cookie = r.headers().get("set-cookie").unwrap().to_str().unwrap().to_string();
+    assert!(cookie.starts_with(&format!("sonograph_token={token}")) && cookie.contains("HttpOnly"));
+    let pair = cookie.split(';').next().unwrap();
+    let r = agent.get(&url("/api/v1/alerts")).header("cookie", pair).call().unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+}
+
+/// Reads server-sent events from `path` until one named `name` comes (20 s at most);
+/// returns its data.
+fn next_event(server: &Server, name: &str) -> Value {
+    let addr = server.base.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        stream,
+        "GET /api/v1/events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n"
+    )
+    .unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut current = String::new();
+    let start = Instant::now();
+    let mut line = String::new();
+    while start.elapsed() < Duration::from_secs(20) {
+        line.clear();
+        if reader.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        let l = line.trim_end();
+        if let Some(e) = l.strip_prefix("event: ") {
+            current = e.to_string();
+        } else if let Some(d) = l.strip_prefix("data: ") {
+            if current == name {
+                return serde_json::from_str(d).unwrap();
+            }
+        }
+    }
+    panic!("no {name} event");
+}
+
+#[test]
+fn jobs_queue_run_one_at_a_time_cancel_and_resume() {
+    let dir = Scratch::new("jobs");
+    let src = manifest(&dir.0, 200_000, 0);
+    let server = Server::start(&[
+        "--data-root",
+        dir.str(),
+        "--state-dir",
+        dir.path("state").to_str().unwrap(),
+        "--telemetry-interval",
+        "0.2",
+    ]);
+    let job = json!({"source": src, "out": dir.path("out"), "device": "cpu", "workers": 1, "preset": "whisper"});
+    let first = server.submit(&job);
+    let second = server.submit(&json!({"source": src, "out": dir.path("out2"), "device": "cpu"}));
+    let running = server.wait_job(first, "running with progress", |j| {
+        j["state"] == "running" && j["progress"]["items_ok"].as_u64() > Some(0)
+    });
+    assert_eq!(running["progress"]["items_total"], 200_000);
+    assert_eq!(running["attempts"], 1);
+    // One at a time: the second waits.
+    assert_eq!(server.job(second)["state"], "queued");
+    // The event stream carries samples of the running job.
+    let sample = next_event(&server, "sample");
+    assert_eq!(sample["job"]["id"], first.to_string(), "{sample:#}");
+    // Metrics while it runs.
+    let m = scrape(&server.call("GET", "/metrics", None).1);
+    assert_eq!(value_of(&m, "sonograph_job_running", &[]), Some(1.0));
+    assert!(value_of(&m, "sonograph_queue_capacity", &[("stage", "prefetch")]).unwrap() > 0.0);
+    assert!(value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap() > 0.0);
+    assert!(value_of(&m, "sonograph_audio_seconds_total", &[]).unwrap() > 0.0);
+    assert!(value_of(&m, "sonograph_batch_size", &[("device", "cpu")]).is_some());
+    assert_eq!(value_of(&m, "sonograph_jobs", &[("state", "queued")]), Some(1.0));
+
+    // Cancel the queued one (at once), then the running one (at a batch boundary).
+    let (code, body) = server.call("DELETE", &format!("/api/v1/jobs/{second}"), None);
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(server.job(second)["state"], "canceled");
+    let (code, _) = server.call("DELETE", &format!("/api/v1/jobs/{second}"), None);
+    assert_eq!(code, 409);
+    let (code, body) = server.call("DELETE", &format!("/api/v1/jobs/{first}"), None);
+    assert_eq!(code, 202, "{body}");
+    let canceled = server.wait_job(first, "canceled", |j| j["state"] == "canceled");
+    let done_before = canceled["report"]["items_ok"].as_u64().unwrap();
+    assert!(done_before > 0, "{canceled:#}");
+    assert!(canceled["error"].as_str().unwrap().contains("resumes"));
+
+    // The same job again resumes where the first stopped.
+    let again = server.submit(&job);
+    let resumed = server.wait_job(again, "resumed", |j| {
+        j["state"] == "running" && j["progress"]["items_resumed"].as_u64() > Some(0)
+    });
+    assert!(resumed["progress"]["items_resumed"].as_u64().unwrap() >= done_before);
+    assert_eq!(server.call("DELETE", &format!("/api/v1/jobs/{again}"), None).0, 202);
+    server.wait_job(again, "canceled", |j| j["state"] == "canceled");
+    let list = server.get_json("/api/v1/jobs");
+    let ids: Vec<i64> = list["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [again, second, first]);
+}
+
+/// A webhook receiver: answers the first POST with 500 (the sender must retry), the others
+/// with 200; keeps the bodies it accepted.
+fn webhook_receiver() -> (String, Arc<Mutex<Vec<Value>>>, Arc<Mutex<usize>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let attempts = Arc::new(Mutex::new(0usize));
+    let (b, a) = (bodies.clone(), attempts.clone());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut length = 0usize;
+            let mut line = String::new();
+            loop {
+                line.clear();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                let l = line.trim_end().to_ascii_lowercase();
+                if let Some(v) = l.strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap();
+                }
+                if l.is_empty() {
+                    break;
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            let n = {
+                let mut a = a.lock().unwrap();
+                *a += 1;
+                *a
+            };
+            let status = if n == 1 { "500 Internal Server Error" } else { "200 OK" };
+            if n > 1 {
+                b.lock().unwrap().push(serde_json::from_slice(&body).unwrap());
+            }
+            let _ = write!(stream, "HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    (url, bodies, attempts)
+}
+
+#[test]
+fn failed_items_alert_once_to_the_api_and_the_webhook() {
+    let dir = Scratch::new("alerts");
+    let src = manifest(&dir.0, 40, 3);
+    let (hook, bodies, attempts) = webhook_receiver();
+    let server = Server::start(&[
+        "--data-root",
+        dir.str(),
+        "--state-dir",
+        dir.path("state").to_str().unwrap(),
+        "--telemetry-interval",
+        "0.1",
+        "--alert-webhook",
+        &hook,
+    ]);
+    let id = server.submit(&json!({"source": src, "out": dir.path("out"), "device": "cpu", "workers": 1, "batch-items": 2}));
+    let done = server.wait_job(id, "succeeded", |j| j["state"] == "succeeded");
+    assert_eq!(done["progress"]["items_failed"], 3, "{done:#}");
+    assert_eq!(done["progress"]["items_ok"], 40);
+    let start = Instant::now();
+    let alerts = loop {
+        let a = server.get_json("/api/v1/alerts");
+        let closed = a["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["rule"] == "items_failed" && !x["ended"].is_null());
+        if closed || start.elapsed() > Duration::from_secs(20) {
+            break a;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let failed: Vec<&Value> = alerts["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["rule"] == "items_failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "one episode: {alerts:#}");
+    let a = failed[0];
+    assert_eq!(a["level"], "WARNING");
+    assert_eq!(a["subject"], format!("job:{id}"));
+    assert!(a["message"].as_str().unwrap().contains("broken000"), "{a}");
+    assert!(a["ended"].as_f64().unwrap() >= a["started"].as_f64().unwrap());
+    // The webhook got it fired and resolved, the first attempt retried.
+    let start = Instant::now();
+    while bodies.lock().unwrap().len() < 2 && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let got = bodies.lock().unwrap().clone();
+    let mine: Vec<&Value> = got.iter().filter(|b| b["alert"]["rule"] == "items_failed").collect();
+    assert_eq!(mine.len(), 2, "{got:#?}");
+    assert_eq!(mine[0]["event"], "fired");
+    assert_eq!(mine[1]["event"], "resolved");
+    assert_eq!(mine[0]["alert"]["id"], a["id"]);
+    assert!(*attempts.lock().unwrap() >= 3, "the 500 was retried");
+    let m = scrape(&server.call("GET", "/metrics", None).1);
+    assert_eq!(value_of(&m, "sonograph_items_total", &[("status", "failed")]), Some(3.0));
+    assert_eq!(value_of(&m, "sonograph_items_total", &[("status", "ok")]), Some(40.0));
+    assert_eq!(value_of(&m, "sonograph_jobs", &[("state", "succeeded")]), Some(1.0));
+    assert_eq!(value_of(&m, "sonograph_alerts_active", &[("level", "WARNING")]), Some(0.0));
+}
+
+/// kill -9 with a job running: the restarted server lists the job and resumes it.
+#[test]
+fn a_server_killed_with_minus_9_resumes_its_running_job() {
+    let dir = Scratch::new("kill9");
+    let src = manifest(&dir.0, 200_000, 0);
+    let args = [
+        "--data-root",
+        dir.str(),
+        "--state-dir",
+        &dir.path("state").display().to_string(),
+    ]
+    .map(|s| s.to_string());
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let mut server = Server::start(&args);
+    let id = server.submit(&json!({"source": src, "out": dir.path("out"), "device": "cpu", "workers": 1}));
+    let queued = server.submit(&json!({"source": src, "out": dir.path("out-b"), "device": "cpu"}));
+    server.wait_job(id, "running with progress", |j| {
+        j["state"] == "running" && j["progress"]["items_ok"].as_u64() > Some(50)
+    });
+    server.signal("-KILL");
+    let status = server.wait_exit(Duration::from_secs(5));
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9), "killed mid-job");
+    drop(server);
+
+    let server = Server::start(&args);
+    let resumed = server.wait_job(id, "resumed", |j| {
+        j["state"] == "running" && j["progress"]["items_resumed"].as_u64() > Some(0)
+    });
+    assert_eq!(resumed["attempts"], 2);
+    assert_eq!(server.job(queued)["state"], "queued", "still behind it");
+    assert_eq!(server.call("DELETE", &format!("/api/v1/jobs/{id}"), None).0, 202);
+    server.wait_job(id, "canceled", |j| j["state"] == "canceled");
+}
+
+/// SIGTERM: the running job stops at a batch boundary, the server exits 0 within 10 s, and
+/// the job resumes at the next start.
+#[test]
+fn sigterm_stops_the_job_resumably_and_exits_0_within_10_s() {
+    let dir = Scratch::new("term");
+    let src = manifest(&dir.0, 200_000, 0);
+    let state = dir.path("state").display().to_string();
+    let args = ["--data-root", dir.str(), "--state-dir", &state];
+    let mut server = Server::start(&args);
+    let id = server.submit(&json!({"source": src, "out": dir.path("out"), "device": "cpu", "workers": 1}));
+    server.wait_job(id, "running with progress", |j| {
+        j["state"] == "running" && j["progress"]["items_ok"].as_u64() > Some(50)
+    });
+    let t = Instant::now();
+    server.signal("-TERM");
+    let status = server.wait_exit(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "{}", server.log());
+    assert!(t.elapsed() < Duration::from_secs(10));
+    assert!(server.log().contains("shutting down"), "{}", server.log());
+    drop(server);
+    // The output is resumable: the ledger has what was done, the record says so, and the
+    // next start picks the job up again.
+    let server = Server::start(&args);
+    let resumed = server.wait_job(id, "resumed", |j| {
+        j["state"] == "running" && j["progress"]["items_resumed"].as_u64() > Some(0)
+    });
+    assert_eq!(resumed["attempts"], 2);
+    assert_eq!(server.call("DELETE", &format!("/api/v1/jobs/{id}"), None).0, 202);
+    server.wait_job(id, "canceled", |j| j["state"] == "canceled");
+}
+
+/// `extract --metrics-addr` serves /metrics, /health and the dashboard while it runs.
+#[test]
+fn extract_serves_metrics_while_it_runs() {
+    let dir = Scratch::new("sidecar");
+    let src = manifest(&dir.0, 200_000, 0);
+    let mut cmd = serving::command();
+    cmd.args(["extract", src.to_str().unwrap(), "--out", dir.path("out").to_str().unwrap()])
+        .args(["--device", "cpu", "--workers", "1", "--metrics-addr", "127.0.0.1:0"])
+        .args(["--telemetry-interval", "0.1"]);
+    let mut job = Server::spawn(cmd, None, " on http://");
+    assert_eq!(job.call("GET", "/health", None).0, 200);
+    let start = Instant::now();
+    let m = loop {
+        let m = scrape(&job.call("GET", "/metrics", None).1);
+        if value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap_or(0.0) > 0.0 {
+            break m;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no progress in /metrics");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(value_of(&m, "sonograph_job_running", &[]), Some(1.0));
+    assert!(value_of(&m, "sonograph_queue_depth", &[("stage", "prefetch")]).is_some());
+    let (code, page) = job.call("GET", "/", None);
+    assert_eq!(code, 200);
+    assert!(page.contains("chart-memory"));
+    // No jobs API: it runs its own job only.
+    assert_eq!(job.call("GET", "/api/v1/jobs", None).0, 404);
+    job.signal("-KILL");
+    job.wait_exit(Duration::from_secs(5));
+}
