@@ -109,7 +109,7 @@ impl App {
         let _ = self.shutdown.send(true);
         if let Some(jobs) = &self.jobs {
             if let Some((id, live)) = jobs.running() {
-                tracing::info!("stopping job {id} at its next batch boundary");
+                tracing::warn!("shutting down: job {id} stops at its next batch boundary and resumes at the next start");
                 live.cancel();
             }
             jobs.notify();

@@ -42,6 +42,20 @@ impl Metrics {
         f
     }
 
+    /// One value without labels.
+    fn gauge1(&mut self, name: &str, help: &str, value: f64) {
+        let g = Gauge::<f64, AtomicU64>::default();
+        g.set(value);
+        self.registry.register(name, help, g);
+    }
+
+    /// One total without labels (the exposition adds `_total`).
+    fn counter1(&mut self, name: &str, help: &str, value: f64) {
+        let c = Counter::<f64, AtomicU64>::default();
+        c.inc_by(value);
+        self.registry.register(name, help, c);
+    }
+
     /// Registered as `name`; the exposition adds `_total`.
     fn counter(&mut self, name: &str, help: &str) -> CounterF {
         let f = CounterF::default();
@@ -65,31 +79,28 @@ pub fn render(s: &Scrape) -> Result<String, std::fmt::Error> {
         registry: Registry::default(),
     };
     let t = s.totals;
-    let items = m.counter("sonograph_items", "Items settled, by status (ok, failed).");
+    let items = m.counter("sonograph_items", "Items settled, by status (ok, failed)");
     items
         .get_or_create(&labels(&[("status", "ok")]))
         .inc_by(t.items_ok as f64);
     items
         .get_or_create(&labels(&[("status", "failed")]))
         .inc_by(t.items_failed as f64);
-    m.counter("sonograph_rows", "Rows of features written.")
-        .get_or_create(&Vec::new())
-        .inc_by(t.rows as f64);
-    m.counter(
+    m.counter1("sonograph_rows", "Rows of features written", t.rows as f64);
+    m.counter1(
         "sonograph_audio_seconds",
-        "Seconds of audio turned into features.",
-    )
-    .get_or_create(&Vec::new())
-    .inc_by(t.audio_seconds);
+        "Seconds of audio turned into features",
+        t.audio_seconds,
+    );
     let ooms = m.counter(
         "sonograph_oom",
-        "Out-of-memory errors per device (each batch split and retried).",
+        "Out-of-memory errors per device (each batch split and retried)",
     );
     for (device, n) in &t.ooms {
         ooms.get_or_create(&labels(&[("device", device)]))
             .inc_by(*n as f64);
     }
-    let batches = m.counter("sonograph_batches", "Batches run per device.");
+    let batches = m.counter("sonograph_batches", "Batches run per device");
     for (device, n) in &t.batches {
         batches
             .get_or_create(&labels(&[("device", device)]))
@@ -97,13 +108,13 @@ pub fn render(s: &Scrape) -> Result<String, std::fmt::Error> {
     }
     let busy = m.counter(
         "sonograph_stage_busy_seconds",
-        "Seconds each stage was busy, summed over its threads.",
+        "Seconds each stage was busy, summed over its threads",
     );
     for (stage, secs) in &t.stage_busy_s {
         busy.get_or_create(&labels(&[("stage", stage)]))
             .inc_by(*secs);
     }
-    let active = m.gauge("sonograph_alerts_active", "Alerts firing now, by level.");
+    let active = m.gauge("sonograph_alerts_active", "Alerts firing now, by level");
     for level in AlertLevel::ALL {
         let n = s
             .alerts
@@ -114,7 +125,7 @@ pub fn render(s: &Scrape) -> Result<String, std::fmt::Error> {
             .get_or_create(&labels(&[("level", level.as_str())]))
             .set(n as f64);
     }
-    let jobs = m.gauge("sonograph_jobs", "Jobs of the server's queue, by state.");
+    let jobs = m.gauge("sonograph_jobs", "Jobs of the server's queue, by state");
     for state in JobState::ALL {
         let n = s
             .jobs
@@ -124,46 +135,34 @@ pub fn render(s: &Scrape) -> Result<String, std::fmt::Error> {
         jobs.get_or_create(&labels(&[("state", state.as_str())]))
             .set(n as f64);
     }
-    m.gauge("sonograph_ready", "1 once the devices are probed.")
-        .get_or_create(&Vec::new())
-        .set(if s.ready { 1.0 } else { 0.0 });
+    m.gauge1(
+        "sonograph_ready",
+        "1 once the devices are probed",
+        if s.ready { 1.0 } else { 0.0 },
+    );
 
     let Some(sample) = s.sample else {
         return finish(&m);
     };
     let p = &sample.process;
-    m.counter("process_cpu_seconds", "CPU time of this process.")
-        .get_or_create(&Vec::new())
-        .inc_by(p.cpu_seconds);
-    m.gauge(
+    m.counter1("process_cpu_seconds", "CPU time of this process", p.cpu_seconds);
+    m.gauge1(
         "process_resident_memory_bytes",
-        "Resident set size of this process.",
-    )
-    .get_or_create(&Vec::new())
-    .set(p.rss_bytes as f64);
-
-    let running = m.gauge("sonograph_job_running", "1 while a job runs.");
-    running
-        .get_or_create(&Vec::new())
-        .set(if sample.job.as_ref().is_some_and(|j| !j.finished) {
-            1.0
-        } else {
-            0.0
-        });
-    let depth = m.gauge("sonograph_queue_depth", "Items waiting in each queue.");
-    let capacity = m.gauge("sonograph_queue_capacity", "Capacity of each queue.");
-    let batch = m.gauge("sonograph_batch_size", "Size of the batch last run, per device.");
-    let rate = m.gauge(
-        "sonograph_items_per_second",
-        "Items settled per second over the last sample interval.",
+        "Resident set size of this process",
+        p.rss_bytes as f64,
     );
-    let audio_rate = m.gauge(
-        "sonograph_audio_seconds_per_second",
-        "Audio seconds per second over the last sample interval.",
+    let running = sample.job.as_ref().is_some_and(|j| !j.finished);
+    m.gauge1(
+        "sonograph_job_running",
+        "1 while a job runs",
+        if running { 1.0 } else { 0.0 },
     );
+    let depth = m.gauge("sonograph_queue_depth", "Items waiting in each queue");
+    let capacity = m.gauge("sonograph_queue_capacity", "Capacity of each queue");
+    let batch = m.gauge("sonograph_batch_size", "Size of the batch last run, per device");
     let progress = m.gauge(
         "sonograph_job_items",
-        "The running job's items, by state (total, ok, failed, resumed).",
+        "The running job's items, by state (total, ok, failed, resumed)",
     );
     if let Some(job) = &sample.job {
         for q in &job.queues {
@@ -174,10 +173,16 @@ pub fn render(s: &Scrape) -> Result<String, std::fmt::Error> {
                 .get_or_create(&labels(&[("stage", &q.stage)]))
                 .set(q.capacity as f64);
         }
-        rate.get_or_create(&Vec::new()).set(job.items_per_second);
-        audio_rate
-            .get_or_create(&Vec::new())
-            .set(job.audio_seconds_per_second);
+        m.gauge1(
+            "sonograph_items_per_second",
+            "Items settled per second over the last sample interval",
+            job.items_per_second,
+        );
+        m.gauge1(
+            "sonograph_audio_seconds_per_second",
+            "Audio seconds per second over the last sample interval",
+            job.audio_seconds_per_second,
+        );
         for (state, n) in [
             ("total", job.items_total),
             ("ok", job.items_ok),
@@ -191,28 +196,28 @@ pub fn render(s: &Scrape) -> Result<String, std::fmt::Error> {
     }
     let pool = m.gauge(
         "sonograph_pool_bytes",
-        "Device memory pool, by kind (allocated, reserved, requested, budget, largest_free).",
+        "Device memory pool, by kind (allocated, reserved, requested, budget, largest_free)",
     );
     let frag = m.gauge(
         "sonograph_pool_fragmentation_ratio",
-        "1 - allocated / reserved of each device's pool.",
+        "1 - allocated / reserved of each device's pool",
     );
     let state = m.gauge(
         "sonograph_device_state",
-        "1 for each device's current state.",
+        "1 for each device's current state",
     );
     let busy_ratio = m.gauge(
         "sonograph_device_busy_ratio",
-        "Share of the last interval each executor computed.",
+        "Share of the last interval each executor computed",
     );
     let util = m.gauge(
         "DCGM_FI_DEV_GPU_UTIL",
-        "GPU utilization (in %), from NVML.",
+        "GPU utilization (in %), from NVML",
     );
-    let fb_used = m.gauge("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).");
-    let fb_free = m.gauge("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).");
-    let temp = m.gauge("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).");
-    let power = m.gauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).");
+    let fb_used = m.gauge("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)");
+    let fb_free = m.gauge("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)");
+    let temp = m.gauge("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)");
+    let power = m.gauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)");
     for d in &sample.devices {
         let id = d.reading.id.as_str();
         state
