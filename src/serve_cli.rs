@@ -32,7 +32,9 @@ impl TelemetryArgs {
         if !(self.telemetry_interval.is_finite()
             && (0.05..=3600.0).contains(&self.telemetry_interval))
         {
-            return Err(user("--telemetry-interval must be between 0.05 and 3600 seconds"));
+            return Err(user(
+                "--telemetry-interval must be between 0.05 and 3600 seconds",
+            ));
         }
         let rules = match &self.alerts {
             Some(path) => {
@@ -105,11 +107,7 @@ pub struct Watch {
 }
 
 /// Starts the sampler for `extract` (and the server when `addr` is given).
-pub fn watch(
-    addr: Option<SocketAddr>,
-    args: &TelemetryArgs,
-    out: &Path,
-) -> Result<Option<Watch>> {
+pub fn watch(addr: Option<SocketAddr>, args: &TelemetryArgs, out: &Path) -> Result<Option<Watch>> {
     let Some(addr) = addr else {
         return Ok(None);
     };
@@ -121,7 +119,9 @@ pub fn watch(
             sonograph_server::webhook::Webhook::new(url).map_err(user)?,
         ));
     }
-    let token = std::env::var("SONOGRAPH_TOKEN").ok().filter(|t| !t.is_empty());
+    let token = std::env::var("SONOGRAPH_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty());
     let sidecar = Sidecar::start(addr, token, telemetry.clone(), devices).map_err(|e| {
         if e.is_usage() {
             user(format!("--metrics-addr: {e}"))

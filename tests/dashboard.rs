@@ -148,7 +148,8 @@ fn the_dashboard_draws_a_running_job_and_its_alert_in_chromium() {
         "--telemetry-interval",
         "0.25",
     ]);
-    let id = server.submit(&json!({"source": src, "out": dir.path("out"), "device": "cpu", "workers": 1}));
+    let id = server
+        .submit(&json!({"source": src, "out": dir.path("out"), "device": "cpu", "workers": 1}));
     server.wait_job(id, "running with progress", |j| {
         j["state"] == "running" && j["progress"]["items_ok"].as_u64() > Some(0)
     });
@@ -158,7 +159,8 @@ fn the_dashboard_draws_a_running_job_and_its_alert_in_chromium() {
     let start = Instant::now();
     let page = loop {
         let text = browser.eval(PAGE_STATE);
-        let page: Value = serde_json::from_str(text.as_str().unwrap_or("{}")).unwrap_or(Value::Null);
+        let page: Value =
+            serde_json::from_str(text.as_str().unwrap_or("{}")).unwrap_or(Value::Null);
         let rates = page["drawn"]["throughput"]["items/s"]
             .as_array()
             .map_or(0, |v| v.iter().filter(|x| x.as_f64() > Some(0.0)).count());
@@ -195,7 +197,10 @@ fn the_dashboard_draws_a_running_job_and_its_alert_in_chromium() {
             "{v} items/s was drawn but is not in the server's telemetry"
         );
     }
-    assert!(page["pixels"].as_u64() > Some(500), "the throughput chart drew nothing");
+    assert!(
+        page["pixels"].as_u64() > Some(500),
+        "the throughput chart drew nothing"
+    );
     let row = page["jobs"][0].as_str().unwrap();
     assert!(row.starts_with(&format!("{id}\trunning")), "{row:?}");
 
@@ -210,5 +215,8 @@ fn the_dashboard_draws_a_running_job_and_its_alert_in_chromium() {
         std::fs::write(root.join("docs/dashboard.png"), &png).unwrap();
     }
     drop(browser);
-    assert_eq!(server.call("DELETE", &format!("/api/v1/jobs/{id}"), None).0, 202);
+    assert_eq!(
+        server.call("DELETE", &format!("/api/v1/jobs/{id}"), None).0,
+        202
+    );
 }

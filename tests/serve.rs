@@ -21,12 +21,7 @@ fn scrape(text: &str) -> prometheus_parse::Scrape {
 fn value_of(s: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     s.samples
         .iter()
-        .find(|x| {
-            x.metric == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| x.labels.get(k) == Some(*v))
-        })
+        .find(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
         .map(|x| match x.value {
             prometheus_parse::Value::Counter(v)
             | prometheus_parse::Value::Gauge(v)
@@ -38,7 +33,12 @@ fn value_of(s: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -
 #[test]
 fn health_ready_status_and_metrics() {
     let dir = Scratch::new("basic");
-    let server = Server::start(&["--data-root", dir.str(), "--state-dir", &dir.path("state").display().to_string()]);
+    let server = Server::start(&[
+        "--data-root",
+        dir.str(),
+        "--state-dir",
+        &dir.path("state").display().to_string(),
+    ]);
     let (status, body) = server.call("GET", "/health", None);
     assert_eq!((status, body.as_str()), (200, r#"{"status":"ok"}"#));
     server.wait_ready();
@@ -53,7 +53,10 @@ fn health_ready_status_and_metrics() {
     let (code, text) = server.call("GET", "/metrics", None);
     assert_eq!(code, 200);
     let m = scrape(&text);
-    assert_eq!(value_of(&m, "sonograph_items_total", &[("status", "ok")]), Some(0.0));
+    assert_eq!(
+        value_of(&m, "sonograph_items_total", &[("status", "ok")]),
+        Some(0.0)
+    );
     for level in ["INFO", "WARNING", "ERROR", "CRITICAL"] {
         assert_eq!(
             value_of(&m, "sonograph_alerts_active", &[("level", level)]),
@@ -61,7 +64,10 @@ fn health_ready_status_and_metrics() {
             "{text}"
         );
     }
-    assert_eq!(value_of(&m, "sonograph_jobs", &[("state", "queued")]), Some(0.0));
+    assert_eq!(
+        value_of(&m, "sonograph_jobs", &[("state", "queued")]),
+        Some(0.0)
+    );
     assert_eq!(value_of(&m, "sonograph_ready", &[]), Some(1.0));
     assert!(value_of(&m, "process_resident_memory_bytes", &[]).unwrap() > 1e6);
     let (code, body) = server.call("GET", "/nope", None);
@@ -70,7 +76,10 @@ fn health_ready_status_and_metrics() {
     // The dashboard is one embedded page.
     let (code, page) = server.call("GET", "/", None);
     assert_eq!(code, 200);
-    assert!(page.contains("<canvas id=\"chart-throughput\"") && !page.contains("http"), "no CDN");
+    assert!(
+        page.contains("<canvas id=\"chart-throughput\"") && !page.contains("http"),
+        "no CDN"
+    );
 }
 
 #[test]
@@ -127,7 +136,11 @@ fn hostile_requests_get_clear_4xx_answers() {
     assert_eq!(code, 413);
     // Paths outside every data root, directly, through a symlink, or with `..`.
     let secret_s = secret.to_str().unwrap();
-    expect(post(&json!({"source": secret_s, "out": o}).to_string()), 403, "--data-root");
+    expect(
+        post(&json!({"source": secret_s, "out": o}).to_string()),
+        403,
+        "--data-root",
+    );
     let via_link = root.join("escape").join(secret.file_name().unwrap());
     expect(
         post(&json!({"source": via_link, "out": o}).to_string()),
@@ -151,16 +164,29 @@ fn hostile_requests_get_clear_4xx_answers() {
     );
     let (code, _) = server.call("GET", "/api/v1/jobs/abc", None);
     assert_eq!(code, 400);
-    expect(server.call("GET", "/api/v1/jobs/999", None), 404, "no job 999");
-    expect(server.call("DELETE", "/api/v1/jobs/999", None), 404, "no job 999");
-    expect(server.call("GET", "/api/v1/telemetry?since=-1", None), 400, "since");
+    expect(
+        server.call("GET", "/api/v1/jobs/999", None),
+        404,
+        "no job 999",
+    );
+    expect(
+        server.call("DELETE", "/api/v1/jobs/999", None),
+        404,
+        "no job 999",
+    );
+    expect(
+        server.call("GET", "/api/v1/telemetry?since=-1", None),
+        400,
+        "since",
+    );
     let (code, _) = server.call("GET", "/api/v1/telemetry?since=abc", None);
     assert_eq!(code, 400);
     let (code, _) = server.call("GET", "/api/v1/telemetry?until=3", None);
     assert_eq!(code, 400);
     // A relative path is taken from the first data root.
     let (code, body) = post(
-        &json!({"source": src.file_name().unwrap().to_str(), "out": "out-rel", "device": "cpu"}).to_string(),
+        &json!({"source": src.file_name().unwrap().to_str(), "out": "out-rel", "device": "cpu"})
+            .to_string(),
     );
     assert_eq!(code, 201, "{body}");
     // Still standing.
@@ -172,12 +198,21 @@ fn a_token_guards_everything_but_health_and_ready() {
     let dir = Scratch::new("token");
     // A public address without a token is refused at start.
     let out = serving::command()
-        .args(["serve", "--addr", "0.0.0.0:0", "--state-dir", dir.path("s").to_str().unwrap()])
+        .args([
+            "serve",
+            "--addr",
+            "0.0.0.0:0",
+            "--state-dir",
+            dir.path("s").to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not a loopback address") && err.contains("--token"), "{err}");
+    assert!(
+        err.contains("not a loopback address") && err.contains("--token"),
+        "{err}"
+    );
 
     let token = "correct-horse-battery-staple";
     let server = Server::start(&[
@@ -190,15 +225,36 @@ fn a_token_guards_everything_but_health_and_ready() {
     assert_eq!(request("GET", &url("/health"), None, None).0, 200);
     server.wait_ready();
     assert_eq!(request("GET", &url("/ready"), None, None).0, 200);
-    for path in ["/metrics", "/api/v1/status", "/api/v1/jobs", "/api/v1/alerts", "/", "/api/v1/events"] {
+    for path in [
+        "/metrics",
+        "/api/v1/status",
+        "/api/v1/jobs",
+        "/api/v1/alerts",
+        "/",
+        "/api/v1/events",
+    ] {
         let (code, body) = request("GET", &url(path), None, None);
         assert_eq!(code, 401, "{path}: {body}");
-        let (code, _) = request("GET", &url(path), None, Some("Bearer wrong-token-of-some-length"));
+        let (code, _) = request(
+            "GET",
+            &url(path),
+            None,
+            Some("Bearer wrong-token-of-some-length"),
+        );
         assert_eq!(code, 401, "{path}");
     }
-    assert_eq!(request("POST", &url("/api/v1/jobs"), Some("{}"), None).0, 401);
     assert_eq!(
-        request("GET", &url("/api/v1/status"), None, Some(&format!("Bearer {token}"))).0,
+        request("POST", &url("/api/v1/jobs"), Some("{}"), None).0,
+        401
+    );
+    assert_eq!(
+        request(
+            "GET",
+            &url("/api/v1/status"),
+            None,
+            Some(&format!("Bearer {token}"))
+        )
+        .0,
         200
     );
     // The dashboard opened with ?token= keeps it in a cookie for its own calls.
@@ -208,10 +264,20 @@ fn a_token_guards_everything_but_health_and_ready() {
         .into();
     let r = agent.get(&url(&format!("/?token={token}"))).call().unwrap();
     assert_eq!(r.status().as_u16(), 200);
-    let cookie = r.headers().get("set-cookie").unwrap().to_str().unwrap().to_string();
+    let cookie = r
+        .headers()
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
     assert!(cookie.starts_with(&format!("sonograph_token={token}")) && cookie.contains("HttpOnly"));
     let pair = cookie.split(';').next().unwrap();
-    let r = agent.get(&url("/api/v1/alerts")).header("cookie", pair).call().unwrap();
+    let r = agent
+        .get(&url("/api/v1/alerts"))
+        .header("cookie", pair)
+        .call()
+        .unwrap();
     assert_eq!(r.status().as_u16(), 200);
 }
 
@@ -220,7 +286,9 @@ fn a_token_guards_everything_but_health_and_ready() {
 fn next_event(server: &Server, name: &str) -> Value {
     let addr = server.base.trim_start_matches("http://");
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
     write!(
         stream,
         "GET /api/v1/events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n"
@@ -279,7 +347,10 @@ fn jobs_queue_run_one_at_a_time_cancel_and_resume() {
     assert!(value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap() > 0.0);
     assert!(value_of(&m, "sonograph_audio_seconds_total", &[]).unwrap() > 0.0);
     assert!(value_of(&m, "sonograph_batch_size", &[("device", "cpu")]).is_some());
-    assert_eq!(value_of(&m, "sonograph_jobs", &[("state", "queued")]), Some(1.0));
+    assert_eq!(
+        value_of(&m, "sonograph_jobs", &[("state", "queued")]),
+        Some(1.0)
+    );
 
     // Cancel the queued one (at once), then the running one (at a batch boundary).
     let (code, body) = server.call("DELETE", &format!("/api/v1/jobs/{second}"), None);
@@ -300,7 +371,12 @@ fn jobs_queue_run_one_at_a_time_cancel_and_resume() {
         j["state"] == "running" && j["progress"]["items_resumed"].as_u64() > Some(0)
     });
     assert!(resumed["progress"]["items_resumed"].as_u64().unwrap() >= done_before);
-    assert_eq!(server.call("DELETE", &format!("/api/v1/jobs/{again}"), None).0, 202);
+    assert_eq!(
+        server
+            .call("DELETE", &format!("/api/v1/jobs/{again}"), None)
+            .0,
+        202
+    );
     server.wait_job(again, "canceled", |j| j["state"] == "canceled");
     let list = server.get_json("/api/v1/jobs");
     let ids: Vec<i64> = list["jobs"]
@@ -314,7 +390,14 @@ fn jobs_queue_run_one_at_a_time_cancel_and_resume() {
 
 /// A webhook receiver: answers the first POST with 500 (the sender must retry), the others
 /// with 200; keeps the bodies it accepted.
-fn webhook_receiver() -> (String, Arc<Mutex<Vec<Value>>>, Arc<Mutex<usize>>) {
+/// Where the receiver listens, the bodies it accepted and how many POSTs it got.
+struct Receiver {
+    url: String,
+    bodies: Arc<Mutex<Vec<Value>>>,
+    attempts: Arc<Mutex<usize>>,
+}
+
+fn webhook_receiver() -> Receiver {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/hook", listener.local_addr().unwrap());
     let bodies = Arc::new(Mutex::new(Vec::new()));
@@ -346,21 +429,38 @@ fn webhook_receiver() -> (String, Arc<Mutex<Vec<Value>>>, Arc<Mutex<usize>>) {
                 *a += 1;
                 *a
             };
-            let status = if n == 1 { "500 Internal Server Error" } else { "200 OK" };
+            let status = if n == 1 {
+                "500 Internal Server Error"
+            } else {
+                "200 OK"
+            };
             if n > 1 {
-                b.lock().unwrap().push(serde_json::from_slice(&body).unwrap());
+                b.lock()
+                    .unwrap()
+                    .push(serde_json::from_slice(&body).unwrap());
             }
-            let _ = write!(stream, "HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
         }
     });
-    (url, bodies, attempts)
+    Receiver {
+        url,
+        bodies,
+        attempts,
+    }
 }
 
 #[test]
 fn failed_items_alert_once_to_the_api_and_the_webhook() {
     let dir = Scratch::new("alerts");
     let src = manifest(&dir.0, 40, 3);
-    let (hook, bodies, attempts) = webhook_receiver();
+    let Receiver {
+        url: hook,
+        bodies,
+        attempts,
+    } = webhook_receiver();
     let server = Server::start(&[
         "--data-root",
         dir.str(),
@@ -406,17 +506,32 @@ fn failed_items_alert_once_to_the_api_and_the_webhook() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let got = bodies.lock().unwrap().clone();
-    let mine: Vec<&Value> = got.iter().filter(|b| b["alert"]["rule"] == "items_failed").collect();
+    let mine: Vec<&Value> = got
+        .iter()
+        .filter(|b| b["alert"]["rule"] == "items_failed")
+        .collect();
     assert_eq!(mine.len(), 2, "{got:#?}");
     assert_eq!(mine[0]["event"], "fired");
     assert_eq!(mine[1]["event"], "resolved");
     assert_eq!(mine[0]["alert"]["id"], a["id"]);
     assert!(*attempts.lock().unwrap() >= 3, "the 500 was retried");
     let m = scrape(&server.call("GET", "/metrics", None).1);
-    assert_eq!(value_of(&m, "sonograph_items_total", &[("status", "failed")]), Some(3.0));
-    assert_eq!(value_of(&m, "sonograph_items_total", &[("status", "ok")]), Some(40.0));
-    assert_eq!(value_of(&m, "sonograph_jobs", &[("state", "succeeded")]), Some(1.0));
-    assert_eq!(value_of(&m, "sonograph_alerts_active", &[("level", "WARNING")]), Some(0.0));
+    assert_eq!(
+        value_of(&m, "sonograph_items_total", &[("status", "failed")]),
+        Some(3.0)
+    );
+    assert_eq!(
+        value_of(&m, "sonograph_items_total", &[("status", "ok")]),
+        Some(40.0)
+    );
+    assert_eq!(
+        value_of(&m, "sonograph_jobs", &[("state", "succeeded")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        value_of(&m, "sonograph_alerts_active", &[("level", "WARNING")]),
+        Some(0.0)
+    );
 }
 
 /// kill -9 with a job running: the restarted server lists the job and resumes it.
@@ -451,7 +566,10 @@ fn a_server_killed_with_minus_9_resumes_its_running_job() {
     });
     assert_eq!(resumed["attempts"], 2);
     assert_eq!(server.job(queued)["state"], "queued", "still behind it");
-    assert_eq!(server.call("DELETE", &format!("/api/v1/jobs/{id}"), None).0, 202);
+    assert_eq!(
+        server.call("DELETE", &format!("/api/v1/jobs/{id}"), None).0,
+        202
+    );
     server.wait_job(id, "canceled", |j| j["state"] == "canceled");
 }
 
@@ -464,7 +582,8 @@ fn sigterm_stops_the_job_resumably_and_exits_0_within_10_s() {
     let state = dir.path("state").display().to_string();
     let args = ["--data-root", dir.str(), "--state-dir", &state];
     let mut server = Server::start(&args);
-    let id = server.submit(&json!({"source": src, "out": dir.path("out"), "device": "cpu", "workers": 1}));
+    let id = server
+        .submit(&json!({"source": src, "out": dir.path("out"), "device": "cpu", "workers": 1}));
     server.wait_job(id, "running with progress", |j| {
         j["state"] == "running" && j["progress"]["items_ok"].as_u64() > Some(50)
     });
@@ -474,7 +593,9 @@ fn sigterm_stops_the_job_resumably_and_exits_0_within_10_s() {
     assert_eq!(status.code(), Some(0), "{}", server.log());
     assert!(t.elapsed() < Duration::from_secs(10));
     assert!(
-        server.log().contains(&format!("job {id} stops at its next batch boundary")),
+        server
+            .log()
+            .contains(&format!("job {id} stops at its next batch boundary")),
         "{}",
         server.log()
     );
@@ -486,7 +607,10 @@ fn sigterm_stops_the_job_resumably_and_exits_0_within_10_s() {
         j["state"] == "running" && j["progress"]["items_resumed"].as_u64() > Some(0)
     });
     assert_eq!(resumed["attempts"], 2);
-    assert_eq!(server.call("DELETE", &format!("/api/v1/jobs/{id}"), None).0, 202);
+    assert_eq!(
+        server.call("DELETE", &format!("/api/v1/jobs/{id}"), None).0,
+        202
+    );
     server.wait_job(id, "canceled", |j| j["state"] == "canceled");
 }
 
@@ -496,9 +620,21 @@ fn extract_serves_metrics_while_it_runs() {
     let dir = Scratch::new("sidecar");
     let src = manifest(&dir.0, 200_000, 0);
     let mut cmd = serving::command();
-    cmd.args(["extract", src.to_str().unwrap(), "--out", dir.path("out").to_str().unwrap()])
-        .args(["--device", "cpu", "--workers", "1", "--metrics-addr", "127.0.0.1:0"])
-        .args(["--telemetry-interval", "0.1"]);
+    cmd.args([
+        "extract",
+        src.to_str().unwrap(),
+        "--out",
+        dir.path("out").to_str().unwrap(),
+    ])
+    .args([
+        "--device",
+        "cpu",
+        "--workers",
+        "1",
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ])
+    .args(["--telemetry-interval", "0.1"]);
     let mut job = Server::spawn(cmd, None, " on http://");
     assert_eq!(job.call("GET", "/health", None).0, 200);
     let start = Instant::now();
@@ -507,7 +643,10 @@ fn extract_serves_metrics_while_it_runs() {
         if value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap_or(0.0) > 0.0 {
             break m;
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "no progress in /metrics");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no progress in /metrics"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(value_of(&m, "sonograph_job_running", &[]), Some(1.0));

@@ -239,7 +239,7 @@ impl AlertEngine {
     /// Active alerts first, then closed ones, newest first in each.
     pub fn all(&self) -> Vec<Alert> {
         let mut active: Vec<Alert> = self.active.values().cloned().collect();
-        active.sort_by(|a, b| b.id.cmp(&a.id));
+        active.sort_by_key(|a| std::cmp::Reverse(a.id));
         active.extend(self.closed.iter().rev().cloned());
         active
     }
@@ -375,7 +375,10 @@ fn conditions(rules: &AlertRules, history: &[Arc<Sample>], latest: &Sample) -> V
                     "temperature_warning",
                     id.clone(),
                     AlertLevel::Warning,
-                    format!("{id} at {c:.0} °C (limit {:.0} °C)", rules.temperature_warning_c),
+                    format!(
+                        "{id} at {c:.0} °C (limit {:.0} °C)",
+                        rules.temperature_warning_c
+                    ),
                 ));
             }
             if c > rules.temperature_critical_c {
@@ -494,9 +497,7 @@ fn input_bound_for(
             .any(|q| q.stage == "prefetch" && q.depth == 0);
         let idle = device(s, id).is_some_and(|d| match d.reading.utilization_percent {
             Some(u) => u < rules.idle_percent,
-            None => d
-                .busy_ratio
-                .is_some_and(|b| b * 100.0 < rules.idle_percent),
+            None => d.busy_ratio.is_some_and(|b| b * 100.0 < rules.idle_percent),
         });
         empty && idle
     };
@@ -555,7 +556,11 @@ mod tests {
         tune: impl FnOnce(&mut JobConfig),
     ) -> Vec<AlertEvent> {
         let dir = scratch_corpus(name, wavs);
-        let mut config = JobConfig::new(dir.join("corpus"), dir.join("out"), FeatureSpec::whisper(80));
+        let mut config = JobConfig::new(
+            dir.join("corpus"),
+            dir.join("out"),
+            FeatureSpec::whisper(80),
+        );
         config.workers = 1;
         tune(&mut config);
         let telemetry = Telemetry::start(
@@ -754,7 +759,11 @@ mod tests {
         );
         let a = one_episode(&events, "input_bound", "gpu:flaky");
         assert_eq!(a.level, AlertLevel::Info);
-        assert!(a.message.contains("prefetch queue was empty"), "{}", a.message);
+        assert!(
+            a.message.contains("prefetch queue was empty"),
+            "{}",
+            a.message
+        );
     }
 
     /// A batch that takes longer than `no_progress_s`: ERROR on the job, closed by the item's

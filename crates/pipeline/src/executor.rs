@@ -72,6 +72,8 @@ impl Drop for LiveGuard {
     }
 }
 
+// The job's queues, counters and sizing, each from its own place in the job's wiring.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_executor(
     mut device: Box<dyn Extractor>,
     precision: Precision,

@@ -47,7 +47,12 @@ pub enum Stage {
 }
 
 impl Stage {
-    pub const ALL: [Stage; 4] = [Stage::Decode, Stage::QueueWait, Stage::Compute, Stage::Write];
+    pub const ALL: [Stage; 4] = [
+        Stage::Decode,
+        Stage::QueueWait,
+        Stage::Compute,
+        Stage::Write,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -124,7 +129,6 @@ impl LiveDevice {
 
     /// After a batch: its size, the time it waited for and took, the batcher's totals so far,
     /// and the device's pool statistics (`None` for a device without a pool).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn batch_done(
         &self,
         size: usize,

@@ -402,7 +402,8 @@ impl Telemetry {
                 None => (0.0, 0.0),
             };
             let moved = job.last.as_ref().is_none_or(|(_, prev)| {
-                (prev.items_ok, prev.items_failed, prev.rows) != (c.items_ok, c.items_failed, c.rows)
+                (prev.items_ok, prev.items_failed, prev.rows)
+                    != (c.items_ok, c.items_failed, c.rows)
             });
             if moved && (c.items_ok + c.items_failed + c.rows) > 0 {
                 job.progressed = now;

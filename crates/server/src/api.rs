@@ -121,10 +121,7 @@ async fn authorize(State(app): Shared, request: Request, next: Next) -> Response
 }
 
 async fn dashboard() -> impl IntoResponse {
-    (
-        [(header::CACHE_CONTROL, "no-store")],
-        Html(DASHBOARD),
-    )
+    ([(header::CACHE_CONTROL, "no-store")], Html(DASHBOARD))
 }
 
 async fn health() -> Json<Value> {
@@ -167,7 +164,11 @@ async fn metrics_text(State(app): Shared) -> Result<Response, ApiError> {
 
 async fn status(State(app): Shared) -> Json<Value> {
     let latest = app.telemetry.latest();
-    let running = app.jobs.as_ref().and_then(|j| j.running()).map(|(id, _)| id);
+    let running = app
+        .jobs
+        .as_ref()
+        .and_then(|j| j.running())
+        .map(|(id, _)| id);
     let config = app.telemetry.config();
     Json(json!({
         "version": env!("CARGO_PKG_VERSION"),
@@ -289,8 +290,8 @@ async fn submit_job(State(app): Shared, body: Bytes) -> Result<Response, ApiErro
             format!("source {} does not exist", request.source.display()),
         ));
     }
-    let out =
-        resolve_under(&request.out, &app.data_roots).ok_or_else(|| forbidden("out", &request.out))?;
+    let out = resolve_under(&request.out, &app.data_roots)
+        .ok_or_else(|| forbidden("out", &request.out))?;
     request.source = source;
     request.out = out;
     if request.device.is_none() {
@@ -348,27 +349,30 @@ async fn telemetry(
     })))
 }
 
-async fn events(State(app): Shared) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, Infallible>>> {
+async fn events(
+    State(app): Shared,
+) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, Infallible>>> {
     let rx = app.events.subscribe();
     let shutdown = app.shutdown.subscribe();
-    let stream = futures_util::stream::unfold((rx, shutdown), |(mut rx, mut shutdown)| async move {
-        loop {
-            if *shutdown.borrow() {
-                return None;
+    let stream =
+        futures_util::stream::unfold((rx, shutdown), |(mut rx, mut shutdown)| async move {
+            loop {
+                if *shutdown.borrow() {
+                    return None;
+                }
+                tokio::select! {
+                    _ = shutdown.changed() => return None,
+                    received = rx.recv() => match received {
+                        Ok(e) => {
+                            let event = SseEvent::default().event(e.kind).data(&*e.data);
+                            return Some((Ok(event), (rx, shutdown)));
+                        }
+                        // A slow reader misses events, not the stream.
+                        Err(RecvError::Lagged(_)) => continue,
+                        Err(RecvError::Closed) => return None,
+                    },
+                }
             }
-            tokio::select! {
-                _ = shutdown.changed() => return None,
-                received = rx.recv() => match received {
-                    Ok(e) => {
-                        let event = SseEvent::default().event(e.kind).data(&*e.data);
-                        return Some((Ok(event), (rx, shutdown)));
-                    }
-                    // A slow reader misses events, not the stream.
-                    Err(RecvError::Lagged(_)) => continue,
-                    Err(RecvError::Closed) => return None,
-                },
-            }
-        }
-    });
+        });
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }

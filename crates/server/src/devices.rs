@@ -53,10 +53,7 @@ impl Devices {
     /// Opens the devices of a job's plan (a device named outright that cannot open is the
     /// job's failure, with the reason).
     pub fn open(&self, plan: &Plan) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String> {
-        let request: DeviceRequest = plan
-            .device
-            .parse()
-            .map_err(|e| format!("device: {e}"))?;
+        let request: DeviceRequest = plan.device.parse().map_err(|e| format!("device: {e}"))?;
         let set = DeviceSet::resolve(&request, &self.disabled, ProbePolicy::default())
             .map_err(|e| format!("device {}: {e}", plan.device))?;
         for note in set.notes() {

@@ -409,7 +409,13 @@ impl JobStore {
         let progress = match (&live, &report) {
             (Some(live), _) => {
                 let c = live.counters();
-                progress_of(c.items_total, c.items_ok, c.items_failed, c.items_resumed, c.audio_seconds)
+                progress_of(
+                    c.items_total,
+                    c.items_ok,
+                    c.items_failed,
+                    c.items_resumed,
+                    c.audio_seconds,
+                )
             }
             (None, Some(r)) => {
                 let n = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
@@ -418,7 +424,9 @@ impl JobStore {
                     n("items_ok").saturating_sub(n("items_resumed")),
                     n("items_failed"),
                     n("items_resumed"),
-                    r.get("audio_seconds").and_then(Value::as_f64).unwrap_or(0.0),
+                    r.get("audio_seconds")
+                        .and_then(Value::as_f64)
+                        .unwrap_or(0.0),
                 )
             }
             (None, None) => progress
@@ -430,7 +438,9 @@ impl JobStore {
                         n("items_ok"),
                         n("items_failed"),
                         n("items_resumed"),
-                        p.get("audio_seconds").and_then(Value::as_f64).unwrap_or(0.0),
+                        p.get("audio_seconds")
+                            .and_then(Value::as_f64)
+                            .unwrap_or(0.0),
                     )
                 })
                 .unwrap_or_default(),
@@ -554,7 +564,13 @@ impl JobStore {
 
     fn save_progress(&self, id: i64, live: &LiveJob) {
         let c = live.counters();
-        let p = progress_of(c.items_total, c.items_ok, c.items_failed, c.items_resumed, c.audio_seconds);
+        let p = progress_of(
+            c.items_total,
+            c.items_ok,
+            c.items_failed,
+            c.items_resumed,
+            c.audio_seconds,
+        );
         if let Ok(json) = serde_json::to_string(&p) {
             let _ = self.db().execute(
                 "UPDATE jobs SET progress = ?2 WHERE id = ?1",
@@ -584,10 +600,7 @@ fn progress_of(total: u64, ok: u64, failed: u64, resumed: u64, audio_seconds: f6
 /// job to, and whom to tell about job events.
 pub trait Runner: Send + Sync {
     /// Opens the job's devices.
-    fn open(
-        &self,
-        plan: &Plan,
-    ) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String>;
+    fn open(&self, plan: &Plan) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String>;
     fn telemetry(&self) -> &sonograph_pipeline::telemetry::Telemetry;
     /// A job changed state.
     fn job_event(&self, id: i64, state: JobState);
@@ -622,9 +635,7 @@ fn run_one(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobRequest)
     let live = LiveJob::new();
     *store.running.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, live.clone()));
     let outcome = (|| -> Result<JobOutcome, (JobState, String)> {
-        let plan = request
-            .plan("auto")
-            .map_err(|e| (JobState::Failed, e))?;
+        let plan = request.plan("auto").map_err(|e| (JobState::Failed, e))?;
         let devices = runner.open(&plan).map_err(|e| (JobState::Failed, e))?;
         let telemetry = runner.telemetry();
         telemetry.attach_job(&id.to_string(), live.clone());

@@ -199,9 +199,9 @@ pub fn serve(
     check_bind(&config.addr, &config.token)?;
     let mut roots = Vec::new();
     for r in &config.data_roots {
-        let c = r.canonicalize().map_err(|e| {
-            ServerError::Config(format!("--data-root {}: {e}", r.display()))
-        })?;
+        let c = r
+            .canonicalize()
+            .map_err(|e| ServerError::Config(format!("--data-root {}: {e}", r.display())))?;
         if !c.is_dir() {
             return Err(ServerError::Config(format!(
                 "--data-root {}: not a directory",
@@ -268,7 +268,9 @@ pub fn serve(
             .with_graceful_shutdown(async move {
                 wait_for_signal().await;
                 *stopped.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
-                tracing::info!("shutting down: no new jobs; the running job stops at a batch boundary");
+                tracing::info!(
+                    "shutting down: no new jobs; the running job stops at a batch boundary"
+                );
                 signal_app.begin_shutdown();
             })
             .await
@@ -327,12 +329,11 @@ impl Sidecar {
         devices: Devices,
     ) -> Result<Self, ServerError> {
         check_bind(&addr, &token)?;
-        let std_listener = std::net::TcpListener::bind(addr).map_err(|source| {
-            ServerError::Bind {
+        let std_listener =
+            std::net::TcpListener::bind(addr).map_err(|source| ServerError::Bind {
                 addr: addr.to_string(),
                 source,
-            }
-        })?;
+            })?;
         std_listener.set_nonblocking(true)?;
         let local = std_listener.local_addr()?;
         let app = app(

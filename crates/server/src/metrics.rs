@@ -145,7 +145,11 @@ pub fn render(s: &Scrape) -> Result<String, std::fmt::Error> {
         return finish(&m);
     };
     let p = &sample.process;
-    m.counter1("process_cpu_seconds", "CPU time of this process", p.cpu_seconds);
+    m.counter1(
+        "process_cpu_seconds",
+        "CPU time of this process",
+        p.cpu_seconds,
+    );
     m.gauge1(
         "process_resident_memory_bytes",
         "Resident set size of this process",
@@ -159,7 +163,10 @@ pub fn render(s: &Scrape) -> Result<String, std::fmt::Error> {
     );
     let depth = m.gauge("sonograph_queue_depth", "Items waiting in each queue");
     let capacity = m.gauge("sonograph_queue_capacity", "Capacity of each queue");
-    let batch = m.gauge("sonograph_batch_size", "Size of the batch last run, per device");
+    let batch = m.gauge(
+        "sonograph_batch_size",
+        "Size of the batch last run, per device",
+    );
     let progress = m.gauge(
         "sonograph_job_items",
         "The running job's items, by state (total, ok, failed, resumed)",
@@ -210,10 +217,7 @@ pub fn render(s: &Scrape) -> Result<String, std::fmt::Error> {
         "sonograph_device_busy_ratio",
         "Share of the last interval each executor computed",
     );
-    let util = m.gauge(
-        "DCGM_FI_DEV_GPU_UTIL",
-        "GPU utilization (in %), from NVML",
-    );
+    let util = m.gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %), from NVML");
     let fb_used = m.gauge("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)");
     let fb_free = m.gauge("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)");
     let temp = m.gauge("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)");
@@ -278,4 +282,146 @@ fn finish(m: &Metrics) -> Result<String, std::fmt::Error> {
     let mut out = String::new();
     encode(&mut out, &m.registry)?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sonograph_dsp::MemoryStats;
+    use sonograph_pipeline::telemetry::{DeviceReading, DeviceSample, JobSample, QueueSample};
+
+    /// A sample as an NVIDIA machine running a job would give it.
+    fn nvidia_sample() -> Sample {
+        Sample {
+            seq: 3,
+            time: 1.0,
+            devices: vec![DeviceSample {
+                reading: DeviceReading {
+                    id: "gpu:0".into(),
+                    name: "NVIDIA H100 80GB HBM3".into(),
+                    state: "busy".into(),
+                    uuid: Some("GPU-5f1c0e2a-0000-0000-0000-000000000000".into()),
+                    nvml_index: Some(0),
+                    utilization_percent: Some(87.0),
+                    memory_used_bytes: Some(10 << 30),
+                    memory_free_bytes: Some(70 << 30),
+                    memory_total_bytes: Some(80 << 30),
+                    temperature_c: Some(64.0),
+                    power_w: Some(412.5),
+                },
+                budget_bytes: Some(8 << 30),
+                pool: Some(MemoryStats {
+                    allocated_bytes: 3 << 30,
+                    reserved_bytes: 4 << 30,
+                    budget_bytes: 8 << 30,
+                    fragmentation: 0.25,
+                    ..Default::default()
+                }),
+                batch_size: 32,
+                busy_ratio: Some(0.9),
+                ..Default::default()
+            }],
+            job: Some(JobSample {
+                id: "7".into(),
+                items_total: 100,
+                items_ok: 40,
+                items_per_second: 12.5,
+                queues: vec![QueueSample {
+                    stage: "prefetch".into(),
+                    depth: 5,
+                    capacity: 64,
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn value(s: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        s.samples
+            .iter()
+            .find(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
+            .map(|x| match x.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => v,
+                _ => f64::NAN,
+            })
+    }
+
+    /// The dcgm-exporter names carry its labels and units (MiB for the framebuffer), and a
+    /// real Prometheus text parser reads the whole exposition.
+    #[test]
+    fn nvidia_devices_get_dcgm_names_and_labels() {
+        let sample = nvidia_sample();
+        let mut totals = Totals::default();
+        totals.ooms.insert("gpu:0".into(), 3);
+        totals.items_ok = 40;
+        totals.batches.insert("gpu:0".into(), 9);
+        totals.stage_busy_s.insert("compute".into(), 2.5);
+        let text = render(&Scrape {
+            sample: Some(&sample),
+            totals: &totals,
+            alerts: &[],
+            jobs: &[(JobState::Running, 1)],
+            ready: true,
+        })
+        .unwrap();
+        let s = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+        let dcgm = [
+            ("gpu", "0"),
+            ("UUID", "GPU-5f1c0e2a-0000-0000-0000-000000000000"),
+            ("modelName", "NVIDIA H100 80GB HBM3"),
+        ];
+        assert_eq!(value(&s, "DCGM_FI_DEV_GPU_UTIL", &dcgm), Some(87.0));
+        assert_eq!(value(&s, "DCGM_FI_DEV_FB_USED", &dcgm), Some(10240.0));
+        assert_eq!(value(&s, "DCGM_FI_DEV_FB_FREE", &dcgm), Some(71680.0));
+        assert_eq!(value(&s, "DCGM_FI_DEV_GPU_TEMP", &dcgm), Some(64.0));
+        assert_eq!(value(&s, "DCGM_FI_DEV_POWER_USAGE", &dcgm), Some(412.5));
+        let gpu = [("device", "gpu:0")];
+        assert_eq!(
+            value(
+                &s,
+                "sonograph_pool_bytes",
+                &[("device", "gpu:0"), ("kind", "reserved")]
+            ),
+            Some((4u64 << 30) as f64)
+        );
+        assert_eq!(
+            value(&s, "sonograph_pool_fragmentation_ratio", &gpu),
+            Some(0.25)
+        );
+        assert_eq!(value(&s, "sonograph_oom_total", &gpu), Some(3.0));
+        assert_eq!(value(&s, "sonograph_batch_size", &gpu), Some(32.0));
+        assert_eq!(
+            value(&s, "sonograph_queue_depth", &[("stage", "prefetch")]),
+            Some(5.0)
+        );
+        assert_eq!(value(&s, "sonograph_items_per_second", &[]), Some(12.5));
+        assert_eq!(
+            value(&s, "sonograph_jobs", &[("state", "running")]),
+            Some(1.0)
+        );
+
+        // Every metric the deploy files (Grafana, the Prometheus rules) use is exported.
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
+        let exported: std::collections::BTreeSet<String> =
+            s.samples.iter().map(|x| x.metric.clone()).collect();
+        for file in ["grafana-dashboard.json", "prometheus-alerts.yaml"] {
+            let text = std::fs::read_to_string(root.join(file)).unwrap();
+            let mut used = 0;
+            for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                let ours = word.starts_with("sonograph_") || word.starts_with("DCGM_FI_");
+                // "sonograph_*" in prose names the family, not a metric.
+                if ours && !word.ends_with('_') && word != "sonograph_token" {
+                    assert!(
+                        exported.contains(word),
+                        "{file} uses {word}, which is not exported"
+                    );
+                    used += 1;
+                }
+            }
+            assert!(used > 10, "{file}");
+        }
+    }
 }
