@@ -7,7 +7,7 @@
 #
 # Runs: the workspace's tests (default features: the wgpu backend); the fault-injection tests
 # (`failpoints`: OOM and device loss in the GPU backend, crash points and kill -9 in `extract`,
-# failing health probes); the CPU-only binary's tests (`--no-default-features`).
+# failing health probes, GPU faults raising the server's alerts); the CPU-only binary's tests (`--no-default-features`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +28,7 @@ step cargo test --workspace --locked --no-fail-fast
 step cargo test --locked --no-fail-fast -p sonograph-gpu --features failpoints --test faults
 step cargo test --locked -p sonograph --features failpoints --test extract killed_at_random
 step cargo test --locked -p sonograph --features failpoints --test cli probe
+step cargo test --locked -p sonograph --features failpoints --test serve gpu_faults
 step cargo test --locked -p sonograph --no-default-features --test cli
 
 read -r passed failed ignored < <(awk '/^test result:/ { p += $4; f += $6; i += $8 }

@@ -148,8 +148,9 @@ fn the_dashboard_draws_a_running_job_and_its_alert_in_chromium() {
         "--telemetry-interval",
         "0.25",
     ]);
+    // Every device: with a wgpu adapter (lavapipe in CI) the memory chart has a pool to draw.
     let id = server
-        .submit(&json!({"source": src, "out": dir.path("out"), "device": "cpu", "workers": 1}));
+        .submit(&json!({"source": src, "out": dir.path("out"), "device": "all", "workers": 1}));
     server.wait_job(id, "running with progress", |j| {
         j["state"] == "running" && j["progress"]["items_ok"].as_u64() > Some(0)
     });
@@ -201,9 +202,30 @@ fn the_dashboard_draws_a_running_job_and_its_alert_in_chromium() {
         page["pixels"].as_u64() > Some(500),
         "the throughput chart drew nothing"
     );
+    // With a GPU among the devices (lavapipe in CI), its pool is drawn against its budget.
+    let pooled = telemetry["samples"].as_array().unwrap().iter().any(|s| {
+        s["devices"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|d| d["pool"].is_object()))
+    });
+    if pooled {
+        let memory = browser.eval(r#"JSON.stringify(window.dashboard.drawn.memory)"#);
+        let memory: Value = serde_json::from_str(memory.as_str().unwrap()).unwrap();
+        assert!(
+            memory
+                .as_object()
+                .is_some_and(|m| m.keys().any(|k| k.ends_with("budget"))),
+            "{memory}"
+        );
+    }
     let row = page["jobs"][0].as_str().unwrap();
     assert!(row.starts_with(&format!("{id}\trunning")), "{row:?}");
 
+    let update = std::env::var("SONOGRAPH_UPDATE_SCREENSHOT").is_ok_and(|v| v == "1");
+    if update {
+        // A screenshot for the docs shows a minute of the job, not its first seconds.
+        std::thread::sleep(Duration::from_secs(60));
+    }
     let shot = browser.call("Page.captureScreenshot", json!({"format": "png"}));
     let png = base64::engine::general_purpose::STANDARD
         .decode(shot["data"].as_str().unwrap())
@@ -211,7 +233,7 @@ fn the_dashboard_draws_a_running_job_and_its_alert_in_chromium() {
     assert_eq!(&png[..4], b"\x89PNG");
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     std::fs::write(root.join("target/dashboard.png"), &png).unwrap();
-    if std::env::var("SONOGRAPH_UPDATE_SCREENSHOT").is_ok_and(|v| v == "1") {
+    if update {
         std::fs::write(root.join("docs/dashboard.png"), &png).unwrap();
     }
     drop(browser);

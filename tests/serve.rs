@@ -2,6 +2,9 @@
 //! the jobs API with its SQLite queue, alerts and their webhook, the event stream, and what
 //! kill -9 and SIGTERM leave behind. `extract --metrics-addr` too.
 
+#[cfg(all(feature = "failpoints", feature = "gpu"))]
+#[allow(dead_code)]
+mod common;
 #[path = "shared/serving.rs"]
 mod serving;
 
@@ -337,6 +340,18 @@ fn jobs_queue_run_one_at_a_time_cancel_and_resume() {
     assert_eq!(running["attempts"], 1);
     // One at a time: the second waits.
     assert_eq!(server.job(second)["state"], "queued");
+    // The job's device is busy in the status.
+    let status = server.get_json("/api/v1/status");
+    let cpu = status["devices"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (cpu["id"].as_str(), cpu["state"].as_str()),
+        (Some("cpu"), Some("busy"))
+    );
     // The event stream carries samples of the running job.
     let sample = next_event(&server, "sample");
     assert_eq!(sample["job"]["id"], first.to_string(), "{sample:#}");
@@ -378,6 +393,11 @@ fn jobs_queue_run_one_at_a_time_cancel_and_resume() {
         202
     );
     server.wait_job(again, "canceled", |j| j["state"] == "canceled");
+    let status = server.get_json("/api/v1/status");
+    assert_eq!(
+        status["devices"].as_array().unwrap().last().unwrap()["state"],
+        "available"
+    );
     let list = server.get_json("/api/v1/jobs");
     let ids: Vec<i64> = list["jobs"]
         .as_array()
@@ -658,4 +678,85 @@ fn extract_serves_metrics_while_it_runs() {
     assert_eq!(job.call("GET", "/api/v1/jobs", None).0, 404);
     job.signal("-KILL");
     job.wait_exit(Duration::from_secs(5));
+}
+
+/// Faults injected into a real GPU (lavapipe in CI) through the gpu crate's failpoints raise
+/// their alerts through the server: five OOMs in a row (`oom_burst`, WARNING) and a device
+/// lost for good (`device_lost`, ERROR, its work moved to the CPU). Each fires once, on
+/// `gpu:0`, and closes when the job ends; every item is still done.
+/// Needs the failpoints build: `cargo test --features failpoints --test serve gpu_faults`.
+#[cfg(all(feature = "failpoints", feature = "gpu"))]
+#[test]
+fn gpu_faults_raise_oom_burst_and_device_lost_alerts() {
+    if !common::has_gpu_adapter() {
+        return;
+    }
+    let dir = Scratch::new("gpu-faults");
+    let src = manifest(&dir.0, 40, 0);
+    for (n, (failpoints, rule, level, says)) in [
+        (
+            "gpu::oom=5*return",
+            "oom_burst",
+            "WARNING",
+            "5 out-of-memory errors",
+        ),
+        (
+            "gpu::device_lost=return;gpu::recover_fails=return",
+            "device_lost",
+            "ERROR",
+            "move to",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let state = dir.path(&format!("state{n}"));
+        let server = Server::start_with(
+            &[
+                "--data-root",
+                dir.str(),
+                "--state-dir",
+                state.to_str().unwrap(),
+                "--telemetry-interval",
+                "0.05",
+            ],
+            &[("FAILPOINTS", failpoints)],
+        );
+        let out = dir.path(&format!("out{n}"));
+        let id =
+            server.submit(&json!({"source": src, "out": out, "device": "gpu", "batch-items": 16}));
+        let done = server.wait_job(id, "finished", |j| j["finished"].is_f64());
+        assert_eq!(done["state"], "succeeded", "{done:#}");
+        assert_eq!(done["progress"]["items_ok"], 40, "nothing lost: {done:#}");
+        let start = Instant::now();
+        let mine = loop {
+            let alerts = server.get_json("/api/v1/alerts");
+            let mine: Vec<Value> = alerts["alerts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|a| a["rule"] == rule)
+                .cloned()
+                .collect();
+            if mine.iter().any(|a| !a["ended"].is_null())
+                || start.elapsed() > Duration::from_secs(20)
+            {
+                break mine;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert_eq!(
+            mine.len(),
+            1,
+            "{failpoints}: one episode: {mine:#?}\n{}",
+            server.log()
+        );
+        let a = &mine[0];
+        assert_eq!(
+            (a["level"].as_str(), a["subject"].as_str()),
+            (Some(level), Some("gpu:0"))
+        );
+        assert!(a["message"].as_str().unwrap().contains(says), "{a}");
+        assert!(!a["ended"].is_null(), "closed at the job's end: {a}");
+    }
 }

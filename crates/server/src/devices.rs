@@ -18,6 +18,8 @@ const PROBE_DEADLINE: Duration = Duration::from_secs(5);
 pub struct Devices {
     registry: Arc<Mutex<DeviceRegistry>>,
     disabled: Arc<Vec<String>>,
+    /// The devices the running job holds, marked `Busy` in the registry.
+    busy: Arc<Mutex<Vec<String>>>,
 }
 
 impl Devices {
@@ -26,6 +28,7 @@ impl Devices {
         Devices {
             registry: Arc::new(Mutex::new(DeviceRegistry::from_devices(Vec::new()))),
             disabled: Arc::new(disabled),
+            busy: Arc::new(Mutex::new(Vec::new())),
         }
     }
 
@@ -65,7 +68,30 @@ impl Devices {
         for note in &opened.notes {
             tracing::warn!("{note}");
         }
+        let ids: Vec<String> = set
+            .chosen()
+            .iter()
+            .map(|c| match c.device {
+                sonograph_gpu::Selected::Cpu => "cpu".to_string(),
+                sonograph_gpu::Selected::Gpu(i) => format!("gpu:{i}"),
+            })
+            .collect();
+        let mut registry = self.lock();
+        for id in &ids {
+            registry.mark_busy(id);
+        }
+        *self.busy.lock().unwrap_or_else(|e| e.into_inner()) = ids;
         Ok(opened.executors)
+    }
+
+    /// The job has ended: its devices are available again (a device that failed meanwhile
+    /// stays failed).
+    pub fn release(&self) {
+        let ids = std::mem::take(&mut *self.busy.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut registry = self.lock();
+        for id in &ids {
+            registry.mark_available(id);
+        }
     }
 
     /// The telemetry probe over this registry.

@@ -601,11 +601,15 @@ fn progress_of(total: u64, ok: u64, failed: u64, resumed: u64, audio_seconds: f6
 pub trait Runner: Send + Sync {
     /// Opens the job's devices.
     fn open(&self, plan: &Plan) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String>;
+    /// The job has ended: its devices are free again.
+    fn release(&self);
     fn telemetry(&self) -> &sonograph_pipeline::telemetry::Telemetry;
     /// A job changed state.
     fn job_event(&self, id: i64, state: JobState);
     /// The server is stopping: take no new job, and requeue one that is stopped by it.
     fn stopping(&self) -> bool;
+    /// The devices are probed: jobs may start.
+    fn ready(&self) -> bool;
 }
 
 /// The worker: runs queued jobs one at a time until the server stops.
@@ -613,6 +617,11 @@ pub fn work(store: Arc<JobStore>, runner: Arc<dyn Runner>) {
     loop {
         if runner.stopping() {
             return;
+        }
+        if !runner.ready() {
+            // Jobs start once the devices are probed (what /ready says).
+            store.wait(std::time::Duration::from_millis(100));
+            continue;
         }
         let claimed = match store.claim() {
             Ok(c) => c,
@@ -642,6 +651,7 @@ fn run_one(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobRequest)
         let result =
             sonograph_pipeline::run_live(&plan.config, devices, Stages::default(), live.clone());
         telemetry.detach_job();
+        runner.release();
         result.map_err(|e| match e {
             JobError::Canceled { .. } => (JobState::Canceled, e.to_string()),
             e => (JobState::Failed, e.to_string()),

@@ -121,6 +121,9 @@ impl jobs::Runner for App {
     fn open(&self, plan: &jobs::Plan) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String> {
         self.devices.open(plan)
     }
+    fn release(&self) {
+        self.devices.release();
+    }
     fn telemetry(&self) -> &Telemetry {
         &self.telemetry
     }
@@ -131,6 +134,9 @@ impl jobs::Runner for App {
     }
     fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
+    }
+    fn ready(&self) -> bool {
+        self.is_ready().is_ok()
     }
 }
 
