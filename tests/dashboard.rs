@@ -140,20 +140,11 @@ fn the_dashboard_draws_a_running_job_and_its_alert_in_chromium() {
     let dir = Scratch::new("dashboard");
     // Broken items first: the job raises its `items_failed` alert at once.
     let src = manifest(&dir.0, 200_000, 3);
-    let server = Server::start(&[
-        "--data-root",
-        dir.str(),
-        "--state-dir",
-        dir.path("state").to_str().unwrap(),
-        "--telemetry-interval",
-        "0.25",
-    ]);
+    let server = Server::in_dir(&dir, &["--telemetry-interval", "0.25"]);
     // Every device: with a wgpu adapter (lavapipe in CI) the memory chart has a pool to draw.
     let id = server
         .submit(&json!({"source": src, "out": dir.path("out"), "device": "all", "workers": 1}));
-    server.wait_job(id, "running with progress", |j| {
-        j["state"] == "running" && j["progress"]["items_ok"].as_u64() > Some(0)
-    });
+    server.wait_progress(id, 0);
 
     let mut browser = Browser::launch(&dir.path("profile"));
     browser.open(&server.url("/"));
@@ -237,8 +228,5 @@ fn the_dashboard_draws_a_running_job_and_its_alert_in_chromium() {
         std::fs::write(root.join("docs/dashboard.png"), &png).unwrap();
     }
     drop(browser);
-    assert_eq!(
-        server.call("DELETE", &format!("/api/v1/jobs/{id}"), None).0,
-        202
-    );
+    server.cancel(id);
 }

@@ -46,17 +46,10 @@ fn rate(server: &Server, id: i64, window: Duration) -> f64 {
 fn two_hundred_clients_for_ten_seconds_while_a_job_runs() {
     let dir = Scratch::new("load");
     let src = manifest(&dir.0, 500_000, 0);
-    let server = Server::start(&[
-        "--data-root",
-        dir.str(),
-        "--state-dir",
-        dir.path("state").to_str().unwrap(),
-    ]);
+    let server = Server::in_dir(&dir, &[]);
     let id = server
         .submit(&json!({"source": src, "out": dir.path("out"), "device": "cpu", "workers": 1}));
-    server.wait_job(id, "running with progress", |j| {
-        j["state"] == "running" && j["progress"]["items_ok"].as_u64() > Some(100)
-    });
+    server.wait_progress(id, 100);
     let before = rate(&server, id, QUIET);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -132,9 +125,5 @@ fn two_hundred_clients_for_ten_seconds_while_a_job_runs() {
         "the job's throughput dropped {:.1} %",
         drop * 100.0
     );
-    assert_eq!(
-        server.call("DELETE", &format!("/api/v1/jobs/{id}"), None).0,
-        202
-    );
-    server.wait_job(id, "canceled", |j| j["state"] == "canceled");
+    server.cancel(id);
 }

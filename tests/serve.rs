@@ -322,20 +322,11 @@ fn next_event(server: &Server, name: &str) -> Value {
 fn jobs_queue_run_one_at_a_time_cancel_and_resume() {
     let dir = Scratch::new("jobs");
     let src = manifest(&dir.0, 200_000, 0);
-    let server = Server::start(&[
-        "--data-root",
-        dir.str(),
-        "--state-dir",
-        dir.path("state").to_str().unwrap(),
-        "--telemetry-interval",
-        "0.2",
-    ]);
+    let server = Server::in_dir(&dir, &["--telemetry-interval", "0.2"]);
     let job = json!({"source": src, "out": dir.path("out"), "device": "cpu", "workers": 1, "preset": "whisper"});
     let first = server.submit(&job);
     let second = server.submit(&json!({"source": src, "out": dir.path("out2"), "device": "cpu"}));
-    let running = server.wait_job(first, "running with progress", |j| {
-        j["state"] == "running" && j["progress"]["items_ok"].as_u64() > Some(0)
-    });
+    let running = server.wait_progress(first, 0);
     assert_eq!(running["progress"]["items_total"], 200_000);
     assert_eq!(running["attempts"], 1);
     // One at a time: the second waits.
@@ -382,17 +373,9 @@ fn jobs_queue_run_one_at_a_time_cancel_and_resume() {
 
     // The same job again resumes where the first stopped.
     let again = server.submit(&job);
-    let resumed = server.wait_job(again, "resumed", |j| {
-        j["state"] == "running" && j["progress"]["items_resumed"].as_u64() > Some(0)
-    });
+    let resumed = server.wait_resumed(again);
     assert!(resumed["progress"]["items_resumed"].as_u64().unwrap() >= done_before);
-    assert_eq!(
-        server
-            .call("DELETE", &format!("/api/v1/jobs/{again}"), None)
-            .0,
-        202
-    );
-    server.wait_job(again, "canceled", |j| j["state"] == "canceled");
+    server.cancel(again);
     let status = server.get_json("/api/v1/status");
     assert_eq!(
         status["devices"].as_array().unwrap().last().unwrap()["state"],
@@ -571,9 +554,7 @@ fn a_server_killed_with_minus_9_resumes_its_running_job() {
     // Parts of 1 MiB (16 items): some are committed by the time of the kill.
     let id = server.submit(&json!({"source": src, "out": dir.path("out"), "device": "cpu", "workers": 1, "part-mb": 1}));
     let queued = server.submit(&json!({"source": src, "out": dir.path("out-b"), "device": "cpu"}));
-    server.wait_job(id, "running with progress", |j| {
-        j["state"] == "running" && j["progress"]["items_ok"].as_u64() > Some(50)
-    });
+    server.wait_progress(id, 50);
     server.signal("-KILL");
     let status = server.wait_exit(Duration::from_secs(5));
     use std::os::unix::process::ExitStatusExt;
@@ -581,16 +562,10 @@ fn a_server_killed_with_minus_9_resumes_its_running_job() {
     drop(server);
 
     let server = Server::start(&args);
-    let resumed = server.wait_job(id, "resumed", |j| {
-        j["state"] == "running" && j["progress"]["items_resumed"].as_u64() > Some(0)
-    });
+    let resumed = server.wait_resumed(id);
     assert_eq!(resumed["attempts"], 2);
     assert_eq!(server.job(queued)["state"], "queued", "still behind it");
-    assert_eq!(
-        server.call("DELETE", &format!("/api/v1/jobs/{id}"), None).0,
-        202
-    );
-    server.wait_job(id, "canceled", |j| j["state"] == "canceled");
+    server.cancel(id);
 }
 
 /// SIGTERM: the running job stops at a batch boundary, the server exits 0 within 10 s, and
@@ -604,9 +579,7 @@ fn sigterm_stops_the_job_resumably_and_exits_0_within_10_s() {
     let mut server = Server::start(&args);
     let id = server
         .submit(&json!({"source": src, "out": dir.path("out"), "device": "cpu", "workers": 1}));
-    server.wait_job(id, "running with progress", |j| {
-        j["state"] == "running" && j["progress"]["items_ok"].as_u64() > Some(50)
-    });
+    server.wait_progress(id, 50);
     let t = Instant::now();
     server.signal("-TERM");
     let status = server.wait_exit(Duration::from_secs(10));
@@ -623,15 +596,9 @@ fn sigterm_stops_the_job_resumably_and_exits_0_within_10_s() {
     // The output is resumable: the ledger has what was done, the record says so, and the
     // next start picks the job up again.
     let server = Server::start(&args);
-    let resumed = server.wait_job(id, "resumed", |j| {
-        j["state"] == "running" && j["progress"]["items_resumed"].as_u64() > Some(0)
-    });
+    let resumed = server.wait_resumed(id);
     assert_eq!(resumed["attempts"], 2);
-    assert_eq!(
-        server.call("DELETE", &format!("/api/v1/jobs/{id}"), None).0,
-        202
-    );
-    server.wait_job(id, "canceled", |j| j["state"] == "canceled");
+    server.cancel(id);
 }
 
 /// `extract --metrics-addr` serves /metrics, /health and the dashboard while it runs.
@@ -758,5 +725,140 @@ fn gpu_faults_raise_oom_burst_and_device_lost_alerts() {
         );
         assert!(a["message"].as_str().unwrap().contains(says), "{a}");
         assert!(!a["ended"].is_null(), "closed at the job's end: {a}");
+    }
+}
+
+mod exposition {
+    //! `/metrics` of a machine this one is not: an NVIDIA GPU through NVML, rendered from a
+    //! sample and read back by the Prometheus parser; and the deploy files' metric names.
+    use super::value_of;
+    use sonograph_dsp::MemoryStats;
+    use sonograph_pipeline::telemetry::{
+        DeviceReading, DeviceSample, JobSample, QueueSample, Sample, Totals,
+    };
+    use sonograph_server::metrics::{render, Scrape};
+    use sonograph_server::JobState;
+
+    /// A sample as an NVIDIA machine running a job would give it.
+    fn nvidia_sample() -> Sample {
+        Sample {
+            seq: 3,
+            time: 1.0,
+            devices: vec![DeviceSample {
+                reading: DeviceReading {
+                    id: "gpu:0".into(),
+                    name: "NVIDIA H100 80GB HBM3".into(),
+                    state: "busy".into(),
+                    uuid: Some("GPU-5f1c0e2a-0000-0000-0000-000000000000".into()),
+                    nvml_index: Some(0),
+                    utilization_percent: Some(87.0),
+                    memory_used_bytes: Some(10 << 30),
+                    memory_free_bytes: Some(70 << 30),
+                    memory_total_bytes: Some(80 << 30),
+                    temperature_c: Some(64.0),
+                    power_w: Some(412.5),
+                },
+                budget_bytes: Some(8 << 30),
+                pool: Some(MemoryStats {
+                    allocated_bytes: 3 << 30,
+                    reserved_bytes: 4 << 30,
+                    budget_bytes: 8 << 30,
+                    fragmentation: 0.25,
+                    ..Default::default()
+                }),
+                batch_size: 32,
+                busy_ratio: Some(0.9),
+                ..Default::default()
+            }],
+            job: Some(JobSample {
+                id: "7".into(),
+                items_total: 100,
+                items_ok: 40,
+                items_per_second: 12.5,
+                queues: vec![QueueSample {
+                    stage: "prefetch".into(),
+                    depth: 5,
+                    capacity: 64,
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// The dcgm-exporter names carry its labels and units (MiB for the framebuffer), and a
+    /// real Prometheus text parser reads the whole exposition.
+    #[test]
+    fn nvidia_devices_get_dcgm_names_and_labels() {
+        let sample = nvidia_sample();
+        let mut totals = Totals::default();
+        totals.ooms.insert("gpu:0".into(), 3);
+        totals.items_ok = 40;
+        totals.batches.insert("gpu:0".into(), 9);
+        totals.stage_busy_s.insert("compute".into(), 2.5);
+        let text = render(&Scrape {
+            sample: Some(&sample),
+            totals: &totals,
+            alerts: &[],
+            jobs: &[(JobState::Running, 1)],
+            ready: true,
+        })
+        .unwrap();
+        let s = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+        let dcgm = [
+            ("gpu", "0"),
+            ("UUID", "GPU-5f1c0e2a-0000-0000-0000-000000000000"),
+            ("modelName", "NVIDIA H100 80GB HBM3"),
+        ];
+        assert_eq!(value_of(&s, "DCGM_FI_DEV_GPU_UTIL", &dcgm), Some(87.0));
+        assert_eq!(value_of(&s, "DCGM_FI_DEV_FB_USED", &dcgm), Some(10240.0));
+        assert_eq!(value_of(&s, "DCGM_FI_DEV_FB_FREE", &dcgm), Some(71680.0));
+        assert_eq!(value_of(&s, "DCGM_FI_DEV_GPU_TEMP", &dcgm), Some(64.0));
+        assert_eq!(value_of(&s, "DCGM_FI_DEV_POWER_USAGE", &dcgm), Some(412.5));
+        let gpu = [("device", "gpu:0")];
+        assert_eq!(
+            value_of(
+                &s,
+                "sonograph_pool_bytes",
+                &[("device", "gpu:0"), ("kind", "reserved")]
+            ),
+            Some((4u64 << 30) as f64)
+        );
+        assert_eq!(
+            value_of(&s, "sonograph_pool_fragmentation_ratio", &gpu),
+            Some(0.25)
+        );
+        assert_eq!(value_of(&s, "sonograph_oom_total", &gpu), Some(3.0));
+        assert_eq!(value_of(&s, "sonograph_batch_size", &gpu), Some(32.0));
+        assert_eq!(
+            value_of(&s, "sonograph_queue_depth", &[("stage", "prefetch")]),
+            Some(5.0)
+        );
+        assert_eq!(value_of(&s, "sonograph_items_per_second", &[]), Some(12.5));
+        assert_eq!(
+            value_of(&s, "sonograph_jobs", &[("state", "running")]),
+            Some(1.0)
+        );
+
+        // Every metric the deploy files (Grafana, the Prometheus rules) use is exported.
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+        let exported: std::collections::BTreeSet<String> =
+            s.samples.iter().map(|x| x.metric.clone()).collect();
+        for file in ["grafana-dashboard.json", "prometheus-alerts.yaml"] {
+            let text = std::fs::read_to_string(root.join(file)).unwrap();
+            let mut used = 0;
+            for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                let ours = word.starts_with("sonograph_") || word.starts_with("DCGM_FI_");
+                // "sonograph_*" in prose names the family, not a metric.
+                if ours && !word.ends_with('_') && word != "sonograph_token" {
+                    assert!(
+                        exported.contains(word),
+                        "{file} uses {word}, which is not exported"
+                    );
+                    used += 1;
+                }
+            }
+            assert!(used > 10, "{file}");
+        }
     }
 }

@@ -84,6 +84,41 @@ impl Server {
         }
     }
 
+    /// A server whose data root is `dir` and whose state lives in `dir/state`, with `extra`
+    /// arguments.
+    pub fn in_dir(dir: &Scratch, extra: &[&str]) -> Server {
+        let state = dir.path("state");
+        let mut args = vec![
+            "--data-root",
+            dir.str(),
+            "--state-dir",
+            state.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        Server::start(&args)
+    }
+
+    /// Waits until job `id` runs and has done more than `items` items.
+    pub fn wait_progress(&self, id: i64, items: u64) -> Value {
+        self.wait_job(id, "running with progress", |j| {
+            j["state"] == "running" && j["progress"]["items_ok"].as_u64() > Some(items)
+        })
+    }
+
+    /// Waits until job `id` runs again, resumed from what an earlier run did.
+    pub fn wait_resumed(&self, id: i64) -> Value {
+        self.wait_job(id, "resumed", |j| {
+            j["state"] == "running" && j["progress"]["items_resumed"].as_u64() > Some(0)
+        })
+    }
+
+    /// Cancels running job `id` and waits until it has stopped.
+    pub fn cancel(&self, id: i64) -> Value {
+        let (code, body) = self.call("DELETE", &format!("/api/v1/jobs/{id}"), None);
+        assert_eq!(code, 202, "{body}");
+        self.wait_job(id, "canceled", |j| j["state"] == "canceled")
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }

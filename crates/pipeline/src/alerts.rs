@@ -545,17 +545,23 @@ mod tests {
         }
     }
 
+    /// `n` clips of `seconds` each: (file name, seconds).
+    fn clips(n: usize, seconds: f64) -> Vec<(String, f64)> {
+        (0..n).map(|i| (format!("c{i:02}.wav"), seconds)).collect()
+    }
+
     /// Runs a job of `wavs` (file, seconds) on `devices` under a sampler of `rules` (every
     /// 25 ms); returns every alert event the sinks got, in order.
     fn watch(
         name: &str,
-        wavs: &[(&str, f64)],
+        wavs: &[(String, f64)],
         rules: AlertRules,
         devices: Vec<Box<dyn Extractor>>,
         stages: Stages,
         tune: impl FnOnce(&mut JobConfig),
     ) -> Vec<AlertEvent> {
-        let dir = scratch_corpus(name, wavs);
+        let wavs: Vec<(&str, f64)> = wavs.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+        let dir = scratch_corpus(name, &wavs);
         let mut config = JobConfig::new(
             dir.join("corpus"),
             dir.join("out"),
@@ -629,8 +635,7 @@ mod tests {
             high_batches: 6,
             ..Pooled::new(&spec, Duration::from_millis(60))
         };
-        let wavs: Vec<(String, f64)> = (0..14).map(|i| (format!("c{i:02}.wav"), 0.5)).collect();
-        let wavs: Vec<(&str, f64)> = wavs.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+        let wavs = clips(14, 0.5);
         let events = watch(
             "alert-memory",
             &wavs,
@@ -702,8 +707,7 @@ mod tests {
             lose_after: Some(40),
             ..Flaky::new(&spec, Precision::F64)
         };
-        let wavs: Vec<(String, f64)> = (0..70).map(|i| (format!("c{i:02}.wav"), 0.2)).collect();
-        let wavs: Vec<(&str, f64)> = wavs.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+        let wavs = clips(70, 0.2);
         let events = watch(
             "alert-oom",
             &wavs,
@@ -744,8 +748,7 @@ mod tests {
             input_bound_s: 0.6,
             ..Default::default()
         };
-        let wavs: Vec<(String, f64)> = (0..6).map(|i| (format!("c{i:02}.wav"), 0.2)).collect();
-        let wavs: Vec<(&str, f64)> = wavs.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+        let wavs = clips(6, 0.2);
         let events = watch(
             "alert-input",
             &wavs,
@@ -777,7 +780,7 @@ mod tests {
         };
         let events = watch(
             "alert-stall",
-            &[("a.wav", 0.5)],
+            &clips(1, 0.5),
             rules,
             vec![Box::new(Pooled::new(&spec, Duration::from_millis(1200)))],
             Stages::default(),
@@ -792,8 +795,7 @@ mod tests {
     #[test]
     fn failed_items_alert_with_count_and_reasons() {
         let spec = FeatureSpec::whisper(80);
-        let wavs: Vec<(String, f64)> = (0..4).map(|i| (format!("c{i:02}.wav"), 0.3)).collect();
-        let wavs: Vec<(&str, f64)> = wavs.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+        let wavs = clips(4, 0.3);
         let events = watch(
             "alert-failed",
             &wavs,
