@@ -733,6 +733,7 @@ mod exposition {
     //! sample and read back by the Prometheus parser; and the deploy files' metric names.
     use super::value_of;
     use sonograph_dsp::MemoryStats;
+    use sonograph_pipeline::live::DeviceCounters;
     use sonograph_pipeline::telemetry::{
         DeviceReading, DeviceSample, JobSample, QueueSample, Sample, Totals,
     };
@@ -766,7 +767,10 @@ mod exposition {
                     fragmentation: 0.25,
                     ..Default::default()
                 }),
-                batch_size: 32,
+                executor: DeviceCounters {
+                    batch_size: 32,
+                    ..Default::default()
+                },
                 busy_ratio: Some(0.9),
                 ..Default::default()
             }],

@@ -405,8 +405,12 @@ fn conditions(rules: &AlertRules, history: &[Arc<Sample>], latest: &Sample) -> V
                 ),
             ));
         }
-        if d.lost || d.reading.state == "failed" {
-            let why = d.lost_reason.clone().unwrap_or_else(|| "failed".into());
+        if d.executor.lost || d.reading.state == "failed" {
+            let why = d
+                .executor
+                .lost_reason
+                .clone()
+                .unwrap_or_else(|| "failed".into());
             out.push((
                 "device_lost",
                 id.clone(),
@@ -414,7 +418,8 @@ fn conditions(rules: &AlertRules, history: &[Arc<Sample>], latest: &Sample) -> V
                 format!("{id} is out: {why}"),
             ));
         }
-        if running.is_some() && !d.is_cpu && d.batches > 0 && !d.lost {
+        let e = &d.executor;
+        if running.is_some() && !e.is_cpu && e.batches > 0 && !e.lost {
             if let Some(secs) = input_bound_for(history, latest, id, rules) {
                 out.push((
                     "input_bound",
@@ -470,14 +475,14 @@ fn device<'a>(s: &'a Sample, id: &str) -> Option<&'a DeviceSample> {
 /// OOMs of device `id` in the last `window` seconds: its count now less its count in the
 /// oldest sample of the window (a device absent then, or a new job since, counts from 0).
 fn recent_ooms(history: &[Arc<Sample>], latest: &Sample, id: &str, window: f64) -> u64 {
-    let now = device(latest, id).map_or(0, |d| d.ooms);
+    let now = device(latest, id).map_or(0, |d| d.executor.ooms);
     let job_of = |s: &Sample| s.job.as_ref().map(|j| j.id.clone());
     let before = history
         .iter()
         .find(|s| s.time >= latest.time - window)
         .filter(|s| s.seq != latest.seq && job_of(s) == job_of(latest))
         .and_then(|s| device(s, id))
-        .map_or(0, |d| d.ooms);
+        .map_or(0, |d| d.executor.ooms);
     now.saturating_sub(before)
 }
 

@@ -91,8 +91,10 @@ pub struct LiveDevice {
 }
 
 /// A copy of a [`LiveDevice`] at one moment.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct DeviceCounters {
+    /// The executor's device label.
+    #[serde(rename = "executor")]
     pub name: String,
     pub is_cpu: bool,
     /// The size of the batch last run.
@@ -106,6 +108,8 @@ pub struct DeviceCounters {
     pub wait_s: f64,
     pub lost: bool,
     pub lost_reason: Option<String>,
+    /// In samples as their `pool`.
+    #[serde(skip)]
     pub memory: Option<MemoryStats>,
 }
 

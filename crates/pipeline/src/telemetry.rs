@@ -58,19 +58,13 @@ pub struct DeviceSample {
     /// The memory pool's budget and statistics (PyTorch's names), from the executor.
     pub budget_bytes: Option<u64>,
     pub pool: Option<MemoryStats>,
-    /// The size of the batch last run, and the totals of this job.
-    pub batch_size: usize,
-    pub batches: u64,
-    pub items: u64,
-    pub ooms: u64,
-    pub moved_to_cpu: u64,
+    /// The job's executor on the device (all zero without one): the batch last run and the
+    /// job's totals.
+    #[serde(flatten)]
+    pub executor: DeviceCounters,
     /// Share of the last interval the executor spent computing, and waiting for input.
     pub busy_ratio: Option<f64>,
     pub wait_ratio: Option<f64>,
-    pub lost: bool,
-    pub lost_reason: Option<String>,
-    /// A device of the host's CPU (no GPU to be idle).
-    pub is_cpu: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -471,22 +465,15 @@ impl Telemetry {
                     devices.last_mut().expect("just pushed")
                 }
             };
-            d.is_cpu = e.is_cpu;
             d.budget_bytes = e.memory.as_ref().map(|m| m.budget_bytes);
             d.pool = e.memory.clone();
-            d.batch_size = e.batch_size;
-            d.batches = e.batches;
-            d.items = e.items;
-            d.ooms = e.ooms;
-            d.moved_to_cpu = e.moved_to_cpu;
             // Unknown until two samples span some time.
             d.busy_ratio = (dt > 1e-3).then(|| ((e.compute_s - compute0) / dt).clamp(0.0, 1.0));
             d.wait_ratio = (dt > 1e-3).then(|| ((e.wait_s - wait0) / dt).clamp(0.0, 1.0));
-            d.lost = e.lost;
-            d.lost_reason = e.lost_reason.clone();
             if e.lost {
                 d.reading.state = "failed".into();
             }
+            d.executor = e;
         }
         Sample {
             seq: self.seq.fetch_add(1, Ordering::Relaxed),

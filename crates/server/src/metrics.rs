@@ -229,7 +229,7 @@ pub fn render(s: &Scrape) -> Result<String, std::fmt::Error> {
             .set(1.0);
         batch
             .get_or_create(&labels(&[("device", id)]))
-            .set(d.batch_size as f64);
+            .set(d.executor.batch_size as f64);
         if let Some(b) = d.busy_ratio {
             busy_ratio.get_or_create(&labels(&[("device", id)])).set(b);
         }
