@@ -1,8 +1,8 @@
 //! Alert rules over the telemetry history. Each rule looks at the latest samples and says,
 //! per subject (a device or a job), whether its condition holds; an alert fires once when the
 //! condition starts (an episode) and closes when it clears. Fired and resolved alerts go to
-//! the sinks: the log always, then whatever was added (the server's webhook, callbacks
-//! registered through the library).
+//! the log, and [`crate::telemetry::Telemetry`] hands them to its sinks (the server's
+//! webhook, callbacks registered through the library).
 //!
 //! The default rules, with their thresholds configurable in a TOML file (`--alerts FILE`,
 //! every key optional, unknown keys refused):
@@ -218,7 +218,6 @@ pub struct AlertEngine {
     /// Active alerts by (rule, subject).
     active: BTreeMap<(String, String), Alert>,
     closed: VecDeque<Alert>,
-    sinks: Vec<Box<dyn AlertSink>>,
 }
 
 impl AlertEngine {
@@ -228,12 +227,7 @@ impl AlertEngine {
             next_id: 1,
             active: BTreeMap::new(),
             closed: VecDeque::new(),
-            sinks: Vec::new(),
         }
-    }
-
-    pub fn add_sink(&mut self, sink: Box<dyn AlertSink>) {
-        self.sinks.push(sink);
     }
 
     /// Active alerts first, then closed ones, newest first in each.
@@ -245,7 +239,7 @@ impl AlertEngine {
     }
 
     /// Applies the rules to `history` (oldest first; the last is now): fires what started,
-    /// resolves what cleared, tells the sinks; returns the events.
+    /// resolves what cleared, logs them; returns the events for the sinks.
     pub fn evaluate(&mut self, history: &[Arc<Sample>]) -> Vec<AlertEvent> {
         let mut now: BTreeMap<(String, String), (AlertLevel, String)> = BTreeMap::new();
         if let Some(latest) = history.last() {
@@ -295,9 +289,6 @@ impl AlertEngine {
         }
         for e in &events {
             log(e);
-            for sink in &mut self.sinks {
-                sink.send(e);
-            }
         }
         events
     }
@@ -700,6 +691,40 @@ mod tests {
         assert!(crit[0].message.contains("96 °C"), "{}", crit[0].message);
         assert!(warn[0].ended.is_some() && crit[0].ended.is_some());
         assert_eq!(warn[0].subject, "gpu:0");
+    }
+
+    /// A callback registered through the library may ask the telemetry for its alerts while
+    /// it is told of one: it sees the alert it was given as active, then closed.
+    #[test]
+    fn a_sink_reads_the_alerts_it_is_told_of() {
+        let telemetry = Telemetry::new(
+            TelemetryConfig::default(),
+            Box::new(Thermometer {
+                script: vec![70.0, 90.0, 60.0],
+                reads: 0,
+            }),
+        );
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (weak, log) = (Arc::downgrade(&telemetry), seen.clone());
+        telemetry.add_alert_sink(Box::new(move |e: &AlertEvent| {
+            let listed = weak.upgrade().unwrap().alerts();
+            let me = listed.iter().find(|a| a.id == e.alert().id).cloned();
+            log.lock().unwrap().push((e.clone(), me));
+        }));
+        for _ in 0..3 {
+            telemetry.sample_now();
+        }
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 2, "{seen:#?}");
+        let (AlertEvent::Fired(fired), Some(listed)) = &seen[0] else {
+            panic!("fired first, and listed: {seen:#?}");
+        };
+        assert_eq!(fired.rule, "temperature_warning");
+        assert!(listed.ended.is_none(), "active while it is fired");
+        let (AlertEvent::Resolved(_), Some(listed)) = &seen[1] else {
+            panic!("resolved next, and listed: {seen:#?}");
+        };
+        assert!(listed.ended.is_some(), "closed once resolved");
     }
 
     /// A device that runs out of memory on anything over one item: the first batch of 64

@@ -203,6 +203,11 @@ pub struct Telemetry {
     probe: Mutex<Box<dyn DeviceProbe>>,
     state: Mutex<State>,
     alerts: Mutex<AlertEngine>,
+    /// Taken before the alerts are evaluated and held until the last sink and observer is
+    /// told, so that the events of two samples taken at once (the sampler's and
+    /// `detach_job`'s) arrive in the order they were evaluated. The engine's lock is let go
+    /// before the sinks are called: a sink may read [`Self::alerts`].
+    sinks: Mutex<Vec<Box<dyn AlertSink>>>,
     observers: Mutex<Vec<Observer>>,
     stopping: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -225,6 +230,7 @@ impl Telemetry {
                 device_times: BTreeMap::new(),
             }),
             alerts: Mutex::new(alerts),
+            sinks: Mutex::new(Vec::new()),
             observers: Mutex::new(Vec::new()),
             stopping: AtomicBool::new(false),
             thread: Mutex::new(None),
@@ -287,7 +293,7 @@ impl Telemetry {
 
     /// Adds an alert sink (a webhook, a callback of the library's user).
     pub fn add_alert_sink(&self, sink: Box<dyn AlertSink>) {
-        lock(&self.alerts).add_sink(sink);
+        lock(&self.sinks).push(sink);
     }
 
     /// Samples `live` as job `id` from now on, until [`Self::detach_job`].
@@ -361,10 +367,16 @@ impl Telemetry {
             }
             sample
         };
+        let mut sinks = lock(&self.sinks);
         let events = {
             let history: Vec<Arc<Sample>> = lock(&self.state).history.iter().cloned().collect();
             lock(&self.alerts).evaluate(&history)
         };
+        for e in &events {
+            for sink in sinks.iter_mut() {
+                sink.send(e);
+            }
+        }
         let observers: Vec<Observer> = lock(&self.observers).clone();
         for o in &observers {
             o(&TelemetryEvent::Sample(sample.clone()));
@@ -374,6 +386,7 @@ impl Telemetry {
                 o(&TelemetryEvent::Alert(e.clone()));
             }
         }
+        drop(sinks);
         sample
     }
 
