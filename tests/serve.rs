@@ -73,6 +73,18 @@ fn health_ready_status_and_metrics() {
     );
     assert_eq!(value_of(&m, "sonograph_ready", &[]), Some(1.0));
     assert!(value_of(&m, "process_resident_memory_bytes", &[]).unwrap() > 1e6);
+    // One server per state directory.
+    let second = serving::command()
+        .args(["serve", "--addr", "127.0.0.1:0", "--state-dir"])
+        .arg(dir.path("state"))
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        err.contains("another sonograph serve uses this state directory"),
+        "{err}"
+    );
     let (code, body) = server.call("GET", "/nope", None);
     assert_eq!(code, 404);
     assert!(body.contains("no such endpoint"));

@@ -253,6 +253,9 @@ pub struct JobRecord {
 
 /// The jobs' records (SQLite) and the running job's live counters.
 pub struct JobStore {
+    /// Held while the server runs: two servers on one state directory would run its jobs
+    /// twice.
+    _lock: std::fs::File,
     db: Mutex<Connection>,
     running: Mutex<Option<(i64, Arc<LiveJob>)>>,
     wake: Condvar,
@@ -269,6 +272,15 @@ impl JobStore {
     pub fn open(state_dir: &Path) -> Result<Self, ServerError> {
         std::fs::create_dir_all(state_dir)
             .map_err(|e| ServerError::State(format!("{}: {e}", state_dir.display())))?;
+        let lock_path = state_dir.join("serve.lock");
+        let lock = std::fs::File::create(&lock_path)
+            .map_err(|e| ServerError::State(format!("{}: {e}", lock_path.display())))?;
+        if lock.try_lock().is_err() {
+            return Err(ServerError::Config(format!(
+                "{}: another sonograph serve uses this state directory",
+                state_dir.display()
+            )));
+        }
         let path = state_dir.join("jobs.sqlite");
         let db = Connection::open(&path)
             .map_err(|e| ServerError::State(format!("{}: {e}", path.display())))?;
@@ -301,6 +313,7 @@ impl JobStore {
             );
         }
         Ok(JobStore {
+            _lock: lock,
             db: Mutex::new(db),
             running: Mutex::new(None),
             wake: Condvar::new(),

@@ -87,8 +87,12 @@ pub(crate) struct App {
 
 impl App {
     pub fn publish(&self, kind: &'static str, value: &impl serde::Serialize) {
+        // Nobody watching: no need to encode the event.
+        if self.events.receiver_count() == 0 {
+            return;
+        }
         if let Ok(json) = serde_json::to_string(value) {
-            // No receiver is not an error: nobody is watching.
+            // A receiver gone since the check above is not an error.
             let _ = self.events.send(Event {
                 kind,
                 data: json.into(),
