@@ -97,6 +97,98 @@ fn health_ready_status_and_metrics() {
     );
 }
 
+/// Devices that cannot be set up (here the CPU disabled, which nothing can run without):
+/// `/ready` answers 503 with the reason, `/health` stays 200, `sonograph_ready` is 0, and a
+/// submitted job waits in the queue instead of running.
+#[test]
+fn ready_is_503_with_the_reason_while_the_devices_are_not_set_up() {
+    let dir = Scratch::new("not-ready");
+    let src = manifest(&dir.0, 3, 0);
+    let server = Server::start_with(
+        &[
+            "--data-root",
+            dir.str(),
+            "--state-dir",
+            dir.path("state").to_str().unwrap(),
+        ],
+        &[("SONOGRAPH_DISABLE_DEVICES", "cpu")],
+    );
+    let start = Instant::now();
+    let reason = loop {
+        let (code, body) = server.call("GET", "/ready", None);
+        assert_eq!(code, 503, "{body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["status"], "not ready");
+        let reason = body["reason"].as_str().unwrap().to_string();
+        // "probing the devices" until the probe has run, then why it failed.
+        if reason != "probing the devices" {
+            break reason;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "probe never ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        reason.contains("SONOGRAPH_DISABLE_DEVICES") && reason.contains("fallback"),
+        "{reason}"
+    );
+    assert_eq!(server.call("GET", "/health", None).0, 200);
+    let m = scrape(&server.call("GET", "/metrics", None).1);
+    assert_eq!(value_of(&m, "sonograph_ready", &[]), Some(0.0));
+    let id = server.submit(&json!({"source": src, "out": dir.path("out"), "device": "cpu"}));
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        server.job(id)["state"],
+        "queued",
+        "jobs wait for the devices"
+    );
+    assert_eq!(server.call("GET", "/ready", None).0, 503);
+}
+
+/// `GET /api/v1/telemetry?since=SECONDS` gives the samples of the last SECONDS only, the
+/// newest of the history; without it, the whole history. Each carries the process's CPU and
+/// RSS.
+#[test]
+fn telemetry_since_gives_the_last_seconds_of_samples() {
+    let dir = Scratch::new("since");
+    let server = Server::start(&[
+        "--state-dir",
+        dir.path("state").to_str().unwrap(),
+        "--telemetry-interval",
+        "0.1",
+    ]);
+    let samples = |path: &str| -> Vec<Value> {
+        let t = server.get_json(path);
+        assert_eq!(t["interval_s"], 0.1);
+        t["samples"].as_array().unwrap().clone()
+    };
+    let span =
+        |s: &[Value]| s.last().unwrap()["time"].as_f64().unwrap() - s[0]["time"].as_f64().unwrap();
+    let start = Instant::now();
+    while samples("/api/v1/telemetry").len() < 20 {
+        assert!(start.elapsed() < Duration::from_secs(30), "too few samples");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let all = samples("/api/v1/telemetry");
+    assert!(span(&all) > 1.0, "the history covers more than the window");
+    let recent = samples("/api/v1/telemetry?since=0.5");
+    assert!(
+        !recent.is_empty() && recent.len() < all.len(),
+        "{}",
+        recent.len()
+    );
+    assert!(span(&recent) <= 0.5, "{}", span(&recent));
+    // The newest samples, in order: sequence numbers go up by one.
+    let seqs: Vec<u64> = recent.iter().map(|s| s["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    assert!(seqs[0] > all[0]["seq"].as_u64().unwrap());
+    let last = recent.last().unwrap();
+    assert!(last["process"]["rss_bytes"].as_u64().unwrap() > 1 << 20);
+    assert!(last["process"]["cpu_seconds"].as_f64().unwrap() > 0.0);
+}
+
 #[test]
 fn hostile_requests_get_clear_4xx_answers() {
     let dir = Scratch::new("hostile");
@@ -294,6 +386,16 @@ fn a_token_guards_everything_but_health_and_ready() {
         .call()
         .unwrap();
     assert_eq!(r.status().as_u16(), 200);
+
+    // The token from the environment instead of the command line.
+    let server = Server::start_with(
+        &["--state-dir", dir.path("state-env").to_str().unwrap()],
+        &[("SONOGRAPH_TOKEN", token)],
+    );
+    let status = server.url("/api/v1/status");
+    assert_eq!(request("GET", &status, None, None).0, 401);
+    let bearer = format!("Bearer {token}");
+    assert_eq!(request("GET", &status, None, Some(&bearer)).0, 200);
 }
 
 /// Reads server-sent events from `path` until one named `name` comes (20 s at most);
