@@ -441,8 +441,10 @@ fn conditions(rules: &AlertRules, history: &[Arc<Sample>], latest: &Sample) -> V
             ));
         }
     }
+    // A finished job counts too, until it is detached: a job that fails items and ends
+    // between two samples still raises its alert (closed by the sample after the detach).
     if let Some(job) = &latest.job {
-        if job.items_failed >= rules.items_failed && !job.finished {
+        if job.items_failed >= rules.items_failed {
             out.push((
                 "items_failed",
                 format!("job:{}", job.id),
@@ -819,6 +821,39 @@ mod tests {
         let a = one_episode(&events, "no_progress", "job:1");
         assert_eq!(a.level, AlertLevel::Error);
         assert!(a.message.contains("settled no item"), "{}", a.message);
+    }
+
+    /// A job that fails items and ends before the sampler looks (here: no sampling thread at
+    /// all) still raises its alert: the sample `detach_job` takes of the finished job fires
+    /// it, the one after the detach resolves it.
+    #[test]
+    fn a_job_that_ends_between_two_samples_still_alerts_its_failures() {
+        let spec = FeatureSpec::whisper(80);
+        let dir = scratch_corpus("alert-fast", &[("c00.wav", 0.2)]);
+        std::fs::write(dir.join("corpus").join("broken.wav"), b"RIFF junk").unwrap();
+        let mut config = JobConfig::new(dir.join("corpus"), dir.join("out"), spec.clone());
+        config.workers = 1;
+        let telemetry = Telemetry::new(
+            TelemetryConfig::default(),
+            Box::new(crate::telemetry::NoDevices),
+        );
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
+        telemetry.add_alert_sink(Box::new(move |e: &AlertEvent| {
+            sink.lock().unwrap().push(e.clone())
+        }));
+        let live = LiveJob::new();
+        telemetry.attach_job("1", live.clone());
+        let device = Pooled::new(&spec, Duration::from_millis(1));
+        let result = run_live(&config, vec![Box::new(device)], Stages::default(), live);
+        telemetry.detach_job();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(result.is_ok(), "{result:?}");
+        let events = events.lock().unwrap().clone();
+        let a = one_episode(&events, "items_failed", "job:1");
+        assert_eq!(a.level, AlertLevel::Warning);
+        assert!(a.message.contains("1 items failed"), "{}", a.message);
+        assert!(a.message.contains("broken.wav"), "{}", a.message);
     }
 
     /// A corpus with broken files: one WARNING with the count and the first reasons.
