@@ -3,6 +3,7 @@
 //! Exit codes: 0 success; 2 bad input or usage (the message names the file and the reason);
 //! 3 `extract` finished but some items failed (they are in the report); 1 an internal error.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -212,9 +213,15 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SONOGRAPH_LOG")
-                // symphonia logs what sonograph already reports as the file's error.
-                .unwrap_or_else(|_| "warn,symphonia_core=off,symphonia=off".into()),
+                // symphonia logs what sonograph already reports as the file's error. Alerts
+                // go to the log at every level: an INFO alert and a resolution are logged
+                // at INFO.
+                .unwrap_or_else(|_| {
+                    "warn,sonograph_pipeline::alerts=info,symphonia_core=off,symphonia=off".into()
+                }),
         )
+        // Colours on a terminal only: a container's log is a file or a pipe.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
     // Fault injection for tests (`FAILPOINTS=name=action;...`); compiled out of every build

@@ -632,6 +632,22 @@ fn failed_items_alert_once_to_the_api_and_the_webhook() {
     assert_eq!(mine[1]["event"], "resolved");
     assert_eq!(mine[0]["alert"]["id"], a["id"]);
     assert!(*attempts.lock().unwrap() >= 3, "the 500 was retried");
+    // And the log: one line when it fired, one when it was resolved.
+    let log = server.log();
+    let lines = |what: &str| {
+        log.lines()
+            .filter(|l| l.contains(what) && l.contains("rule=\"items_failed\""))
+            .count()
+    };
+    assert_eq!(
+        (
+            lines(" WARN "),
+            lines(" alert: "),
+            lines(" alert resolved: ")
+        ),
+        (1, 1, 1),
+        "{log}"
+    );
     let m = scrape(&server.call("GET", "/metrics", None).1);
     assert_eq!(
         value_of(&m, "sonograph_items_total", &[("status", "failed")]),
