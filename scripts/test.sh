@@ -8,7 +8,8 @@
 #
 # Runs: the workspace's tests (default features: the wgpu backend); the fault-injection tests
 # (`failpoints`: OOM and device loss in the GPU backend and the model runner, crash points and
-# kill -9 in `extract`, failing health probes); the CPU-only binary's tests (`--no-default-features`).
+# kill -9 in `extract`, failing health probes, GPU faults raising the server's alerts); the CPU-only
+# binary's tests (`--no-default-features`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +34,7 @@ step cargo test --locked --no-fail-fast -p sonograph-gpu --features failpoints -
 step cargo test --locked --no-fail-fast -p sonograph-model --features failpoints --test faults
 step cargo test --locked -p sonograph --features failpoints --test extract killed_at_random
 step cargo test --locked -p sonograph --features failpoints --test cli probe
+step cargo test --locked -p sonograph --features failpoints --test serve gpu_faults
 step cargo test --locked -p sonograph --no-default-features --test cli
 
 read -r passed failed ignored < <(awk '/^test result:/ { p += $4; f += $6; i += $8 }

@@ -74,6 +74,11 @@ pub struct ExtractArgs {
     /// Largest IQ recording read (complex samples).
     #[arg(long, default_value_t = sonograph_io::sigmf::DEFAULT_MAX_SAMPLES)]
     max_samples: u64,
+    /// Serve /metrics, /health and the dashboard on this address while the job runs.
+    #[arg(long, env = "SONOGRAPH_METRICS_ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    telemetry: crate::serve_cli::TelemetryArgs,
 }
 
 /// Exit codes of `extract`, as documented in the README.
@@ -130,7 +135,16 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
     };
     let set = crate::gpu_cli::device_set(&args.device)?;
     let devices = crate::gpu_cli::open(&set, &spec, &options)?;
-    let outcome = sonograph_pipeline::run(&config, devices).map_err(|e| {
+    let watch = crate::serve_cli::watch(args.metrics_addr, &args.telemetry, &args.out)?;
+    let live = sonograph_pipeline::LiveJob::new();
+    if let Some(w) = &watch {
+        w.telemetry.attach_job("extract", live.clone());
+    }
+    let outcome = sonograph_pipeline::run_live(&config, devices, Default::default(), live);
+    if let Some(w) = &watch {
+        w.telemetry.detach_job();
+    }
+    let outcome = outcome.map_err(|e| {
         if e.is_usage() {
             user(e.to_string())
         } else {

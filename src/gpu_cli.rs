@@ -29,7 +29,7 @@ pub struct DevicesArgs {
 
 /// The ids `SONOGRAPH_DISABLE_DEVICES` names (comma-separated, such as "gpu:1"): never
 /// selected, left out of `all`, not probed.
-fn disabled_devices() -> Vec<String> {
+pub(crate) fn disabled_devices() -> Vec<String> {
     std::env::var("SONOGRAPH_DISABLE_DEVICES")
         .map(|list| list.split(',').map(|id| id.trim().to_string()).collect())
         .unwrap_or_default()

@@ -3,6 +3,7 @@
 //! Exit codes: 0 success; 2 bad input or usage (the message names the file and the reason);
 //! 3 `extract` finished but some items failed (they are in the report); 1 an internal error.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -16,6 +17,7 @@ mod extract;
 mod gpu_cli;
 mod model_cli;
 mod rf_cli;
+mod serve_cli;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -58,6 +60,8 @@ enum Command {
     SynthIq(rf_cli::SynthArgs),
     /// RF features of SigMF or raw IQ recordings, to Parquet.
     RfFeatures(rf_cli::FeaturesArgs),
+    /// Run the HTTP service: jobs API, Prometheus metrics, alerts, live dashboard.
+    Serve(serve_cli::ServeArgs),
 }
 
 #[derive(Args)]
@@ -224,9 +228,15 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SONOGRAPH_LOG")
-                // symphonia logs what sonograph already reports as the file's error.
-                .unwrap_or_else(|_| "warn,symphonia_core=off,symphonia=off".into()),
+                // symphonia logs what sonograph already reports as the file's error. Alerts
+                // go to the log at every level: an INFO alert and a resolution are logged
+                // at INFO.
+                .unwrap_or_else(|_| {
+                    "warn,sonograph_pipeline::alerts=info,symphonia_core=off,symphonia=off".into()
+                }),
         )
+        // Colours on a terminal only: a container's log is a file or a pipe.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
     // Fault injection for tests (`FAILPOINTS=name=action;...`); compiled out of every build
@@ -254,6 +264,7 @@ fn main() -> ExitCode {
         Command::Transcribe(args) => model_cli::transcribe(&args),
         Command::SynthIq(args) => rf_cli::synth_iq(&args),
         Command::RfFeatures(args) => rf_cli::rf_features(&args),
+        Command::Serve(args) => serve_cli::serve(&args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -17,6 +17,7 @@ use thiserror::Error;
 use crate::config::JobConfig;
 use crate::error::panic_text;
 use crate::executor::{Permit, Unit};
+use crate::live::{LiveJob, Queue, Stage};
 use crate::report::Failure;
 use crate::segment::{extract_from_reader, PieceCutter, PieceWindow};
 use crate::writer::{RowMsg, WriterMsg};
@@ -30,11 +31,16 @@ pub(crate) fn decode_worker(
     units: Sender<Unit>,
     writer: Sender<WriterMsg>,
     long_items: LongItems,
+    live: &LiveJob,
 ) -> f64 {
     let spec = Arc::new(config.spec.clone());
     let mut extractor: Option<CpuExtractor> = None;
     let mut busy = 0.0;
-    for entry in work {
+    for entry in work.iter() {
+        if live.is_canceled() {
+            break; // the entry stays undone; the resumed job decodes it
+        }
+        live.observe_queue(Queue::Work, work.len());
         let t = Instant::now();
         let mut blocked = 0.0;
         // An IQ recording goes through the same stages as an audio file, as an item named
@@ -70,8 +76,11 @@ pub(crate) fn decode_worker(
                         config,
                         &work,
                         ex,
-                        &units,
-                        &writer,
+                        Outputs {
+                            units: &units,
+                            writer: &writer,
+                            live,
+                        },
                         &long_items,
                         &mut blocked,
                     )
@@ -86,7 +95,9 @@ pub(crate) fn decode_worker(
                 })
             }
         };
-        busy += t.elapsed().as_secs_f64() - blocked;
+        let took = t.elapsed().as_secs_f64() - blocked;
+        busy += took;
+        live.add_busy(Stage::Decode, took);
         let sent = match outcome {
             Ok(Flow::Continue) => true,
             Ok(Flow::Stop) => false,
@@ -106,15 +117,27 @@ struct WorkItem {
     iq: Option<IqSource>,
 }
 
+/// Where a decoded item goes, and the job's counters and cancel switch.
+#[derive(Clone, Copy)]
+struct Outputs<'a> {
+    units: &'a Sender<Unit>,
+    writer: &'a Sender<WriterMsg>,
+    live: &'a LiveJob,
+}
+
 fn decode_item(
     config: &JobConfig,
     work: &WorkItem,
     extractor: &mut CpuExtractor,
-    units: &Sender<Unit>,
-    writer: &Sender<WriterMsg>,
+    outputs: Outputs,
     long_items: &LongItems,
     blocked: &mut f64,
 ) -> Result<Flow, WriterMsg> {
+    let Outputs {
+        units,
+        writer,
+        live,
+    } = outputs;
     let item = &work.item;
     let source = item.path.display().to_string();
     let fail = |reason: String| WriterMsg::Failed(item_failure(item, reason));
@@ -149,16 +172,20 @@ fn decode_item(
             Flow::Stop
         });
     }
-    if let (LongItems::ToExecutors(live), false) =
+    if let (LongItems::ToExecutors(live_executors), false) =
         (long_items, config.spec.output == OutputKind::Psd)
     {
-        return send_pieces(config, item, reader, units, live, blocked);
+        return send_pieces(config, item, reader, outputs, live_executors, blocked);
     }
     // Streamed here, through this worker's extractor (Welch PSD, which averages the whole
     // item into one row, always is).
     let spec = &config.spec;
     let mut pieces = 0u32;
     let result = extract_from_reader(reader, extractor, Some(config.chunk_seconds), |piece| {
+        if live.is_canceled() {
+            // Stop inside a long item: its pieces written so far are kept for the resume.
+            return Err(WriterGone);
+        }
         pieces += 1;
         let wait = Instant::now();
         let sent = writer
@@ -238,15 +265,19 @@ fn send_pieces(
     config: &JobConfig,
     item: &SourceItem,
     reader: ItemReader,
-    units: &Sender<Unit>,
+    outputs: Outputs,
     executors_running: &Weak<()>,
     blocked: &mut f64,
 ) -> Result<Flow, WriterMsg> {
+    let (units, live) = (outputs.units, outputs.live);
     let source = item.path.display().to_string();
     let fail = |reason: String| WriterMsg::Failed(item_failure(item, reason));
     let mut cutter = PieceCutter::new(&config.spec, config.chunk_seconds);
     let (permits, taken) = bounded::<()>(config.batch_items);
     let mut send = |w: PieceWindow| {
+        if live.is_canceled() {
+            return Err(WriterGone);
+        }
         let wait = Instant::now();
         // A permit is a slot in `permits`; the unit gives it back when it is dropped. With no
         // executor left, the units still queued are never dropped: stop waiting then (the
@@ -353,7 +384,14 @@ mod tests {
         let running = Arc::downgrade(&executors);
         drop(executors);
         let reader = ItemReader::Audio(reader);
-        let flow = send_pieces(&config, &item, reader, &units, &running, &mut 0.0).unwrap();
+        let (writer, _) = bounded::<WriterMsg>(1);
+        let live = LiveJob::default();
+        let outputs = Outputs {
+            units: &units,
+            writer: &writer,
+            live: &live,
+        };
+        let flow = send_pieces(&config, &item, reader, outputs, &running, &mut 0.0).unwrap();
         assert!(matches!(flow, Flow::Stop));
         assert_eq!(queued.len(), 1, "one piece went out on the one permit");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -26,6 +26,10 @@ pub enum JobError {
     },
     #[error("internal error: {0}")]
     Internal(String),
+    /// Stopped at a batch boundary by [`crate::LiveJob::cancel`]; what was written stays, and
+    /// the same job run again finishes the rest.
+    #[error("canceled with {undone} items left undone; the same job run again resumes them")]
+    Canceled { undone: u64 },
 }
 
 impl JobError {

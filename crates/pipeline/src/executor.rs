@@ -16,6 +16,7 @@ use crate::batcher::{AdaptiveBatcher, BatcherConfig};
 use crate::segment::PiecePlan;
 use sonograph_io::parquet::FeatureRow;
 
+use crate::live::{LiveJob, Queue, Stage};
 use crate::report::{DeviceReport, Failure};
 use crate::writer::{RowMsg, WriterMsg};
 
@@ -71,6 +72,8 @@ impl Drop for LiveGuard {
     }
 }
 
+// The job's queues, counters and sizing, each from its own place in the job's wiring.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_executor(
     mut device: Box<dyn Extractor>,
     precision: Precision,
@@ -79,9 +82,11 @@ pub(crate) fn run_executor(
     units: Receiver<Unit>,
     writer: Sender<WriterMsg>,
     live_executors: Arc<AtomicUsize>,
+    job: &LiveJob,
 ) -> ExecutorStats {
     let spec = device.spec().clone();
     let (name, spec_id) = (device.device(), spec.spec_id());
+    let counters = job.device(name.clone(), device.is_cpu());
     let mut stats = ExecutorStats {
         report: DeviceReport {
             device: name.clone(),
@@ -113,6 +118,7 @@ pub(crate) fn run_executor(
             Ok(u) => u,
             Err(_) => break,
         };
+        job.observe_queue(Queue::Prefetch, units.len());
         batch.clear();
         meta.clear();
         batch.push_piece(&first.samples, first.piece.map(|p| p.span));
@@ -129,7 +135,9 @@ pub(crate) fn run_executor(
                 Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => break,
             }
         }
-        stats.queue_wait_s += wait.elapsed().as_secs_f64();
+        let waited = wait.elapsed();
+        stats.queue_wait_s += waited.as_secs_f64();
+        job.add_busy(Stage::QueueWait, waited.as_secs_f64());
         let compute = Instant::now();
         out.reset(spec.n_bins());
         let n = batch.len() as u64;
@@ -141,7 +149,18 @@ pub(crate) fn run_executor(
         // kill-and-resume tests' kills land while it runs.
         fail::fail_point!("executor::batch");
         batcher.run(&batch, device.as_mut(), &mut cpu, &mut out);
-        stats.compute_s += compute.elapsed().as_secs_f64();
+        let computed = compute.elapsed();
+        stats.compute_s += computed.as_secs_f64();
+        job.add_busy(Stage::Compute, computed.as_secs_f64());
+        let b = batcher.stats();
+        counters.batch_done(
+            n as usize,
+            waited,
+            computed,
+            b.ooms,
+            b.items_on_fallback + b.items_after_loss,
+            device.memory_stats(),
+        );
         for (i, unit) in meta.drain(..).enumerate() {
             let (piece, last, offset_s, duration_s) = match unit.piece {
                 Some(p) => (p.index, p.span.last, p.offset_s, p.duration_s),
@@ -186,12 +205,18 @@ pub(crate) fn run_executor(
         }
         if batcher.is_lost(&name) && !stats.report.retired {
             stats.report.retired = true;
+            counters.mark_lost(batcher.stats().alerts.last().cloned());
             // The last executor standing keeps going on the CPU; the others leave the queue
             // to the devices that still work.
             if live.leave() > 0 {
                 tracing::warn!("{name} is out; its work moves to the other devices");
                 break 'run;
             }
+        }
+        if job.is_canceled() {
+            // At a batch boundary: every row of the batch is with the writer. Units still
+            // queued are dropped undone; the resumed job runs them.
+            break 'run;
         }
     }
     if stats.report.batches == 0 {
@@ -265,6 +290,7 @@ mod tests {
             unit_rx,
             w_tx,
             live,
+            &LiveJob::default(),
         );
         let mut got: Vec<(String, Vec<f32>)> = w_rx
             .iter()
@@ -312,7 +338,16 @@ mod tests {
         let spawn = |device: Box<dyn Extractor>| {
             let (units, w_tx, live) = (unit_rx.clone(), w_tx.clone(), live.clone());
             std::thread::spawn(move || {
-                run_executor(device, Precision::F64, 4, 3200, units, w_tx, live)
+                run_executor(
+                    device,
+                    Precision::F64,
+                    4,
+                    3200,
+                    units,
+                    w_tx,
+                    live,
+                    &LiveJob::default(),
+                )
             })
         };
         // The flaky device runs first (so that it surely gets a batch) and is lost on it; the

@@ -20,6 +20,7 @@ use crate::decode::{decode_worker, LongItems};
 use crate::error::JobError;
 use crate::executor::{run_executor, ExecutorStats, Unit};
 use crate::layout::{check_job_shape, io_err, read_report, write_json_atomically, OutputLayout};
+use crate::live::{LiveJob, Queue};
 use crate::report::{peak_rss_mb, Failure, Report, StageTimes};
 use crate::source::ShardSource;
 use crate::stage::{run_row_stage, run_unit_stage, Stages};
@@ -51,6 +52,29 @@ pub fn run_with(
     config: &JobConfig,
     devices: Vec<Box<dyn Extractor>>,
     stages: Stages,
+) -> Result<JobOutcome, JobError> {
+    run_live(config, devices, stages, LiveJob::new())
+}
+
+/// [`run_with`], updating `live` as it goes (what a telemetry sampler reads) and stopping at a
+/// batch boundary once `live` is canceled: then the output is resumable and the result is
+/// [`JobError::Canceled`].
+pub fn run_live(
+    config: &JobConfig,
+    devices: Vec<Box<dyn Extractor>>,
+    stages: Stages,
+    live: Arc<LiveJob>,
+) -> Result<JobOutcome, JobError> {
+    let result = run_stages(config, devices, stages, &live);
+    live.set_finished();
+    result
+}
+
+fn run_stages(
+    config: &JobConfig,
+    devices: Vec<Box<dyn Extractor>>,
+    stages: Stages,
+    live: &Arc<LiveJob>,
 ) -> Result<JobOutcome, JobError> {
     config.check()?;
     if devices.is_empty() {
@@ -96,6 +120,7 @@ pub fn run_with(
     }
     let settled_before = ledger.done_count()? + ledger.failed_count()?;
     let todo = (source.len() as u64).saturating_sub(settled_before);
+    live.set_items(source.len() as u64, settled_before);
     tracing::info!(
         items = source.len(),
         todo,
@@ -124,6 +149,9 @@ pub fn run_with(
     // Rows are up to a piece of features each (about 1 MB for 30 s of Whisper): a short queue
     // keeps a fast producer from holding many of them while a part is being written.
     let (writer_tx, writer_rx) = bounded::<WriterMsg>(8);
+    live.set_capacity(Queue::Work, config.workers * 2);
+    live.set_capacity(Queue::Prefetch, config.prefetch * config.batch_items);
+    live.set_capacity(Queue::Writer, 8);
     // Inserted stages sit between two queues each: units from the decoders to the executors,
     // rows from the executors (and decoders) to the writer.
     let units_in_executors = !stages.units.is_empty();
@@ -142,12 +170,14 @@ pub fn run_with(
 
     let writer_handle = {
         let bar = bar.clone();
+        let live = live.clone();
         std::thread::Builder::new()
             .name("writer".into())
-            .spawn(move || writer_loop(writer, writer_rx, bar))
+            .spawn(move || writer_loop(writer, writer_rx, bar, &live))
             .map_err(|e| JobError::Internal(e.to_string()))?
     };
     let live_executors = Arc::new(AtomicUsize::new(devices.len()));
+    let live_job = live.clone();
     // Long items stream through the decoders' own extractors when every executor is a CPU,
     // unless unit stages must see their pieces.
     let pieces_to_executors = units_in_executors || !devices.iter().all(|d| d.is_cpu());
@@ -161,6 +191,7 @@ pub fn run_with(
             let (units, writer_tx) = (unit_rx.clone(), writer_tx.clone());
             let live = live_executors.clone();
             let running = executors_running.clone();
+            let counters = live_job.clone();
             let (precision, batch_items) = (config.precision, config.batch_items);
             // Executors see items up to --max-seconds long: the batcher sizes for those.
             let item_samples =
@@ -177,6 +208,7 @@ pub fn run_with(
                         units,
                         writer_tx,
                         live,
+                        &counters,
                     )
                 })
         })
@@ -194,6 +226,7 @@ pub fn run_with(
             let (work, units, writer_tx) = (work_rx.clone(), unit_tx.clone(), writer_tx.clone());
             let config = config.clone();
             let running = executors_running.clone();
+            let live = live.clone();
             std::thread::Builder::new()
                 .name(format!("decode-{i}"))
                 .spawn(move || {
@@ -202,14 +235,14 @@ pub fn run_with(
                     } else {
                         LongItems::Stream
                     };
-                    decode_worker(&config, work, units, writer_tx, long_items)
+                    decode_worker(&config, work, units, writer_tx, long_items, &live)
                 })
         })
         .collect::<Result<_, _>>()
         .map_err(|e| JobError::Internal(e.to_string()))?;
     drop((work_rx, unit_tx, writer_tx));
 
-    let fed = source.feed(&ledger_reader, &work_tx);
+    let fed = source.feed(&ledger_reader, &work_tx, live);
     drop(work_tx);
     let mut stage_times = StageTimes::default();
     for h in worker_handles {
@@ -289,6 +322,9 @@ pub fn run_with(
     write_json_atomically(&layout.report, &report)?;
     let undone =
         report.items_total - (report.items_ok + report.items_failed).min(report.items_total);
+    if undone > 0 && live.is_canceled() {
+        return Err(JobError::Canceled { undone });
+    }
     if undone > 0 {
         // No item is lost: without the marker, the same command runs them again.
         return Err(JobError::Internal(format!(

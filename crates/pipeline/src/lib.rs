@@ -10,6 +10,7 @@
 //! Every queue is bounded, so a slow stage slows the others instead of growing memory. One
 //! bad item is a failure in the report, never a failed job.
 
+pub mod alerts;
 pub mod batcher;
 mod config;
 mod decode;
@@ -17,11 +18,13 @@ mod error;
 mod executor;
 mod job;
 mod layout;
+pub mod live;
 pub mod model;
 mod report;
 pub mod segment;
 mod source;
 pub mod stage;
+pub mod telemetry;
 #[cfg(test)]
 mod testing;
 mod writer;
@@ -32,8 +35,9 @@ pub use batcher::{
 pub use config::{IqOptions, JobConfig};
 pub use error::JobError;
 pub use executor::Unit;
-pub use job::{run, run_with, JobOutcome};
+pub use job::{run, run_live, run_with, JobOutcome};
 pub use layout::{OutputLayout, META_DIR};
+pub use live::LiveJob;
 pub use model::{FeatureRows, NoFallback};
 pub use report::{DeviceReport, Failure, Report, StageTimes};
 pub use stage::{RowStage, Stages, UnitStage};

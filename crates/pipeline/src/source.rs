@@ -11,6 +11,7 @@ use sonograph_io::ledger::LedgerReader;
 use sonograph_io::manifest::{shard_range, Entry, Source, SourceError, SourceOptions};
 
 use crate::error::JobError;
+use crate::live::LiveJob;
 
 /// Entries asked about the ledger at once.
 const CHUNK: usize = 1024;
@@ -87,7 +88,12 @@ impl ShardSource {
 
     /// Sends the entries not yet settled to `work`, asking `ledger` a chunk at a time; returns
     /// how many were done already. Stops early when the workers are gone.
-    pub fn feed(&self, ledger: &LedgerReader, work: &Sender<Entry>) -> Result<u64, JobError> {
+    pub fn feed(
+        &self,
+        ledger: &LedgerReader,
+        work: &Sender<Entry>,
+        live: &LiveJob,
+    ) -> Result<u64, JobError> {
         let mut resumed = 0;
         let mut chunk: Vec<Entry> = Vec::with_capacity(CHUNK);
         let mut entries = self.entries()?;
@@ -105,6 +111,9 @@ impl ShardSource {
             for entry in chunk.drain(..) {
                 if settled.done.contains(entry.id()) || settled.failed.contains(entry.id()) {
                     continue;
+                }
+                if live.is_canceled() {
+                    return Ok(resumed); // the rest waits for the job's resume
                 }
                 if work.send(entry).is_err() {
                     return Ok(resumed); // every worker is gone; the job's joins say why

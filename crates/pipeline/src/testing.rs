@@ -121,3 +121,58 @@ pub(crate) fn scratch_corpus(name: &str, wavs: &[(&str, f64)]) -> PathBuf {
     }
     dir
 }
+
+/// A CPU backend posing as a GPU with a memory pool: each batch takes `delay`, and its pool
+/// reports `high` (a share of its budget, with `fragmentation`) for the first `high_batches`
+/// batches, then half the budget and no fragmentation.
+pub(crate) struct Pooled {
+    pub inner: CpuBackend,
+    pub delay: std::time::Duration,
+    pub high: f64,
+    pub fragmentation: f64,
+    pub high_batches: usize,
+    pub batches: usize,
+}
+
+/// The budget [`Pooled`] reports.
+pub(crate) const POOL_BUDGET: u64 = 1 << 30;
+
+impl Pooled {
+    pub fn new(spec: &FeatureSpec, delay: std::time::Duration) -> Self {
+        Pooled {
+            inner: CpuBackend::new(spec, Precision::F64).unwrap(),
+            delay,
+            high: 0.5,
+            fragmentation: 0.0,
+            high_batches: 0,
+            batches: 0,
+        }
+    }
+}
+
+impl Extractor for Pooled {
+    fn spec(&self) -> &FeatureSpec {
+        self.inner.spec()
+    }
+    fn device(&self) -> String {
+        "gpu:pooled (test)".into()
+    }
+    fn extract_batch(&mut self, b: &AudioBatch, out: &mut FeatureBatch) -> Result<(), DeviceError> {
+        std::thread::sleep(self.delay);
+        self.batches += 1;
+        self.inner.extract_batch(b, out)
+    }
+    fn memory_stats(&self) -> Option<sonograph_dsp::MemoryStats> {
+        let high = self.batches <= self.high_batches;
+        let share = if high { self.high } else { 0.5 };
+        let reserved = (POOL_BUDGET as f64 * share) as u64;
+        let fragmentation = if high { self.fragmentation } else { 0.0 };
+        Some(sonograph_dsp::MemoryStats {
+            reserved_bytes: reserved,
+            allocated_bytes: (reserved as f64 * (1.0 - fragmentation)) as u64,
+            budget_bytes: POOL_BUDGET,
+            fragmentation,
+            ..Default::default()
+        })
+    }
+}

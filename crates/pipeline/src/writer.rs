@@ -11,6 +11,7 @@ use sonograph_io::ledger::{Ledger, PieceRecord};
 use sonograph_io::parquet::{Dtype, FeatureRow, PartMeta, PartWriter};
 
 use crate::error::JobError;
+use crate::live::{LiveJob, Queue, Stage};
 use crate::report::Failure;
 
 /// Failures recorded in the ledger per transaction.
@@ -276,18 +277,41 @@ pub(crate) fn writer_loop(
     mut writer: Writer,
     rx: Receiver<WriterMsg>,
     bar: ProgressBar,
+    live: &LiveJob,
 ) -> (Writer, Result<WriterStats, JobError>) {
     let started = Instant::now();
     let mut last_log = Instant::now();
     let hidden = bar.is_hidden();
-    for msg in rx {
+    for msg in rx.iter() {
+        live.observe_queue(Queue::Writer, rx.len());
         let finished_item = match &msg {
             WriterMsg::Row(r) => r.last,
             WriterMsg::Failed(_) | WriterMsg::FailedPiece(_) => true,
         };
+        let before = (writer.stats.items_ok, writer.stats.items_failed);
+        let (audio_before, write_before) = (writer.stats.audio_seconds, writer.stats.write_s);
+        let failure = match &msg {
+            WriterMsg::Failed(f) | WriterMsg::FailedPiece(f) => {
+                Some((f.id.clone(), f.reason.clone()))
+            }
+            WriterMsg::Row(_) => None,
+        };
         if let Err(e) = writer.handle(msg) {
             return (writer, Err(e));
         }
+        // What the message changed, as the writer counted it (a repeated failure of one item,
+        // or a row an earlier run committed, counts once or not at all there, and so here).
+        let audio = writer.stats.audio_seconds - audio_before;
+        if audio > 0.0 {
+            live.row_written(audio);
+        }
+        if writer.stats.items_ok > before.0 {
+            live.item_done();
+        }
+        if let (true, Some((id, reason))) = (writer.stats.items_failed > before.1, failure) {
+            live.item_failed(&id, &reason);
+        }
+        live.add_busy(Stage::Write, writer.stats.write_s - write_before);
         if finished_item {
             bar.inc(1);
             let hours = writer.stats.audio_seconds / 3600.0;

@@ -1,0 +1,998 @@
+//! `sonograph serve` on loopback, spoken to by a real HTTP client: endpoints, safety rules,
+//! the jobs API with its SQLite queue, alerts and their webhook, the event stream, and what
+//! kill -9 and SIGTERM leave behind. `extract --metrics-addr` too.
+
+#[cfg(all(feature = "failpoints", feature = "gpu"))]
+#[allow(dead_code)]
+mod common;
+#[path = "shared/serving.rs"]
+mod serving;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use serving::{manifest, request, Scratch, Server};
+
+/// Every sample of a /metrics text, parsed by a real Prometheus text parser.
+fn scrape(text: &str) -> prometheus_parse::Scrape {
+    prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap()
+}
+
+fn value_of(s: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    s.samples
+        .iter()
+        .find(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
+        .map(|x| match x.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => f64::NAN,
+        })
+}
+
+#[test]
+fn health_ready_status_and_metrics() {
+    let dir = Scratch::new("basic");
+    let server = Server::start(&[
+        "--data-root",
+        dir.str(),
+        "--state-dir",
+        &dir.path("state").display().to_string(),
+    ]);
+    let (status, body) = server.call("GET", "/health", None);
+    assert_eq!((status, body.as_str()), (200, r#"{"status":"ok"}"#));
+    server.wait_ready();
+    let status = server.get_json("/api/v1/status");
+    let devices = status["devices"].as_array().unwrap();
+    assert_eq!(devices.last().unwrap()["id"], "cpu", "{status:#}");
+    assert_eq!(status["configuration"]["data_roots"][0], dir.str());
+    assert_eq!(status["configuration"]["token_required"], false);
+    assert!(status["optimisations"]["gpu_backend_built"].is_boolean());
+    assert!(status["configuration"]["alert_rules"]["memory_warning"].as_f64() == Some(0.9));
+
+    let (code, text) = server.call("GET", "/metrics", None);
+    assert_eq!(code, 200);
+    let m = scrape(&text);
+    assert_eq!(
+        value_of(&m, "sonograph_items_total", &[("status", "ok")]),
+        Some(0.0)
+    );
+    for level in ["INFO", "WARNING", "ERROR", "CRITICAL"] {
+        assert_eq!(
+            value_of(&m, "sonograph_alerts_active", &[("level", level)]),
+            Some(0.0),
+            "{text}"
+        );
+    }
+    assert_eq!(
+        value_of(&m, "sonograph_jobs", &[("state", "queued")]),
+        Some(0.0)
+    );
+    assert_eq!(value_of(&m, "sonograph_ready", &[]), Some(1.0));
+    assert!(value_of(&m, "process_resident_memory_bytes", &[]).unwrap() > 1e6);
+    // One server per state directory.
+    let second = serving::command()
+        .args(["serve", "--addr", "127.0.0.1:0", "--state-dir"])
+        .arg(dir.path("state"))
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        err.contains("another sonograph serve uses this state directory"),
+        "{err}"
+    );
+    let (code, body) = server.call("GET", "/nope", None);
+    assert_eq!(code, 404);
+    assert!(body.contains("no such endpoint"));
+    // The dashboard is one embedded page.
+    let (code, page) = server.call("GET", "/", None);
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("<canvas id=\"chart-throughput\"") && !page.contains("http"),
+        "no CDN"
+    );
+}
+
+/// Devices that cannot be set up (here the CPU disabled, which nothing can run without):
+/// `/ready` answers 503 with the reason, `/health` stays 200, `sonograph_ready` is 0, and a
+/// submitted job waits in the queue instead of running.
+#[test]
+fn ready_is_503_with_the_reason_while_the_devices_are_not_set_up() {
+    let dir = Scratch::new("not-ready");
+    let src = manifest(&dir.0, 3, 0);
+    let server = Server::start_with(
+        &[
+            "--data-root",
+            dir.str(),
+            "--state-dir",
+            dir.path("state").to_str().unwrap(),
+        ],
+        &[("SONOGRAPH_DISABLE_DEVICES", "cpu")],
+    );
+    let start = Instant::now();
+    let reason = loop {
+        let (code, body) = server.call("GET", "/ready", None);
+        assert_eq!(code, 503, "{body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["status"], "not ready");
+        let reason = body["reason"].as_str().unwrap().to_string();
+        // "probing the devices" until the probe has run, then why it failed.
+        if reason != "probing the devices" {
+            break reason;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "probe never ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        reason.contains("SONOGRAPH_DISABLE_DEVICES") && reason.contains("fallback"),
+        "{reason}"
+    );
+    assert_eq!(server.call("GET", "/health", None).0, 200);
+    let m = scrape(&server.call("GET", "/metrics", None).1);
+    assert_eq!(value_of(&m, "sonograph_ready", &[]), Some(0.0));
+    let id = server.submit(&json!({"source": src, "out": dir.path("out"), "device": "cpu"}));
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        server.job(id)["state"],
+        "queued",
+        "jobs wait for the devices"
+    );
+    assert_eq!(server.call("GET", "/ready", None).0, 503);
+}
+
+/// `GET /api/v1/telemetry?since=SECONDS` gives the samples of the last SECONDS only, the
+/// newest of the history; without it, the whole history. Each carries the process's CPU and
+/// RSS.
+#[test]
+fn telemetry_since_gives_the_last_seconds_of_samples() {
+    let dir = Scratch::new("since");
+    let server = Server::start(&[
+        "--state-dir",
+        dir.path("state").to_str().unwrap(),
+        "--telemetry-interval",
+        "0.1",
+    ]);
+    let samples = |path: &str| -> Vec<Value> {
+        let t = server.get_json(path);
+        assert_eq!(t["interval_s"], 0.1);
+        t["samples"].as_array().unwrap().clone()
+    };
+    let span =
+        |s: &[Value]| s.last().unwrap()["time"].as_f64().unwrap() - s[0]["time"].as_f64().unwrap();
+    let start = Instant::now();
+    while samples("/api/v1/telemetry").len() < 20 {
+        assert!(start.elapsed() < Duration::from_secs(30), "too few samples");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let all = samples("/api/v1/telemetry");
+    assert!(span(&all) > 1.0, "the history covers more than the window");
+    let recent = samples("/api/v1/telemetry?since=0.5");
+    assert!(
+        !recent.is_empty() && recent.len() < all.len(),
+        "{}",
+        recent.len()
+    );
+    assert!(span(&recent) <= 0.5, "{}", span(&recent));
+    // The newest samples, in order: sequence numbers go up by one.
+    let seqs: Vec<u64> = recent.iter().map(|s| s["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    assert!(seqs[0] > all[0]["seq"].as_u64().unwrap());
+    let last = recent.last().unwrap();
+    assert!(last["process"]["rss_bytes"].as_u64().unwrap() > 1 << 20);
+    assert!(last["process"]["cpu_seconds"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn hostile_requests_get_clear_4xx_answers() {
+    let dir = Scratch::new("hostile");
+    let root = dir.path("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let outside = dir.path("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let src = manifest(&root, 3, 0);
+    let secret = manifest(&outside, 3, 0);
+    std::os::unix::fs::symlink(&outside, root.join("escape")).unwrap();
+    let server = Server::start(&[
+        "--data-root",
+        root.to_str().unwrap(),
+        "--state-dir",
+        dir.path("state").to_str().unwrap(),
+    ]);
+    let post = |body: &str| server.call("POST", "/api/v1/jobs", Some(body));
+    let expect = |(code, body): (u16, String), want: u16, says: &str| {
+        assert_eq!(code, want, "{body}");
+        let reason = serde_json::from_str::<Value>(&body).unwrap()["error"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(reason.contains(says), "{reason:?} should say {says:?}");
+    };
+    let out = root.join("out");
+    let (s, o) = (src.to_str().unwrap(), out.to_str().unwrap());
+    expect(post("{\"source\": "), 400, "EOF");
+    expect(post("[1, 2]"), 400, "invalid job");
+    expect(
+        post(&json!({"source": s, "out": o, "bogus": 1}).to_string()),
+        400,
+        "unknown field `bogus`",
+    );
+    expect(
+        post(&json!({"source": s, "out": o, "preset": "nope"}).to_string()),
+        400,
+        "nope",
+    );
+    expect(
+        post(&json!({"source": s, "out": o, "workers": 0}).to_string()),
+        400,
+        "--workers",
+    );
+    expect(
+        post(&json!({"source": s, "out": o, "dtype": "f8"}).to_string()),
+        400,
+        "unknown variant",
+    );
+    let big = format!("{{\"source\": \"{}\"}}", "a".repeat(1 << 20));
+    let (code, _) = post(&big);
+    assert_eq!(code, 413);
+    // Paths outside every data root, directly, through a symlink, or with `..`.
+    let secret_s = secret.to_str().unwrap();
+    expect(
+        post(&json!({"source": secret_s, "out": o}).to_string()),
+        403,
+        "--data-root",
+    );
+    let via_link = root.join("escape").join(secret.file_name().unwrap());
+    expect(
+        post(&json!({"source": via_link, "out": o}).to_string()),
+        403,
+        "does not resolve under",
+    );
+    expect(
+        post(&json!({"source": s, "out": root.join("../outside/new")}).to_string()),
+        403,
+        "out",
+    );
+    expect(
+        post(&json!({"source": s, "out": root.join("new/../../x")}).to_string()),
+        403,
+        "out",
+    );
+    expect(
+        post(&json!({"source": root.join("missing.csv"), "out": o}).to_string()),
+        400,
+        "does not exist",
+    );
+    let (code, _) = server.call("GET", "/api/v1/jobs/abc", None);
+    assert_eq!(code, 400);
+    expect(
+        server.call("GET", "/api/v1/jobs/999", None),
+        404,
+        "no job 999",
+    );
+    expect(
+        server.call("DELETE", "/api/v1/jobs/999", None),
+        404,
+        "no job 999",
+    );
+    expect(
+        server.call("GET", "/api/v1/telemetry?since=-1", None),
+        400,
+        "since",
+    );
+    let (code, _) = server.call("GET", "/api/v1/telemetry?since=abc", None);
+    assert_eq!(code, 400);
+    let (code, _) = server.call("GET", "/api/v1/telemetry?until=3", None);
+    assert_eq!(code, 400);
+    // A relative path is taken from the first data root.
+    let (code, body) = post(
+        &json!({"source": src.file_name().unwrap().to_str(), "out": "out-rel", "device": "cpu"})
+            .to_string(),
+    );
+    assert_eq!(code, 201, "{body}");
+    // Still standing.
+    assert_eq!(server.call("GET", "/health", None).0, 200);
+}
+
+#[test]
+fn a_token_guards_everything_but_health_and_ready() {
+    let dir = Scratch::new("token");
+    // A public address without a token is refused at start.
+    let out = serving::command()
+        .args([
+            "serve",
+            "--addr",
+            "0.0.0.0:0",
+            "--state-dir",
+            dir.path("s").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not a loopback address") && err.contains("--token"),
+        "{err}"
+    );
+
+    let token = "correct-horse-battery-staple";
+    let server = Server::start(&[
+        "--token",
+        token,
+        "--state-dir",
+        dir.path("state").to_str().unwrap(),
+    ]);
+    let url = |p: &str| server.url(p);
+    assert_eq!(request("GET", &url("/health"), None, None).0, 200);
+    server.wait_ready();
+    assert_eq!(request("GET", &url("/ready"), None, None).0, 200);
+    for path in [
+        "/metrics",
+        "/api/v1/status",
+        "/api/v1/jobs",
+        "/api/v1/alerts",
+        "/",
+        "/api/v1/events",
+    ] {
+        let (code, body) = request("GET", &url(path), None, None);
+        assert_eq!(code, 401, "{path}: {body}");
+        let (code, _) = request(
+            "GET",
+            &url(path),
+            None,
+            Some("Bearer wrong-token-of-some-length"),
+        );
+        assert_eq!(code, 401, "{path}");
+    }
+    assert_eq!(
+        request("POST", &url("/api/v1/jobs"), Some("{}"), None).0,
+        401
+    );
+    assert_eq!(
+        request(
+            "GET",
+            &url("/api/v1/status"),
+            None,
+            Some(&format!("Bearer {token}"))
+        )
+        .0,
+        200
+    );
+    // The dashboard opened with ?token= keeps it in a cookie for its own calls.
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let r = agent.get(&url(&format!("/?token={token}"))).call().unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let cookie = r
+        .headers()
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(cookie.starts_with(&format!("sonograph_token={token}")) && cookie.contains("HttpOnly"));
+    let pair = cookie.split(';').next().unwrap();
+    let r = agent
+        .get(&url("/api/v1/alerts"))
+        .header("cookie", pair)
+        .call()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+
+    // The token from the environment instead of the command line.
+    let server = Server::start_with(
+        &["--state-dir", dir.path("state-env").to_str().unwrap()],
+        &[("SONOGRAPH_TOKEN", token)],
+    );
+    let status = server.url("/api/v1/status");
+    assert_eq!(request("GET", &status, None, None).0, 401);
+    let bearer = format!("Bearer {token}");
+    assert_eq!(request("GET", &status, None, Some(&bearer)).0, 200);
+}
+
+/// Reads server-sent events from `path` until one named `name` comes (20 s at most);
+/// returns its data.
+fn next_event(server: &Server, name: &str) -> Value {
+    let addr = server.base.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /api/v1/events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n"
+    )
+    .unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut current = String::new();
+    let start = Instant::now();
+    let mut line = String::new();
+    while start.elapsed() < Duration::from_secs(20) {
+        line.clear();
+        if reader.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        let l = line.trim_end();
+        if let Some(e) = l.strip_prefix("event: ") {
+            current = e.to_string();
+        } else if let Some(d) = l.strip_prefix("data: ") {
+            if current == name {
+                return serde_json::from_str(d).unwrap();
+            }
+        }
+    }
+    panic!("no {name} event");
+}
+
+#[test]
+fn jobs_queue_run_one_at_a_time_cancel_and_resume() {
+    let dir = Scratch::new("jobs");
+    let src = manifest(&dir.0, 200_000, 0);
+    let server = Server::in_dir(&dir, &["--telemetry-interval", "0.2"]);
+    let job = json!({"source": src, "out": dir.path("out"), "device": "cpu", "workers": 1, "preset": "whisper"});
+    let first = server.submit(&job);
+    let second = server.submit(&json!({"source": src, "out": dir.path("out2"), "device": "cpu"}));
+    let running = server.wait_progress(first, 0);
+    assert_eq!(running["progress"]["items_total"], 200_000);
+    assert_eq!(running["attempts"], 1);
+    // One at a time: the second waits.
+    assert_eq!(server.job(second)["state"], "queued");
+    // The job's device is busy in the status.
+    let status = server.get_json("/api/v1/status");
+    let cpu = status["devices"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (cpu["id"].as_str(), cpu["state"].as_str()),
+        (Some("cpu"), Some("busy"))
+    );
+    // The event stream carries samples of the running job.
+    let sample = next_event(&server, "sample");
+    assert_eq!(sample["job"]["id"], first.to_string(), "{sample:#}");
+    // Metrics while it runs.
+    let m = scrape(&server.call("GET", "/metrics", None).1);
+    assert_eq!(value_of(&m, "sonograph_job_running", &[]), Some(1.0));
+    assert!(value_of(&m, "sonograph_queue_capacity", &[("stage", "prefetch")]).unwrap() > 0.0);
+    assert!(value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap() > 0.0);
+    assert!(value_of(&m, "sonograph_audio_seconds_total", &[]).unwrap() > 0.0);
+    assert!(value_of(&m, "sonograph_batch_size", &[("device", "cpu")]).is_some());
+    assert_eq!(
+        value_of(&m, "sonograph_jobs", &[("state", "queued")]),
+        Some(1.0)
+    );
+
+    // Cancel the queued one (at once), then the running one (at a batch boundary).
+    let (code, body) = server.call("DELETE", &format!("/api/v1/jobs/{second}"), None);
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(server.job(second)["state"], "canceled");
+    let (code, _) = server.call("DELETE", &format!("/api/v1/jobs/{second}"), None);
+    assert_eq!(code, 409);
+    let (code, body) = server.call("DELETE", &format!("/api/v1/jobs/{first}"), None);
+    assert_eq!(code, 202, "{body}");
+    let canceled = server.wait_job(first, "canceled", |j| j["state"] == "canceled");
+    let done_before = canceled["report"]["items_ok"].as_u64().unwrap();
+    assert!(done_before > 0, "{canceled:#}");
+    assert!(canceled["error"].as_str().unwrap().contains("resumes"));
+
+    // The same job again resumes where the first stopped.
+    let again = server.submit(&job);
+    let resumed = server.wait_resumed(again);
+    assert!(resumed["progress"]["items_resumed"].as_u64().unwrap() >= done_before);
+    server.cancel(again);
+    let status = server.get_json("/api/v1/status");
+    assert_eq!(
+        status["devices"].as_array().unwrap().last().unwrap()["state"],
+        "available"
+    );
+    let list = server.get_json("/api/v1/jobs");
+    let ids: Vec<i64> = list["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [again, second, first]);
+}
+
+/// A webhook receiver: answers the first POST with 500 (the sender must retry), the others
+/// with 200; keeps the bodies it accepted.
+/// Where the receiver listens, the bodies it accepted and how many POSTs it got.
+struct Receiver {
+    url: String,
+    bodies: Arc<Mutex<Vec<Value>>>,
+    attempts: Arc<Mutex<usize>>,
+}
+
+fn webhook_receiver() -> Receiver {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let attempts = Arc::new(Mutex::new(0usize));
+    let (b, a) = (bodies.clone(), attempts.clone());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut length = 0usize;
+            let mut line = String::new();
+            loop {
+                line.clear();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                let l = line.trim_end().to_ascii_lowercase();
+                if let Some(v) = l.strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap();
+                }
+                if l.is_empty() {
+                    break;
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            let n = {
+                let mut a = a.lock().unwrap();
+                *a += 1;
+                *a
+            };
+            let status = if n == 1 {
+                "500 Internal Server Error"
+            } else {
+                "200 OK"
+            };
+            if n > 1 {
+                b.lock()
+                    .unwrap()
+                    .push(serde_json::from_slice(&body).unwrap());
+            }
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
+    });
+    Receiver {
+        url,
+        bodies,
+        attempts,
+    }
+}
+
+#[test]
+fn failed_items_alert_once_to_the_api_and_the_webhook() {
+    let dir = Scratch::new("alerts");
+    let src = manifest(&dir.0, 40, 3);
+    let Receiver {
+        url: hook,
+        bodies,
+        attempts,
+    } = webhook_receiver();
+    let server = Server::start(&[
+        "--data-root",
+        dir.str(),
+        "--state-dir",
+        dir.path("state").to_str().unwrap(),
+        "--telemetry-interval",
+        "0.1",
+        "--alert-webhook",
+        &hook,
+    ]);
+    let id = server.submit(&json!({"source": src, "out": dir.path("out"), "device": "cpu", "workers": 1, "batch-items": 2}));
+    let done = server.wait_job(id, "succeeded", |j| j["state"] == "succeeded");
+    assert_eq!(done["progress"]["items_failed"], 3, "{done:#}");
+    assert_eq!(done["progress"]["items_ok"], 40);
+    let start = Instant::now();
+    let alerts = loop {
+        let a = server.get_json("/api/v1/alerts");
+        let closed = a["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["rule"] == "items_failed" && !x["ended"].is_null());
+        if closed || start.elapsed() > Duration::from_secs(20) {
+            break a;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let failed: Vec<&Value> = alerts["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["rule"] == "items_failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "one episode: {alerts:#}");
+    let a = failed[0];
+    assert_eq!(a["level"], "WARNING");
+    assert_eq!(a["subject"], format!("job:{id}"));
+    assert!(a["message"].as_str().unwrap().contains("broken000"), "{a}");
+    assert!(a["ended"].as_f64().unwrap() >= a["started"].as_f64().unwrap());
+    // The webhook got it fired and resolved, the first attempt retried.
+    let start = Instant::now();
+    while bodies.lock().unwrap().len() < 2 && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let got = bodies.lock().unwrap().clone();
+    let mine: Vec<&Value> = got
+        .iter()
+        .filter(|b| b["alert"]["rule"] == "items_failed")
+        .collect();
+    assert_eq!(mine.len(), 2, "{got:#?}");
+    assert_eq!(mine[0]["event"], "fired");
+    assert_eq!(mine[1]["event"], "resolved");
+    assert_eq!(mine[0]["alert"]["id"], a["id"]);
+    assert!(*attempts.lock().unwrap() >= 3, "the 500 was retried");
+    // And the log: one line when it fired, one when it was resolved.
+    let log = server.log();
+    let lines = |what: &str| {
+        log.lines()
+            .filter(|l| l.contains(what) && l.contains("rule=\"items_failed\""))
+            .count()
+    };
+    assert_eq!(
+        (
+            lines(" WARN "),
+            lines(" alert: "),
+            lines(" alert resolved: ")
+        ),
+        (1, 1, 1),
+        "{log}"
+    );
+    let m = scrape(&server.call("GET", "/metrics", None).1);
+    assert_eq!(
+        value_of(&m, "sonograph_items_total", &[("status", "failed")]),
+        Some(3.0)
+    );
+    assert_eq!(
+        value_of(&m, "sonograph_items_total", &[("status", "ok")]),
+        Some(40.0)
+    );
+    assert_eq!(
+        value_of(&m, "sonograph_jobs", &[("state", "succeeded")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        value_of(&m, "sonograph_alerts_active", &[("level", "WARNING")]),
+        Some(0.0)
+    );
+}
+
+/// kill -9 with a job running: the restarted server lists the job and resumes it.
+#[test]
+fn a_server_killed_with_minus_9_resumes_its_running_job() {
+    let dir = Scratch::new("kill9");
+    let src = manifest(&dir.0, 200_000, 0);
+    let args = [
+        "--data-root",
+        dir.str(),
+        "--state-dir",
+        &dir.path("state").display().to_string(),
+    ]
+    .map(|s| s.to_string());
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let mut server = Server::start(&args);
+    // Parts of 1 MiB (16 items): some are committed by the time of the kill.
+    let id = server.submit(&json!({"source": src, "out": dir.path("out"), "device": "cpu", "workers": 1, "part-mb": 1}));
+    let queued = server.submit(&json!({"source": src, "out": dir.path("out-b"), "device": "cpu"}));
+    server.wait_progress(id, 50);
+    server.signal("-KILL");
+    let status = server.wait_exit(Duration::from_secs(5));
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9), "killed mid-job");
+    drop(server);
+
+    let server = Server::start(&args);
+    let resumed = server.wait_resumed(id);
+    assert_eq!(resumed["attempts"], 2);
+    assert_eq!(server.job(queued)["state"], "queued", "still behind it");
+    server.cancel(id);
+}
+
+/// SIGTERM: the running job stops at a batch boundary, the server exits 0 within 10 s, and
+/// the job resumes at the next start.
+#[test]
+fn sigterm_stops_the_job_resumably_and_exits_0_within_10_s() {
+    let dir = Scratch::new("term");
+    let src = manifest(&dir.0, 200_000, 0);
+    let state = dir.path("state").display().to_string();
+    let args = ["--data-root", dir.str(), "--state-dir", &state];
+    let mut server = Server::start(&args);
+    let id = server
+        .submit(&json!({"source": src, "out": dir.path("out"), "device": "cpu", "workers": 1}));
+    server.wait_progress(id, 50);
+    let t = Instant::now();
+    server.signal("-TERM");
+    let status = server.wait_exit(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "{}", server.log());
+    assert!(t.elapsed() < Duration::from_secs(10));
+    assert!(
+        server
+            .log()
+            .contains(&format!("job {id} stops at its next batch boundary")),
+        "{}",
+        server.log()
+    );
+    drop(server);
+    // The output is resumable: the ledger has what was done, the record says so, and the
+    // next start picks the job up again.
+    let server = Server::start(&args);
+    let resumed = server.wait_resumed(id);
+    assert_eq!(resumed["attempts"], 2);
+    server.cancel(id);
+}
+
+/// `extract --metrics-addr` serves /metrics, /health and the dashboard while it runs.
+#[test]
+fn extract_serves_metrics_while_it_runs() {
+    let dir = Scratch::new("sidecar");
+    let src = manifest(&dir.0, 200_000, 0);
+    let mut cmd = serving::command();
+    cmd.args([
+        "extract",
+        src.to_str().unwrap(),
+        "--out",
+        dir.path("out").to_str().unwrap(),
+    ])
+    .args([
+        "--device",
+        "cpu",
+        "--workers",
+        "1",
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ])
+    .args(["--telemetry-interval", "0.1"]);
+    let mut job = Server::spawn(cmd, None, " on http://");
+    assert_eq!(job.call("GET", "/health", None).0, 200);
+    let start = Instant::now();
+    let m = loop {
+        let m = scrape(&job.call("GET", "/metrics", None).1);
+        if value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap_or(0.0) > 0.0 {
+            break m;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no progress in /metrics"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(value_of(&m, "sonograph_job_running", &[]), Some(1.0));
+    assert!(value_of(&m, "sonograph_queue_depth", &[("stage", "prefetch")]).is_some());
+    let (code, page) = job.call("GET", "/", None);
+    assert_eq!(code, 200);
+    assert!(page.contains("chart-memory"));
+    // No jobs API: it runs its own job only.
+    assert_eq!(job.call("GET", "/api/v1/jobs", None).0, 404);
+    job.signal("-KILL");
+    job.wait_exit(Duration::from_secs(5));
+}
+
+/// Faults injected into a real GPU (lavapipe in CI) through the gpu crate's failpoints raise
+/// their alerts through the server: five OOMs in a row (`oom_burst`, WARNING) and a device
+/// lost for good (`device_lost`, ERROR, its work moved to the CPU). Each fires once, on
+/// `gpu:0`, and closes when the job ends; every item is still done.
+/// Needs the failpoints build: `cargo test --features failpoints --test serve gpu_faults`.
+#[cfg(all(feature = "failpoints", feature = "gpu"))]
+#[test]
+fn gpu_faults_raise_oom_burst_and_device_lost_alerts() {
+    if !common::has_gpu_adapter() {
+        return;
+    }
+    let dir = Scratch::new("gpu-faults");
+    let src = manifest(&dir.0, 40, 0);
+    for (n, (failpoints, rule, level, says)) in [
+        (
+            "gpu::oom=5*return",
+            "oom_burst",
+            "WARNING",
+            "5 out-of-memory errors",
+        ),
+        (
+            "gpu::device_lost=return;gpu::recover_fails=return",
+            "device_lost",
+            "ERROR",
+            "move to",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let state = dir.path(&format!("state{n}"));
+        let server = Server::start_with(
+            &[
+                "--data-root",
+                dir.str(),
+                "--state-dir",
+                state.to_str().unwrap(),
+                "--telemetry-interval",
+                "0.05",
+            ],
+            &[("FAILPOINTS", failpoints)],
+        );
+        let out = dir.path(&format!("out{n}"));
+        let id =
+            server.submit(&json!({"source": src, "out": out, "device": "gpu", "batch-items": 16}));
+        let done = server.wait_job(id, "finished", |j| j["finished"].is_f64());
+        assert_eq!(done["state"], "succeeded", "{done:#}");
+        assert_eq!(done["progress"]["items_ok"], 40, "nothing lost: {done:#}");
+        let start = Instant::now();
+        let mine = loop {
+            let alerts = server.get_json("/api/v1/alerts");
+            let mine: Vec<Value> = alerts["alerts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|a| a["rule"] == rule)
+                .cloned()
+                .collect();
+            if mine.iter().any(|a| !a["ended"].is_null())
+                || start.elapsed() > Duration::from_secs(20)
+            {
+                break mine;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert_eq!(
+            mine.len(),
+            1,
+            "{failpoints}: one episode: {mine:#?}\n{}",
+            server.log()
+        );
+        let a = &mine[0];
+        assert_eq!(
+            (a["level"].as_str(), a["subject"].as_str()),
+            (Some(level), Some("gpu:0"))
+        );
+        assert!(a["message"].as_str().unwrap().contains(says), "{a}");
+        assert!(!a["ended"].is_null(), "closed at the job's end: {a}");
+    }
+}
+
+mod exposition {
+    //! `/metrics` of a machine this one is not: an NVIDIA GPU through NVML, rendered from a
+    //! sample and read back by the Prometheus parser; and the deploy files' metric names.
+    use super::value_of;
+    use sonograph_dsp::MemoryStats;
+    use sonograph_pipeline::live::DeviceCounters;
+    use sonograph_pipeline::telemetry::{
+        DeviceReading, DeviceSample, JobSample, QueueSample, Sample, Totals,
+    };
+    use sonograph_server::metrics::{render, Scrape};
+    use sonograph_server::JobState;
+
+    /// A sample as an NVIDIA machine running a job would give it.
+    fn nvidia_sample() -> Sample {
+        Sample {
+            seq: 3,
+            time: 1.0,
+            devices: vec![DeviceSample {
+                reading: DeviceReading {
+                    id: "gpu:0".into(),
+                    name: "NVIDIA H100 80GB HBM3".into(),
+                    state: "busy".into(),
+                    uuid: Some("GPU-5f1c0e2a-0000-0000-0000-000000000000".into()),
+                    nvml_index: Some(0),
+                    utilization_percent: Some(87.0),
+                    memory_used_bytes: Some(10 << 30),
+                    memory_free_bytes: Some(70 << 30),
+                    memory_total_bytes: Some(80 << 30),
+                    temperature_c: Some(64.0),
+                    power_w: Some(412.5),
+                },
+                budget_bytes: Some(8 << 30),
+                pool: Some(MemoryStats {
+                    allocated_bytes: 3 << 30,
+                    reserved_bytes: 4 << 30,
+                    budget_bytes: 8 << 30,
+                    fragmentation: 0.25,
+                    ..Default::default()
+                }),
+                executor: DeviceCounters {
+                    batch_size: 32,
+                    ..Default::default()
+                },
+                busy_ratio: Some(0.9),
+                ..Default::default()
+            }],
+            job: Some(JobSample {
+                id: "7".into(),
+                items_total: 100,
+                items_ok: 40,
+                items_per_second: 12.5,
+                queues: vec![QueueSample {
+                    stage: "prefetch".into(),
+                    depth: 5,
+                    capacity: 64,
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// The dcgm-exporter names carry its labels and units (MiB for the framebuffer), and a
+    /// real Prometheus text parser reads the whole exposition.
+    #[test]
+    fn nvidia_devices_get_dcgm_names_and_labels() {
+        let sample = nvidia_sample();
+        let mut totals = Totals::default();
+        totals.ooms.insert("gpu:0".into(), 3);
+        totals.items_ok = 40;
+        totals.batches.insert("gpu:0".into(), 9);
+        totals.stage_busy_s.insert("compute".into(), 2.5);
+        let text = render(&Scrape {
+            sample: Some(&sample),
+            totals: &totals,
+            alerts: &[],
+            jobs: &[(JobState::Running, 1)],
+            ready: true,
+        })
+        .unwrap();
+        let s = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+        let dcgm = [
+            ("gpu", "0"),
+            ("UUID", "GPU-5f1c0e2a-0000-0000-0000-000000000000"),
+            ("modelName", "NVIDIA H100 80GB HBM3"),
+        ];
+        assert_eq!(value_of(&s, "DCGM_FI_DEV_GPU_UTIL", &dcgm), Some(87.0));
+        assert_eq!(value_of(&s, "DCGM_FI_DEV_FB_USED", &dcgm), Some(10240.0));
+        assert_eq!(value_of(&s, "DCGM_FI_DEV_FB_FREE", &dcgm), Some(71680.0));
+        assert_eq!(value_of(&s, "DCGM_FI_DEV_GPU_TEMP", &dcgm), Some(64.0));
+        assert_eq!(value_of(&s, "DCGM_FI_DEV_POWER_USAGE", &dcgm), Some(412.5));
+        let gpu = [("device", "gpu:0")];
+        assert_eq!(
+            value_of(
+                &s,
+                "sonograph_pool_bytes",
+                &[("device", "gpu:0"), ("kind", "reserved")]
+            ),
+            Some((4u64 << 30) as f64)
+        );
+        assert_eq!(
+            value_of(&s, "sonograph_pool_fragmentation_ratio", &gpu),
+            Some(0.25)
+        );
+        assert_eq!(value_of(&s, "sonograph_oom_total", &gpu), Some(3.0));
+        assert_eq!(value_of(&s, "sonograph_batch_size", &gpu), Some(32.0));
+        assert_eq!(
+            value_of(&s, "sonograph_queue_depth", &[("stage", "prefetch")]),
+            Some(5.0)
+        );
+        assert_eq!(value_of(&s, "sonograph_items_per_second", &[]), Some(12.5));
+        assert_eq!(
+            value_of(&s, "sonograph_jobs", &[("state", "running")]),
+            Some(1.0)
+        );
+
+        // Every metric the deploy files (Grafana, the Prometheus rules) use is exported.
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+        let exported: std::collections::BTreeSet<String> =
+            s.samples.iter().map(|x| x.metric.clone()).collect();
+        for file in ["grafana-dashboard.json", "prometheus-alerts.yaml"] {
+            let text = std::fs::read_to_string(root.join(file)).unwrap();
+            let mut used = 0;
+            for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                let ours = word.starts_with("sonograph_") || word.starts_with("DCGM_FI_");
+                // "sonograph_*" in prose names the family, not a metric.
+                if ours && !word.ends_with('_') && word != "sonograph_token" {
+                    assert!(
+                        exported.contains(word),
+                        "{file} uses {word}, which is not exported"
+                    );
+                    used += 1;
+                }
+            }
+            assert!(used > 10, "{file}");
+        }
+    }
+}
