@@ -698,8 +698,8 @@ fn a_server_killed_with_minus_9_resumes_its_running_job() {
     server.cancel(id);
 }
 
-/// SIGTERM: the running job stops at a batch boundary, the server exits 0 within 10 s, and
-/// the job resumes at the next start.
+/// SIGTERM: the server takes no new job, the running job stops at a batch boundary, the
+/// server exits 0 within 10 s, and the job resumes at the next start.
 #[test]
 fn sigterm_stops_the_job_resumably_and_exits_0_within_10_s() {
     let dir = Scratch::new("term");
@@ -707,11 +707,33 @@ fn sigterm_stops_the_job_resumably_and_exits_0_within_10_s() {
     let state = dir.path("state").display().to_string();
     let args = ["--data-root", dir.str(), "--state-dir", &state];
     let mut server = Server::start(&args);
-    let id = server
-        .submit(&json!({"source": src, "out": dir.path("out"), "device": "cpu", "workers": 1}));
+    let job = json!({"source": src, "out": dir.path("out"), "device": "cpu", "workers": 1});
+    let id = server.submit(&job);
     server.wait_progress(id, 50);
     let t = Instant::now();
     server.signal("-TERM");
+    // Once the server has begun to shut down, a new job is refused: 503 while the listener
+    // still answers, or no connection at all once it has closed; never 201.
+    while !server.log().contains("stops at its next batch boundary") {
+        assert!(t.elapsed() < Duration::from_secs(10), "{}", server.log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .into();
+    let late = agent
+        .post(&server.url("/api/v1/jobs"))
+        .content_type("application/json")
+        .send(&job.to_string());
+    if let Ok(answer) = late {
+        assert_eq!(
+            answer.status().as_u16(),
+            503,
+            "a job submitted after SIGTERM"
+        );
+    }
     let status = server.wait_exit(Duration::from_secs(10));
     assert_eq!(status.code(), Some(0), "{}", server.log());
     assert!(t.elapsed() < Duration::from_secs(10));
@@ -728,6 +750,13 @@ fn sigterm_stops_the_job_resumably_and_exits_0_within_10_s() {
     let server = Server::start(&args);
     let resumed = server.wait_resumed(id);
     assert_eq!(resumed["attempts"], 2);
+    let ids: Vec<i64> = server.get_json("/api/v1/jobs")["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [id], "no job was taken after SIGTERM");
     server.cancel(id);
 }
 
