@@ -443,12 +443,7 @@ impl CpuExtractor {
         }
         scratch.clear();
         self.pending = scratch;
-        let mut raw = std::mem::take(&mut self.raw);
-        let drop_last = span.last && self.spec.drop_last_frame;
-        let frames = self.finish_rows(&mut raw, drop_last, out);
-        raw.clear();
-        self.raw = raw;
-        Ok(frames)
+        Ok(self.finish_raw(span.last && self.spec.drop_last_frame, out))
     }
 
     /// [`extract_span`](Self::extract_span) of complex input: `window` holds the span's
@@ -474,12 +469,7 @@ impl CpuExtractor {
             self.engine
                 .complex_rows(&self.spec, &window[2 * first..], span.frames, &mut self.raw);
         }
-        let mut raw = std::mem::take(&mut self.raw);
-        let drop_last = span.last && self.spec.drop_last_frame;
-        let frames = self.finish_rows(&mut raw, drop_last, out);
-        raw.clear();
-        self.raw = raw;
-        Ok(frames)
+        Ok(self.finish_raw(span.last && self.spec.drop_last_frame, out))
     }
 
     /// Starts a new item, dropping any unfinished one.
@@ -749,8 +739,14 @@ impl CpuExtractor {
         if self.spec.output == OutputKind::Psd {
             return self.finish_psd(out);
         }
+        self.finish_raw(self.spec.drop_last_frame, out)
+    }
+
+    /// Finishes the raw rows computed so far into `out` and empties them, keeping their
+    /// buffer for the next span or item.
+    fn finish_raw(&mut self, drop_last: bool, out: &mut Vec<f32>) -> usize {
         let mut raw = std::mem::take(&mut self.raw);
-        let frames = self.finish_rows(&mut raw, self.spec.drop_last_frame, out);
+        let frames = self.finish_rows(&mut raw, drop_last, out);
         raw.clear();
         self.raw = raw;
         frames
