@@ -95,10 +95,10 @@ fn ln_real(x: real) -> real {
 }
 
 // The spec's guard (clamp or add) and log of one mel energy (`p` is each kernel's uniform),
-// scaled as the CPU's `log_row` scales it. A clamp is applied after the log, to ln of the floor
-// (the host's f64 log): a floor under f32's normal range (Clamp(1e-40)) would otherwise be
-// flushed to zero on GPUs that flush subnormals (NVIDIA's do) and give -inf where the CPU gives
-// ln 1e-40.
+// scaled as the CPU's `log_row` scales it. The host encodes the guard so that one under f32's
+// normal range (Clamp(1e-40), Add(1e-40)) survives GPUs that flush f32 subnormals to zero
+// (NVIDIA's do; see `log_params` in plan.rs): a clamp arrives as the CPU's clamped output and
+// is applied after the log; an addend arrives times 2^(guard_add - 1).
 fn guarded_log(energy: real) -> f32 {
     if (p.log_kind == 0u) {
         return f32(energy);
@@ -110,13 +110,18 @@ fn guarded_log(energy: real) -> f32 {
         scale = 10.0 * 0.43429448190325182765;
     }
     if (p.guard_add != 0u) {
-        return f32(ln_real(energy + real(p.guard)) * scale);
+        let addend = ldexp(real(p.guard), 1 - i32(p.guard_add));
+        return f32(ln_real(energy + addend) * scale);
     }
-    let ln_floor = real(p.guard);
     // Not `max(ln(e), floor)` alone: WGSL leaves max with a NaN operand to the implementation,
-    // and the CPU's f64::max takes the floor over a NaN energy.
+    // and the CPU's f64::max takes the floor over a NaN energy. Near the floor the comparison
+    // is to within the log's last bits.
     if (!(energy > 0.0)) {
-        return f32(ln_floor * scale);
+        return p.guard;
     }
-    return f32(max(ln_real(energy), ln_floor) * scale);
+    let scaled = ln_real(energy) * scale;
+    if (scaled > real(p.guard)) {
+        return f32(scaled);
+    }
+    return p.guard;
 }

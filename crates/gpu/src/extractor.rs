@@ -152,11 +152,6 @@ pub struct GpuBackend {
     dct: Option<Dct>,
     /// How long one batch may take before the device counts as lost.
     deadline: Duration,
-    /// The host's copy of a batch's samples and frame table, kept between batches: a fresh
-    /// vector of hundreds of megabytes faults in every page again (a third of the host's time
-    /// per batch on an H100, bench/RESULTS-gpu.md).
-    host_samples: Vec<f32>,
-    host_frame_item: Vec<u32>,
 }
 
 /// The kernels of one spec.
@@ -310,8 +305,6 @@ impl GpuBackend {
             mel_bufs,
             pool: MemoryPool::new(allocator, budget),
             deadline: Duration::from_secs(60),
-            host_samples: Vec::new(),
-            host_frame_item: Vec::new(),
             gpu,
         })
     }
@@ -761,12 +754,9 @@ impl Extractor for GpuBackend {
         }
         let spec = &self.spec;
         let started = Instant::now();
-        let mut samples = std::mem::take(&mut self.host_samples);
-        samples.clear();
-        samples.reserve(batch.samples().len());
+        let mut samples: Vec<f32> = Vec::with_capacity(batch.samples().len());
         let mut records: Vec<ItemRecord> = Vec::with_capacity(batch.len());
-        let mut frame_item = std::mem::take(&mut self.host_frame_item);
-        frame_item.clear();
+        let mut frame_item: Vec<u32> = Vec::new();
         let mut per_item: Vec<Result<usize, ItemError>> = Vec::with_capacity(batch.len());
         let mut lasts: Vec<bool> = Vec::with_capacity(batch.len());
         for (i, item) in batch.items().enumerate() {
@@ -831,8 +821,8 @@ impl Extractor for GpuBackend {
         let finished: Vec<Result<(usize, Vec<f32>), ItemError>> = per_item
             .into_par_iter()
             .zip(lasts)
-            .map(|(prepared, last)| {
-                let rec = records[prepared?];
+            .map(|(item, last)| {
+                let rec = records[item?];
                 let a = rec.frame_offset as usize * width;
                 let b = a + rec.n_frames as usize * width;
                 let mut item_rows = Vec::new();
@@ -853,13 +843,10 @@ impl Extractor for GpuBackend {
                 Ok((frames, item_rows)) => out.push_owned(frames, item_rows),
             }
         }
-        let frames = frame_item.len();
-        self.host_samples = samples;
-        self.host_frame_item = frame_item;
         // Where a batch's time goes, for profiling on a real GPU (SONOGRAPH_LOG=sonograph_gpu=debug).
         tracing::debug!(
             items = batch.len(),
-            frames,
+            frames = frame_item.len(),
             prepare_ms = (prepared - started).as_secs_f64() * 1e3,
             device_ms = (computed - prepared).as_secs_f64() * 1e3,
             finish_ms = computed.elapsed().as_secs_f64() * 1e3,

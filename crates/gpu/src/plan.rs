@@ -77,18 +77,29 @@ pub fn batch_buffers(
 }
 
 /// The log and guard the mel kernels apply (`guarded_log` in kernels/common.wgsl): the log
-/// kind (0 none, 1 ln, 2 log10, 3 dB), whether the guard is added (else a clamp), and the
-/// addend, or for a clamp the natural log of the floor (the kernels clamp after the log, so a
-/// floor under f32's normal range survives GPUs that flush subnormals).
+/// kind (0 none, 1 ln, 2 log10, 3 dB), how the guard is applied, and its value, so that a
+/// guard under f32's normal range survives GPUs that flush f32 subnormals (NVIDIA's do):
+/// - a clamp (0): the CPU's output for a clamped energy, `(ln(floor) · scale) as f32`,
+///   computed here as `log_row` computes it; the kernels clamp after the log;
+/// - an addend (`1 + k`): the addend times 2^k, which the kernels scale back with `ldexp`
+///   (exact where `real` is f64; k is 0 unless the addend is subnormal in f32).
 pub fn log_params(spec: &FeatureSpec) -> (u32, u32, f32) {
-    let kind = match spec.log {
-        LogKind::None => 0,
-        LogKind::Ln => 1,
-        LogKind::Log10 => 2,
-        LogKind::Db => 3,
+    let (kind, scale) = match spec.log {
+        LogKind::None => (0, 1.0),
+        LogKind::Ln => (1, 1.0),
+        LogKind::Log10 => (2, std::f64::consts::LOG10_E),
+        LogKind::Db => (3, 10.0 * std::f64::consts::LOG10_E),
     };
     let (add, guard) = match spec.log_guard {
-        LogGuard::Clamp(v) => (0, (f64::from(v)).ln() as f32),
+        LogGuard::Clamp(floor) => {
+            let mut ln_floor = [f64::from(floor)];
+            sonograph_dsp::fastlog::ln_in_place(&mut ln_floor);
+            (0, (ln_floor[0] * scale) as f32)
+        }
+        LogGuard::Add(v) if v > 0.0 && v < f32::MIN_POSITIVE => {
+            const SHIFT: u32 = 64;
+            (1 + SHIFT, (f64::from(v) * 2f64.powi(SHIFT as i32)) as f32)
+        }
         LogGuard::Add(v) => (1, v),
     };
     (kind, add, guard)
@@ -138,4 +149,46 @@ fn finish_psd(spec: &FeatureSpec, power: &[f32], frames: usize, out: &mut Vec<f3
         }
     }
     welch_row(spec, &sum, frames, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A clamp arrives as the CPU's own output for a clamped energy (silence), bit for bit.
+    #[test]
+    fn a_clamp_arrives_as_the_cpus_clamped_output() {
+        for (log, floor) in [
+            (LogKind::Ln, 1e-40f32),
+            (LogKind::Log10, 1e-10),
+            (LogKind::Db, f32::EPSILON),
+            (LogKind::Ln, 0.0),
+        ] {
+            let mut spec = FeatureSpec::kaldi(40);
+            spec.log = log;
+            spec.log_guard = LogGuard::Clamp(floor);
+            let mut cpu = Vec::new();
+            log_row(&spec, &mut [0.0], &mut cpu);
+            let (_, add, guard) = log_params(&spec);
+            assert_eq!(add, 0);
+            assert_eq!(guard.to_bits(), cpu[0].to_bits(), "{log:?} {floor}");
+        }
+    }
+
+    /// An addend under f32's normal range arrives scaled into it, and scales back exactly.
+    #[test]
+    fn a_subnormal_addend_arrives_scaled_into_the_normal_range() {
+        for v in [1e-40f32, f32::MIN_POSITIVE / 2.0, f32::from_bits(1)] {
+            let mut spec = FeatureSpec::kaldi(40);
+            spec.log_guard = LogGuard::Add(v);
+            let (_, add, guard) = log_params(&spec);
+            assert!(guard.is_normal(), "{v:e} arrives as {guard:e}");
+            let back = f64::from(guard) * 2f64.powi(1 - add as i32);
+            assert_eq!(back, f64::from(v));
+        }
+        let mut spec = FeatureSpec::nemo(80);
+        spec.log_guard = LogGuard::Add(5.960_464_5e-8);
+        // NeMo's 2^-24 is normal: sent as it is.
+        assert_eq!(log_params(&spec), (1, 1, 5.960_464_5e-8));
+    }
 }

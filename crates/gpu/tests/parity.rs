@@ -573,8 +573,9 @@ fn pieces_of_long_items_match_the_cpu() {
     }
 }
 
-/// Guards far outside f32's range (a clamp at 1e-40, at 0, an added 0) give the CPU's logs,
-/// -inf included, on silence and on a tone.
+/// Guards far outside f32's normal range (a clamp at 1e-40 or 0, an added 0 or 1e-40) give
+/// the CPU's logs, -inf included, on silence and on a tone. On the H100 Clamp(1e-40) gave -inf
+/// until the kernels stopped receiving the guard as an f32 subnormal (flushed to zero there).
 #[test]
 fn extreme_log_guards_match_the_cpu() {
     use sonograph_dsp::spec::LogGuard;
@@ -583,6 +584,8 @@ fn extreme_log_guards_match_the_cpu() {
         LogGuard::Clamp(1e-40),
         LogGuard::Clamp(0.0),
         LogGuard::Add(0.0),
+        // Under f32's normal range: NVIDIA flushes such an f32 to zero, which gave -inf here.
+        LogGuard::Add(1e-40),
     ] {
         let mut spec = FeatureSpec::kaldi(40);
         spec.log_guard = guard;
