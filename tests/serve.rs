@@ -713,7 +713,8 @@ fn sigterm_stops_the_job_resumably_and_exits_0_within_10_s() {
     let t = Instant::now();
     server.signal("-TERM");
     // Once the server has begun to shut down, a new job is refused: 503 while the listener
-    // still answers, or no connection at all once it has closed; never 201.
+    // still answers, or no connection at all once it has closed (what usually happens here:
+    // the listener closes right after the line waited for); never 201, and none recorded.
     while !server.log().contains("stops at its next batch boundary") {
         assert!(t.elapsed() < Duration::from_secs(10), "{}", server.log());
         std::thread::sleep(Duration::from_millis(10));
