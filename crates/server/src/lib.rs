@@ -230,6 +230,7 @@ pub fn serve(
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .on_thread_start(yield_to_jobs)
         .enable_all()
         .build()?;
     let listener = runtime
@@ -362,6 +363,7 @@ impl Sidecar {
         let thread = std::thread::Builder::new()
             .name("metrics-server".into())
             .spawn(move || {
+                yield_to_jobs();
                 let runtime = match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
@@ -399,5 +401,22 @@ impl Drop for Sidecar {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// Lowers the calling thread to nice 10. The threads that answer HTTP (scrapes, the
+/// dashboard, the API) call it when they start, so that under load a request waits for a core
+/// the job is using instead of taking it from the job: a service watched by many clients must
+/// not slow the work it reports on (tests/load.rs). The job's threads are started elsewhere and
+/// keep their priority.
+fn yield_to_jobs() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid and setpriority take and return plain integers and touch no memory of
+    // ours. On Linux, PRIO_PROCESS with a thread id sets that one thread's nice value. Raising
+    // one's own nice value is allowed to any user; if it were refused, the thread would keep its
+    // priority, which is only slower under load, so the result is not checked.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
     }
 }
