@@ -124,7 +124,11 @@ fn gaussian(sps: usize, bt: f64, span: usize) -> Vec<f64> {
 }
 
 /// Sums `symbols[k] * taps` centred on sample `k·sps − first` for every symbol; `n` outputs.
-/// `taps` has its centre at `taps.len() / 2`.
+/// `taps` has its centre at `taps.len() / 2`. Every output adds its symbols' terms in
+/// ascending k, one rounded product and one rounded sum each, so the bits are the definition's
+/// (`shape_scatter`) whichever way they are computed: the usual samples per symbol take a
+/// gather over one symbol period at a time, its sums in registers (half the time of the
+/// scatter, whose every output is loaded and stored once per symbol).
 #[multiversion::multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
 fn shape(
     symbols: &[Complex64],
@@ -134,6 +138,27 @@ fn shape(
     n: usize,
 ) -> Vec<Complex64> {
     let mut out = pool::complex(n);
+    match sps {
+        2 => shape_periods::<2>(symbols, taps, first, &mut out),
+        4 => shape_periods::<4>(symbols, taps, first, &mut out),
+        8 => shape_periods::<8>(symbols, taps, first, &mut out),
+        16 => shape_periods::<16>(symbols, taps, first, &mut out),
+        _ => shape_scatter(symbols, sps, taps, first, &mut out),
+    }
+    out
+}
+
+/// [`shape`] as its definition: each symbol's taps added into the zeroed outputs, symbols in
+/// ascending order.
+#[inline(always)]
+fn shape_scatter(
+    symbols: &[Complex64],
+    sps: usize,
+    taps: &[f64],
+    first: isize,
+    out: &mut [Complex64],
+) {
+    let n = out.len();
     let centre = (taps.len() / 2) as isize;
     for (k, &a) in symbols.iter().enumerate() {
         let start = k as isize * sps as isize - first - centre;
@@ -148,7 +173,62 @@ fn shape(
             o.im += a.im * h;
         }
     }
-    out
+}
+
+/// [`shape`] for `S` samples per symbol, one symbol period of outputs at a time. Output `o`
+/// reads tap `q − k·S` of symbol k, with `q = o + first + taps.len() / 2`: in the period
+/// `q div S = kq` at phase `p = q mod S`, symbol `kq − m` gives tap `p + m·S` (row m of the
+/// taps). Rows are added from the last (the smallest k) on, as the scatter adds them; the last
+/// row's taps past the end are zeros, added first, to +0.0: they change no bit.
+#[inline(always)]
+fn shape_periods<const S: usize>(
+    symbols: &[Complex64],
+    taps: &[f64],
+    first: isize,
+    out: &mut [Complex64],
+) {
+    let n = out.len();
+    if n == 0 {
+        return;
+    }
+    let rows = taps.len().div_ceil(S);
+    let mut padded = vec![0.0; rows * S];
+    padded[..taps.len()].copy_from_slice(taps);
+    let c0 = first + (taps.len() / 2) as isize;
+    let s = S as isize;
+    let count = symbols.len() as isize;
+    for kq in c0.div_euclid(s)..=(n as isize - 1 + c0).div_euclid(s) {
+        let mut re = [0.0f64; S];
+        let mut im = [0.0f64; S];
+        for m in (0..rows).rev() {
+            let k = kq - m as isize;
+            if k < 0 || k >= count {
+                continue;
+            }
+            let a = symbols[k as usize];
+            let row: &[f64; S] = padded[m * S..m * S + S]
+                .try_into()
+                .expect("a row of S taps");
+            for p in 0..S {
+                re[p] += a.re * row[p];
+                im[p] += a.im * row[p];
+            }
+        }
+        let o0 = kq * s - c0;
+        if o0 >= 0 && o0 + s <= n as isize {
+            for (o, (&r, &i)) in out[o0 as usize..][..S].iter_mut().zip(re.iter().zip(&im)) {
+                *o = Complex64::new(r, i);
+            }
+        } else {
+            // The first and last periods: only their outputs inside 0..n.
+            for p in 0..S {
+                let o = o0 + p as isize;
+                if (0..n as isize).contains(&o) {
+                    out[o as usize] = Complex64::new(re[p], im[p]);
+                }
+            }
+        }
+    }
 }
 
 /// Symbols `0..count` of `points`, drawn from the Symbols stream from word `first_word`.
@@ -430,6 +510,52 @@ pub fn waveform(m: &ModulationSpec, fs: f64, n: usize, seed: u64, index: u64) ->
 
 #[cfg(test)]
 mod tests {
+    /// The period-at-a-time shaper gives the scatter's bits for every period length it takes,
+    /// pulse, offset and length, symbols of both signs and zero (OOK) included.
+    #[test]
+    fn shaping_by_periods_gives_the_scatters_bits() {
+        let rng = Rng::new(5, 0, Stream::Symbols);
+        let mut word = 0u64;
+        let mut uniform = || {
+            word += 1;
+            f64::from(rng.word(word)) / f64::from(u32::MAX) * 2.0 - 1.0
+        };
+        for sps in [2usize, 4, 8, 16] {
+            let rrc = pulse_taps(Pulse::Rrc, sps, 0.35, 0.5, 8);
+            let gauss = pulse_taps(Pulse::Gaussian, sps, 0.35, 0.3, 4);
+            let rect = pulse_taps(Pulse::Rect, sps, 0.35, 0.5, 8);
+            for taps in [&rrc, &gauss, &rect] {
+                for (n, first) in [
+                    (1000usize, 37isize),
+                    (997, -5),
+                    (3, 0),
+                    (64, 200),
+                    (500, -(sps as isize) / 2),
+                ] {
+                    let symbols: Vec<Complex64> = (0..n / sps + 40)
+                        .map(|i| {
+                            if i % 7 == 3 {
+                                Complex64::new(0.0, -0.0)
+                            } else {
+                                Complex64::new(uniform(), uniform())
+                            }
+                        })
+                        .collect();
+                    let fast = shape(&symbols, sps, taps, first, n);
+                    let mut slow = vec![Complex64::new(0.0, 0.0); n];
+                    shape_scatter(&symbols, sps, taps, first, &mut slow);
+                    for (o, (f, s)) in fast.iter().zip(&slow).enumerate() {
+                        assert!(
+                            f.re.to_bits() == s.re.to_bits() && f.im.to_bits() == s.im.to_bits(),
+                            "sps {sps}, {} taps, n {n}, first {first}: output {o} {f} vs {s}",
+                            taps.len()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     use super::*;
 
     #[test]
