@@ -74,13 +74,7 @@ fn two_hundred_clients_for_ten_seconds_while_a_job_runs() {
             std::thread::Builder::new()
                 .stack_size(256 << 10)
                 .spawn(move || {
-                    // SAFETY: gettid and setpriority take plain integers and touch no memory;
-                    // on Linux this sets this client thread's nice value only. If refused,
-                    // the client runs at normal priority (a harsher test), so it is not checked.
-                    unsafe {
-                        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-                        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
-                    }
+                    sonograph_server::yield_to_jobs();
                     let agent: ureq::Agent = ureq::Agent::config_builder()
                         .http_status_as_error(false)
                         .timeout_global(Some(Duration::from_secs(30)))

@@ -521,6 +521,16 @@ mod tests {
     use std::sync::Mutex;
     use std::time::Duration;
 
+    /// The alert events `telemetry` tells its sinks, in order.
+    fn record_alerts(telemetry: &Telemetry) -> Arc<Mutex<Vec<AlertEvent>>> {
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
+        telemetry.add_alert_sink(Box::new(move |e: &AlertEvent| {
+            sink.lock().unwrap().push(e.clone())
+        }));
+        events
+    }
+
     /// A probe of one GPU whose temperature follows `script`, one value per read (the last
     /// one repeated): a stand-in for NVML.
     struct Thermometer {
@@ -575,11 +585,7 @@ mod tests {
             },
             Box::new(crate::telemetry::NoDevices),
         );
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let sink = events.clone();
-        telemetry.add_alert_sink(Box::new(move |e: &AlertEvent| {
-            sink.lock().unwrap().push(e.clone())
-        }));
+        let events = record_alerts(&telemetry);
         let live = LiveJob::new();
         telemetry.attach_job("1", live.clone());
         let result = run_live(&config, devices, stages, live);
@@ -837,11 +843,7 @@ mod tests {
             TelemetryConfig::default(),
             Box::new(crate::telemetry::NoDevices),
         );
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let sink = events.clone();
-        telemetry.add_alert_sink(Box::new(move |e: &AlertEvent| {
-            sink.lock().unwrap().push(e.clone())
-        }));
+        let events = record_alerts(&telemetry);
         let live = LiveJob::new();
         telemetry.attach_job("1", live.clone());
         let device = Pooled::new(&spec, Duration::from_millis(1));

@@ -407,9 +407,9 @@ impl Drop for Sidecar {
 /// Lowers the calling thread to nice 10. The threads that answer HTTP (scrapes, the
 /// dashboard, the API) call it when they start, so that under load a request waits for a core
 /// the job is using instead of taking it from the job: a service watched by many clients must
-/// not slow the work it reports on (tests/load.rs). The job's threads are started elsewhere and
-/// keep their priority.
-fn yield_to_jobs() {
+/// not slow the work it reports on (tests/load.rs, whose clients call it too). The job's
+/// threads are started elsewhere and keep their priority.
+pub fn yield_to_jobs() {
     #[cfg(target_os = "linux")]
     // SAFETY: gettid and setpriority take and return plain integers and touch no memory of
     // ours. On Linux, PRIO_PROCESS with a thread id sets that one thread's nice value. Raising
