@@ -74,6 +74,23 @@ pub struct ExtractArgs {
     /// Largest IQ recording read (complex samples).
     #[arg(long, default_value_t = sonograph_io::sigmf::DEFAULT_MAX_SAMPLES)]
     max_samples: u64,
+    /// Run this ONNX model on every row's features (a NeMo encoder or CTC export: inputs
+    /// `audio_signal` and `length`) and write its outputs in the columns model_frames,
+    /// model_dim and model_outputs. Needs onnxruntime (see the README).
+    #[arg(long, env = "SONOGRAPH_MODEL")]
+    model: Option<PathBuf>,
+    /// Where the model runs: cpu (onnxruntime's CUDA provider is not built in yet).
+    #[arg(long, env = "SONOGRAPH_MODEL_DEVICE", default_value = "cpu")]
+    model_device: String,
+    /// Rows per model batch (padded to the longest, with lengths).
+    #[arg(long, env = "SONOGRAPH_MODEL_BATCH", default_value_t = 16)]
+    model_batch: usize,
+    /// onnxruntime threads for the model (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    model_threads: usize,
+    /// The onnxruntime library (libonnxruntime.so), where it is not found by itself.
+    #[arg(long, env = "SONOGRAPH_ORT_LIB")]
+    ort_lib: Option<PathBuf>,
     /// Serve /metrics, /health and the dashboard on this address while the job runs.
     #[arg(long, env = "SONOGRAPH_METRICS_ADDR")]
     metrics_addr: Option<std::net::SocketAddr>,
@@ -128,6 +145,16 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
         raw: args.format.map(crate::rf_cli::RawFormat::datatype),
         max_samples: args.max_samples,
     };
+    config.model = args
+        .model
+        .as_ref()
+        .map(|path| sonograph_pipeline::ModelConfig {
+            path: path.clone(),
+            device: args.model_device.clone(),
+            batch: args.model_batch,
+            threads: args.model_threads,
+            ort_lib: args.ort_lib.clone(),
+        });
     let options = sonograph_gpu::OpenOptions {
         precision,
         budget: crate::gpu_cli::budget(args.gpu_memory.as_deref())?,
@@ -190,6 +217,12 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
                 r.parts,
                 r.peak_rss_mb
             );
+            if let Some(m) = &r.model {
+                eprintln!(
+                    "sonograph: model ({}, {} input) on {}: {} rows in {} batches, busy {:.1} s, waited {:.1} s for the first batch and {:.1} s for rows after",
+                    m.kind, m.input_precision, m.device, m.rows, m.batches, m.busy_s, m.warmup_s, m.starved_s
+                );
+            }
         }
     }
     Ok(match &outcome {

@@ -49,7 +49,7 @@ enum Command {
     /// Time extraction (or decoding) on files already in memory; prints audio-seconds per second.
     Bench(BenchArgs),
     /// Turn a corpus (a folder or a manifest) into sharded Parquet; resumable.
-    Extract(extract::ExtractArgs),
+    Extract(Box<extract::ExtractArgs>),
     /// List the compute devices (GPUs through wgpu, and the CPU) with their scores and health.
     Devices(gpu_cli::DevicesArgs),
     /// Speech segments of audio files (Silero VAD), as JSON lines.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::builder::{Float64Builder, StringBuilder, UInt32Builder};
-use arrow_array::{ArrayRef, Float16Array, Float32Array, ListArray, RecordBatch};
+use arrow_array::{ArrayRef, Float16Array, Float32Array, ListArray, RecordBatch, UInt32Array};
 use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
@@ -47,12 +47,32 @@ pub struct FeatureRow {
     pub num_bins: u32,
     /// `num_frames × num_bins`, row-major.
     pub features: Vec<f32>,
+    /// What a model gave on the features (`extract --model`); `None` in a job without one.
+    pub model: Option<ModelColumns>,
+}
+
+impl FeatureRow {
+    /// Float values the row holds: its features and its model outputs.
+    pub fn values(&self) -> usize {
+        self.features.len() + self.model.as_ref().map_or(0, |m| m.values.len())
+    }
+}
+
+/// A model's output for one row: `frames × dim` values, time-major (an encoder's `outputs`
+/// up to its `encoded_lengths`, or a CTC model's log-probabilities).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelColumns {
+    pub frames: u32,
+    pub dim: u32,
+    pub values: Vec<f32>,
 }
 
 /// Keys of the file metadata.
 pub const META_SPEC_ID: &str = "sonograph.spec_id";
 pub const META_SPEC: &str = "sonograph.spec";
 pub const META_PRECISION: &str = "sonograph.precision";
+/// The model whose outputs a part holds, and the precision it ran at (JSON).
+pub const META_MODEL: &str = "sonograph.model";
 
 /// What every part says about how its features were computed: the spec (its id and JSON) and
 /// the spectral core's precision, which the spec does not fix.
@@ -62,25 +82,50 @@ pub struct PartMeta {
     pub spec_json: String,
     /// "f32" or "f64".
     pub precision: String,
+    /// With a model (`extract --model`): what it is, as JSON; the part then has the model
+    /// columns `model_frames`, `model_dim` and `model_outputs`.
+    pub model: Option<String>,
 }
 
 impl PartMeta {
-    fn pairs(&self) -> [(&'static str, &str); 3] {
-        [
-            (META_SPEC_ID, &self.spec_id),
+    fn pairs(&self) -> Vec<(&'static str, &str)> {
+        let mut pairs = vec![
+            (META_SPEC_ID, self.spec_id.as_str()),
             (META_SPEC, &self.spec_json),
             (META_PRECISION, &self.precision),
-        ]
+        ];
+        if let Some(model) = &self.model {
+            pairs.push((META_MODEL, model));
+        }
+        pairs
     }
 }
 
-/// The Arrow schema of a part.
-pub fn schema(dtype: Dtype, meta: &PartMeta) -> Schema {
+/// A list column of floats in the stored dtype.
+fn float_list(dtype: Dtype) -> DataType {
     let item = match dtype {
         Dtype::F32 => DataType::Float32,
         Dtype::F16 => DataType::Float16,
     };
-    let fields = vec![
+    DataType::List(Arc::new(Field::new("item", item, false)))
+}
+
+/// The values of a list column of floats in the stored dtype.
+fn float_values<'a>(dtype: Dtype, values: impl Iterator<Item = &'a f32>) -> ArrayRef {
+    match dtype {
+        Dtype::F32 => Arc::new(Float32Array::from_iter_values(values.copied())),
+        Dtype::F16 => Arc::new(Float16Array::from_iter_values(
+            values.map(|&v| half::f16::from_f32(v)),
+        )),
+    }
+}
+
+/// Index of the first model column: the model's columns follow the features.
+const MODEL_COLUMNS: usize = 8;
+
+/// The Arrow schema of a part.
+pub fn schema(dtype: Dtype, meta: &PartMeta) -> Schema {
+    let mut fields = vec![
         Field::new("id", DataType::Utf8, false),
         Field::new("source", DataType::Utf8, false),
         Field::new("offset_s", DataType::Float64, false),
@@ -88,12 +133,15 @@ pub fn schema(dtype: Dtype, meta: &PartMeta) -> Schema {
         Field::new("sample_rate", DataType::UInt32, false),
         Field::new("num_frames", DataType::UInt32, false),
         Field::new("num_bins", DataType::UInt32, false),
-        Field::new(
-            "features",
-            DataType::List(Arc::new(Field::new("item", item, false))),
-            false,
-        ),
+        Field::new("features", float_list(dtype), false),
     ];
+    if meta.model.is_some() {
+        fields.extend([
+            Field::new("model_frames", DataType::UInt32, false),
+            Field::new("model_dim", DataType::UInt32, false),
+            Field::new("model_outputs", float_list(dtype), false),
+        ]);
+    }
     let metadata: HashMap<String, String> = meta
         .pairs()
         .iter()
@@ -124,22 +172,17 @@ fn record_batch(
         bins.append_value(r.num_bins);
     }
     let offsets = list_offsets(rows.iter().map(|r| r.features.len()))?;
-    let values: ArrayRef = match dtype {
-        Dtype::F32 => Arc::new(Float32Array::from_iter_values(
-            rows.iter().flat_map(|r| r.features.iter().copied()),
-        )),
-        Dtype::F16 => {
-            Arc::new(Float16Array::from_iter_values(rows.iter().flat_map(|r| {
-                r.features.iter().map(|&v| half::f16::from_f32(v))
-            })))
-        }
+    let values = float_values(dtype, rows.iter().flat_map(|r| r.features.iter()));
+    let list = |offsets, values| -> Result<ArrayRef, String> {
+        let DataType::List(item_field) = schema.field(7).data_type().clone() else {
+            return Err("the features column is a list".into());
+        };
+        Ok(Arc::new(
+            ListArray::try_new(item_field, offsets, values, None).map_err(|e| e.to_string())?,
+        ))
     };
-    let DataType::List(item_field) = schema.field(7).data_type().clone() else {
-        return Err("the features column is a list".into());
-    };
-    let features =
-        ListArray::try_new(item_field, offsets, values, None).map_err(|e| e.to_string())?;
-    let columns: Vec<ArrayRef> = vec![
+    let features = list(offsets, values)?;
+    let mut columns: Vec<ArrayRef> = vec![
         Arc::new(id.finish()),
         Arc::new(source.finish()),
         Arc::new(offset.finish()),
@@ -147,8 +190,30 @@ fn record_batch(
         Arc::new(rate.finish()),
         Arc::new(frames.finish()),
         Arc::new(bins.finish()),
-        Arc::new(features),
+        features,
     ];
+    if schema.fields().len() > MODEL_COLUMNS {
+        let model: Vec<&ModelColumns> = rows
+            .iter()
+            .map(|r| {
+                r.model.as_ref().ok_or_else(|| {
+                    format!(
+                        "row {:?} has no model outputs, and the part has a model",
+                        r.id
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let frames = UInt32Array::from_iter_values(model.iter().map(|m| m.frames));
+        let dims = UInt32Array::from_iter_values(model.iter().map(|m| m.dim));
+        let offsets = list_offsets(model.iter().map(|m| m.values.len()))?;
+        let values = float_values(dtype, model.iter().flat_map(|m| m.values.iter()));
+        columns.extend([
+            Arc::new(frames) as ArrayRef,
+            Arc::new(dims),
+            list(offsets, values)?,
+        ]);
+    }
     RecordBatch::try_new(schema, columns).map_err(|e| e.to_string())
 }
 
@@ -226,11 +291,16 @@ impl PartWriter {
         let features = ColumnPath::new(vec!["features".into(), "list".into(), "item".into()]);
         // In the footer's key-value metadata too, where `parquet meta` tools look, besides the
         // Arrow schema's (which pyarrow shows as `schema.metadata`).
-        let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(zstd))
-            .set_column_dictionary_enabled(features.clone(), false)
-            .set_column_statistics_enabled(features.clone(), EnabledStatistics::None)
-            .set_column_encoding(features, Encoding::BYTE_STREAM_SPLIT)
+        let model = ColumnPath::new(vec!["model_outputs".into(), "list".into(), "item".into()]);
+        let mut props = WriterProperties::builder().set_compression(Compression::ZSTD(zstd));
+        // A model's outputs are floats as distinct as the features.
+        for floats in [features, model] {
+            props = props
+                .set_column_dictionary_enabled(floats.clone(), false)
+                .set_column_statistics_enabled(floats.clone(), EnabledStatistics::None)
+                .set_column_encoding(floats, Encoding::BYTE_STREAM_SPLIT);
+        }
+        let props = props
             .set_key_value_metadata(Some(
                 meta.pairs()
                     .iter()
@@ -253,7 +323,7 @@ impl PartWriter {
     }
 
     pub fn push(&mut self, row: FeatureRow) -> Result<(), WriteError> {
-        self.buffered_bytes += row.features.len() * 4;
+        self.buffered_bytes += row.values() * 4;
         self.buffer.push(row);
         self.rows += 1;
         if self.buffered_bytes >= ROW_GROUP_BYTES {
@@ -366,9 +436,8 @@ pub fn read_part(path: &Path) -> Result<(Vec<FeatureRow>, HashMap<String, String
         let frames = b.column(5).as_primitive::<UInt32Type>();
         let bins = b.column(6).as_primitive::<UInt32Type>();
         let features = b.column(7).as_list::<i32>();
-        for i in 0..b.num_rows() {
-            let values = features.value(i);
-            let features: Vec<f32> = match values.data_type() {
+        let floats = |values: ArrayRef| -> Vec<f32> {
+            match values.data_type() {
                 DataType::Float16 => values
                     .as_primitive::<Float16Type>()
                     .values()
@@ -376,7 +445,22 @@ pub fn read_part(path: &Path) -> Result<(Vec<FeatureRow>, HashMap<String, String
                     .map(|v| v.to_f32())
                     .collect(),
                 _ => values.as_primitive::<Float32Type>().values().to_vec(),
-            };
+            }
+        };
+        let model = (b.num_columns() > MODEL_COLUMNS).then(|| {
+            (
+                b.column(MODEL_COLUMNS).as_primitive::<UInt32Type>(),
+                b.column(MODEL_COLUMNS + 1).as_primitive::<UInt32Type>(),
+                b.column(MODEL_COLUMNS + 2).as_list::<i32>(),
+            )
+        });
+        for i in 0..b.num_rows() {
+            let features = floats(features.value(i));
+            let model = model.map(|(frames, dim, values)| ModelColumns {
+                frames: frames.value(i),
+                dim: dim.value(i),
+                values: floats(values.value(i)),
+            });
             rows.push(FeatureRow {
                 id: id.value(i).to_string(),
                 source: source.value(i).to_string(),
@@ -386,6 +470,7 @@ pub fn read_part(path: &Path) -> Result<(Vec<FeatureRow>, HashMap<String, String
                 num_frames: frames.value(i),
                 num_bins: bins.value(i),
                 features,
+                model,
             });
         }
     }
@@ -396,6 +481,17 @@ pub fn read_part(path: &Path) -> Result<(Vec<FeatureRow>, HashMap<String, String
 mod tests {
     use super::*;
 
+    fn rows_without_model(rows: &[FeatureRow]) -> Vec<FeatureRow> {
+        rows.iter()
+            .map(|r| FeatureRow {
+                model: None,
+                ..r.clone()
+            })
+            .collect()
+    }
+
+    /// Every value is exact in f16 here (halves of small integers), so both dtypes read back
+    /// what was written; with a model, its columns too.
     #[test]
     fn parts_round_trip_in_both_dtypes() {
         let dir = std::env::temp_dir().join(format!("sonograph-pq-{}", std::process::id()));
@@ -410,19 +506,48 @@ mod tests {
                 num_frames: i,
                 num_bins: 2,
                 features: (0..2 * i).map(|v| v as f32 * 0.5).collect(),
+                model: None,
             })
             .collect();
-        for dtype in [Dtype::F32, Dtype::F16] {
-            let path = dir.join(format!("part-{dtype:?}.parquet"));
+        let with_model: Vec<FeatureRow> = rows
+            .iter()
+            .map(|r| FeatureRow {
+                model: Some(ModelColumns {
+                    frames: r.num_frames,
+                    dim: 3,
+                    values: (0..3 * r.num_frames).map(|v| v as f32 - 1.5).collect(),
+                }),
+                ..r.clone()
+            })
+            .collect();
+        for (dtype, model) in [
+            (Dtype::F32, false),
+            (Dtype::F16, false),
+            (Dtype::F32, true),
+            (Dtype::F16, true),
+        ] {
+            let path = dir.join(format!("part-{dtype:?}-{model}.parquet"));
             let meta = PartMeta {
                 spec_id: "abc".into(),
                 spec_json: "{\"n\":1}".into(),
                 precision: "f32".into(),
+                model: model.then(|| "{\"path\":\"m.onnx\"}".into()),
             };
-            write_part(&path, &rows, dtype, &meta).unwrap();
+            let rows = if model { &with_model } else { &rows };
+            // A row without model outputs cannot go into a part with a model.
+            if model {
+                let bare = dir.join("bare.parquet");
+                let err = write_part(&bare, &rows_without_model(rows), dtype, &meta);
+                assert!(err
+                    .unwrap_err()
+                    .to_string()
+                    .contains("has no model outputs"));
+            }
+            write_part(&path, rows, dtype, &meta).unwrap();
             assert!(!part_tmp_path(&path).exists());
             let (back, meta) = read_part(&path).unwrap();
-            assert_eq!(back, rows);
+            assert_eq!(&back, rows);
+            assert_eq!(meta.contains_key(META_MODEL), model);
             assert_eq!(meta[META_SPEC_ID], "abc");
             assert_eq!(meta[META_SPEC], "{\"n\":1}");
             assert_eq!(meta[META_PRECISION], "f32");
@@ -448,6 +573,13 @@ mod tests {
             );
             assert!(column.dictionary_page_offset().is_none());
             assert!(column.statistics().is_none());
+            if model {
+                let column = footer.metadata().row_group(0).column(10);
+                assert_eq!(column.column_path().string(), "model_outputs.list.item");
+                assert!(column
+                    .encodings()
+                    .any(|e| e == parquet::basic::Encoding::BYTE_STREAM_SPLIT));
+            }
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

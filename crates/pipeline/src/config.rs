@@ -39,6 +39,23 @@ pub struct JobConfig {
     pub progress: bool,
     /// How IQ recordings in the source are read.
     pub iq: IqOptions,
+    /// A model run on every row's features (`extract --model`).
+    pub model: Option<ModelConfig>,
+}
+
+/// The model stage of a job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    /// An ONNX encoder or CTC model (NeMo export: `audio_signal`, `length`).
+    pub path: PathBuf,
+    /// Where it runs: `cpu`.
+    pub device: String,
+    /// Rows per model batch (padded to the longest).
+    pub batch: usize,
+    /// onnxruntime intra-op threads (0: one per core).
+    pub threads: usize,
+    /// The onnxruntime library, where it is not found by itself.
+    pub ort_lib: Option<PathBuf>,
 }
 
 /// How IQ recordings are read (SigMF ones carry their datatype and rate; raw files do not).
@@ -83,6 +100,7 @@ impl JobConfig {
             part_mb: 64,
             progress: false,
             iq: IqOptions::default(),
+            model: None,
         }
     }
 

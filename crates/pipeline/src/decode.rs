@@ -199,6 +199,7 @@ fn decode_item(
                     num_frames: piece.frames as u32,
                     num_bins: spec.n_bins() as u32,
                     features: piece.rows,
+                    model: None,
                 },
                 piece: piece.index,
                 last: piece.last,

@@ -182,6 +182,7 @@ pub(crate) fn run_executor(
                         num_frames: frames as u32,
                         num_bins: spec.n_bins() as u32,
                         features: rows,
+                        model: None,
                     },
                     piece,
                     last,

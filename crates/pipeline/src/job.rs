@@ -3,7 +3,7 @@
 //! ledger), report; this file only connects them with bounded queues and threads.
 
 use std::sync::atomic::AtomicUsize;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use std::thread::JoinHandle;
@@ -21,7 +21,8 @@ use crate::error::JobError;
 use crate::executor::{run_executor, ExecutorStats, Unit};
 use crate::layout::{check_job_shape, io_err, read_report, write_json_atomically, OutputLayout};
 use crate::live::{LiveJob, Queue};
-use crate::report::{peak_rss_mb, Failure, Report, StageTimes};
+use crate::model::{lock_report, ModelStage};
+use crate::report::{peak_rss_mb, Failure, ModelReport, Report, StageTimes};
 use crate::source::ShardSource;
 use crate::stage::{run_row_stage, run_unit_stage, Stages};
 use crate::writer::{progress_bar, writer_loop, Writer, WriterMsg};
@@ -129,6 +130,24 @@ fn run_stages(
         "starting"
     );
 
+    // The model opens before anything runs: a model that cannot run on these features is the
+    // job's error, not every item's.
+    let model_report = Arc::new(Mutex::new(ModelReport::default()));
+    let model_stage = config
+        .model
+        .as_ref()
+        .map(|m| ModelStage::open(m, &config.spec, model_report.clone()))
+        .transpose()?;
+    let model_meta = model_stage.as_ref().map(|_| {
+        let r = lock_report(&model_report);
+        serde_json::json!({
+            "path": r.model,
+            "kind": r.kind,
+            "device": r.device,
+            "input_precision": r.input_precision,
+        })
+        .to_string()
+    });
     let writer = Writer::new(
         layout.out.clone(),
         config.shard_index,
@@ -138,6 +157,7 @@ fn run_stages(
             spec_id: spec_id.clone(),
             spec_json: config.spec.to_json(),
             precision: config.precision.name().into(),
+            model: model_meta,
         },
         config.part_mb << 20,
     )?;
@@ -165,8 +185,21 @@ fn run_stages(
             move |stage, input, output| run_unit_stage(stage, input, output, writer_tx.clone())
         },
     )?;
-    let (writer_tx, writer_rx, row_stage_handles) =
-        chain(writer_tx, writer_rx, stages.rows, 8, run_row_stage)?;
+    // The model runs last, on the rows as the other stages leave them. Its input queue holds
+    // two of its batches: the data side fills the next one while one runs.
+    let mut row_stages = stages.rows;
+    let mut row_capacity = 8;
+    if let (Some(stage), Some(m)) = (model_stage, &config.model) {
+        row_capacity = row_capacity.max(2 * m.batch);
+        row_stages.push(Box::new(stage));
+    }
+    let (writer_tx, writer_rx, row_stage_handles) = chain(
+        writer_tx,
+        writer_rx,
+        row_stages,
+        row_capacity,
+        run_row_stage,
+    )?;
 
     let writer_handle = {
         let bar = bar.clone();
@@ -316,6 +349,10 @@ fn run_stages(
         core_utilisation: (stage_times.decode_s + stage_times.compute_s) / (wall * cores).max(1e-9),
         stages: stage_times,
         devices: devices_report,
+        model: config
+            .model
+            .as_ref()
+            .map(|_| lock_report(&model_report).clone()),
         peak_rss_mb: peak_rss_mb(),
         failures,
     };
@@ -382,7 +419,7 @@ mod tests {
     use super::*;
     use crate::executor::Unit;
     use crate::segment::extract_streaming;
-    use crate::stage::{RowStage, UnitStage};
+    use crate::stage::{RowOut, RowStage, UnitStage};
     use crate::testing::{scratch_corpus, Flaky};
     use crate::writer::RowMsg;
     use sonograph_dsp::{CpuBackend, CpuExtractor, FeatureSpec, Precision};
@@ -523,11 +560,11 @@ mod tests {
         fn name(&self) -> &str {
             "drop-b"
         }
-        fn process(&mut self, row: RowMsg, out: &mut Vec<RowMsg>) -> Result<(), String> {
+        fn process(&mut self, row: RowMsg, out: &mut RowOut) -> Result<(), String> {
             if row.row.id.starts_with('b') {
                 return Err("dropped".into());
             }
-            out.push(row);
+            out.pass(row);
             Ok(())
         }
     }
@@ -541,9 +578,9 @@ mod tests {
             fn name(&self) -> &str {
                 "drop"
             }
-            fn process(&mut self, row: RowMsg, out: &mut Vec<RowMsg>) -> Result<(), String> {
+            fn process(&mut self, row: RowMsg, out: &mut RowOut) -> Result<(), String> {
                 if !row.row.id.starts_with('a') {
-                    out.push(row);
+                    out.pass(row);
                 }
                 Ok(())
             }
@@ -613,12 +650,12 @@ mod tests {
             fn name(&self) -> &str {
                 "hold"
             }
-            fn process(&mut self, row: RowMsg, _out: &mut Vec<RowMsg>) -> Result<(), String> {
+            fn process(&mut self, row: RowMsg, _out: &mut RowOut) -> Result<(), String> {
                 self.0.push(row);
                 Ok(())
             }
-            fn finish(&mut self, out: &mut Vec<RowMsg>) -> Result<(), String> {
-                out.append(&mut self.0);
+            fn finish(&mut self, out: &mut RowOut) -> Result<(), String> {
+                self.0.drain(..).for_each(|row| out.pass(row));
                 Ok(())
             }
         }
@@ -644,6 +681,50 @@ mod tests {
         );
         assert_eq!(plain.len(), 4, "a.wav and three pieces of long.wav");
         assert_eq!(held, plain);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A row stage may fail a row it held (a model that could not run on it): that item
+    /// fails, naming the stage and the piece, and nothing of it is done; the others are
+    /// written.
+    #[test]
+    fn a_row_stage_may_fail_a_row_it_held() {
+        #[derive(Default)]
+        struct FailSecondPiece(Vec<RowMsg>);
+        impl RowStage for FailSecondPiece {
+            fn name(&self) -> &str {
+                "picky"
+            }
+            fn process(&mut self, row: RowMsg, _out: &mut RowOut) -> Result<(), String> {
+                self.0.push(row);
+                Ok(())
+            }
+            fn finish(&mut self, out: &mut RowOut) -> Result<(), String> {
+                for row in self.0.drain(..) {
+                    if row.piece == 1 {
+                        out.fail(row, "no room".into());
+                    } else {
+                        out.pass(row);
+                    }
+                }
+                Ok(())
+            }
+        }
+        let dir = scratch_corpus("stage-fail", &[("a.wav", 1.0), ("long.wav", 75.0)]);
+        let spec = FeatureSpec::whisper(80);
+        let config = JobConfig::new(dir.join("corpus"), dir.join("out"), spec.clone());
+        let cpu = CpuBackend::new(&spec, Precision::F64).unwrap();
+        let stages = Stages {
+            units: Vec::new(),
+            rows: vec![Box::new(FailSecondPiece::default())],
+        };
+        let report = run_with(&config, vec![Box::new(cpu)], stages)
+            .unwrap()
+            .report()
+            .clone();
+        assert_eq!((report.items_ok, report.items_failed), (1, 1));
+        assert_eq!(report.failures[0].id, "long.wav");
+        assert_eq!(report.failures[0].reason, "picky: piece 1: no room");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -54,7 +54,7 @@ pub(crate) fn check_job_shape(
 ) -> Result<(), JobError> {
     // Everything that changes which rows exist or how they are stored: a resume with other
     // values would mix pieces of different lengths or parts of different types.
-    let shape = serde_json::json!({
+    let mut shape = serde_json::json!({
         "spec_id": spec_id,
         "shard_count": config.shard_count,
         "max_seconds": config.max_seconds,
@@ -64,6 +64,11 @@ pub(crate) fn check_job_shape(
         "precision": config.precision.name(),
         "mix": format!("{:?}", config.mix),
     });
+    // A model adds columns to every part (absent without one, as folders made before models
+    // could run record it).
+    if let Some(m) = &config.model {
+        shape["model"] = m.path.display().to_string().into();
+    }
     let text = format!("{shape}\n");
     // Written whole under a unique name, then linked into place: `job.json` either does not
     // exist or is complete, whatever instant a process dies at.

@@ -32,15 +32,15 @@ mod writer;
 pub use batcher::{
     AdaptiveBatcher, BatchDevice, BatchError, BatchInput, BatchOutput, BatchStats, BatcherConfig,
 };
-pub use config::{IqOptions, JobConfig};
+pub use config::{IqOptions, JobConfig, ModelConfig};
 pub use error::JobError;
 pub use executor::Unit;
 pub use job::{run, run_live, run_with, JobOutcome};
 pub use layout::{OutputLayout, META_DIR};
 pub use live::LiveJob;
-pub use model::{FeatureRows, NoFallback};
-pub use report::{DeviceReport, Failure, Report, StageTimes};
-pub use stage::{RowStage, Stages, UnitStage};
+pub use model::{FeatureRows, ModelStage, NoFallback};
+pub use report::{DepthSample, DeviceReport, Failure, ModelReport, Report, StageTimes};
+pub use stage::{RowOut, RowStage, Stages, UnitStage};
 pub use writer::RowMsg;
 
 /// Resolves the shard from the flags, or from the environment of the batch system: Kubernetes

@@ -4,10 +4,23 @@
 //! batches through [`AdaptiveBatcher::run_on`](crate::AdaptiveBatcher::run_on) with these.
 
 use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-use sonograph_model::{DeviceError, ModelBatch, ModelRunner};
+use sonograph_dsp::FeatureSpec;
+use sonograph_io::parquet::ModelColumns;
+use sonograph_model::runner::{InputPrecision, OutputKind, RunnerOptions};
+use sonograph_model::{DeviceError, ModelBatch, ModelRunner, Runtime};
 
-use crate::batcher::{BatchDevice, BatchError, BatchInput, BatchOutput};
+use crate::batcher::{
+    AdaptiveBatcher, BatchDevice, BatchError, BatchInput, BatchOutput, BatcherConfig,
+};
+use crate::config::ModelConfig;
+use crate::error::JobError;
+use crate::report::{DepthSample, ModelReport};
+use crate::stage::{RowOut, RowStage};
+use crate::writer::RowMsg;
 
 /// Feature rows for a model: each item `frames × n_mels` values, row-major (as a
 /// `FeatureBatch` item holds them).
@@ -119,4 +132,247 @@ impl<I: BatchInput, O: BatchOutput> BatchDevice<I, O> for NoFallback {
     fn run(&mut self, _: &I, _: &mut O) -> Result<(), NoDevice> {
         Err(NoDevice(self.0.clone()))
     }
+}
+
+/// The model stage of a job (`extract --model`): a row stage that runs an ONNX model on the
+/// rows' features in batches, through the adaptive batcher (out-of-memory batches split and
+/// retried; a lost device's rows move to a fresh CPU session of the model), and passes each
+/// row on with the model's output in its model columns. Its input queue is the bounded queue
+/// between the data side and the model side: the job sizes it to two batches, so that the
+/// data side fills the next batch while this one runs.
+pub struct ModelStage {
+    runner: ModelRunner,
+    /// Opened when first needed: a CPU session of the same model.
+    fallback: LazyCpuRunner,
+    batcher: AdaptiveBatcher,
+    batch: usize,
+    held: Vec<RowMsg>,
+    /// Rows in the input queue when the last row was taken.
+    depth: usize,
+    /// A batch has run: from then on, rows held are run whenever the queue is empty.
+    warm: bool,
+    /// When the stage last gave control back (to wait for its next row).
+    returned: Option<Instant>,
+    report: Arc<Mutex<ModelReport>>,
+    started: Instant,
+}
+
+/// A CPU session of the model, opened on first use (a lost model device's rows go there).
+struct LazyCpuRunner {
+    rt: &'static Runtime,
+    path: PathBuf,
+    options: RunnerOptions,
+    runner: Option<Result<ModelRunner, String>>,
+}
+
+impl BatchDevice<FeatureRows<'_>, ModelBatch> for LazyCpuRunner {
+    type Error = DeviceError;
+    fn name(&self) -> String {
+        "cpu (fallback session)".into()
+    }
+    fn workload(&self) -> String {
+        self.path.display().to_string()
+    }
+    fn run(&mut self, input: &FeatureRows<'_>, out: &mut ModelBatch) -> Result<(), DeviceError> {
+        let (rt, path, options) = (self.rt, &self.path, &self.options);
+        let runner = self
+            .runner
+            .get_or_insert_with(|| ModelRunner::open(rt, path, options).map_err(|e| e.to_string()));
+        match runner {
+            Ok(runner) => runner.run(input, out),
+            Err(why) => Err(DeviceError::Failed(format!("no fallback session: {why}"))),
+        }
+    }
+}
+
+/// Depth samples kept in the report: beyond this, every other one is dropped and the interval
+/// between samples doubles, so a job of any length reports its whole course.
+const MAX_DEPTH_SAMPLES: usize = 512;
+
+impl ModelStage {
+    /// Opens the model for rows of `spec`'s features, and checks that they fit it.
+    pub fn open(
+        config: &ModelConfig,
+        spec: &FeatureSpec,
+        report: Arc<Mutex<ModelReport>>,
+    ) -> Result<Self, JobError> {
+        let bad = |m: String| JobError::Config(format!("--model {}: {m}", config.path.display()));
+        if config.device != "cpu" {
+            return Err(bad(format!(
+                "--model-device {}: this build runs models on the CPU only (onnxruntime's CUDA \
+                 execution provider is not built in); use --model-device cpu",
+                config.device
+            )));
+        }
+        if config.batch == 0 {
+            return Err(bad("--model-batch must be at least 1".into()));
+        }
+        let rt = Runtime::get(config.ort_lib.as_deref()).map_err(|e| bad(e.to_string()))?;
+        let options = RunnerOptions {
+            threads: config.threads,
+            n_mels: Some(spec.n_bins()),
+            ..RunnerOptions::default()
+        };
+        let runner =
+            ModelRunner::open(rt, &config.path, &options).map_err(|e| bad(e.to_string()))?;
+        if spec.is_complex() || runner.n_mels() != spec.n_bins() {
+            return Err(bad(format!(
+                "the model takes {} mel bins, and the spec gives {} bins: use the preset the \
+                 model was trained with (nemo: 80, nemo-128: 128)",
+                runner.n_mels(),
+                spec.n_bins()
+            )));
+        }
+        {
+            let mut r = lock_report(&report);
+            r.model = config.path.display().to_string();
+            r.kind = match runner.kind() {
+                OutputKind::Encoder => "encoder",
+                OutputKind::Logprobs => "ctc",
+            }
+            .into();
+            r.device = runner.device();
+            r.input_precision = match runner.input_precision() {
+                InputPrecision::F32 => "f32",
+                InputPrecision::F16 => "f16",
+            }
+            .into();
+            r.batch = config.batch;
+        }
+        Ok(ModelStage {
+            runner,
+            fallback: LazyCpuRunner {
+                rt,
+                path: config.path.clone(),
+                options,
+                runner: None,
+            },
+            batcher: AdaptiveBatcher::new(BatcherConfig {
+                initial: config.batch,
+                max: config.batch,
+                ..BatcherConfig::default()
+            }),
+            batch: config.batch,
+            held: Vec::new(),
+            depth: 0,
+            warm: false,
+            returned: None,
+            report,
+            started: Instant::now(),
+        })
+    }
+
+    /// Runs the model on the rows held and passes them on, or fails those it could not run.
+    fn run_held(&mut self, out: &mut RowOut) {
+        if self.held.is_empty() {
+            return;
+        }
+        let started = Instant::now();
+        let n_mels = self.runner.n_mels();
+        let features = FeatureRows::new(
+            self.held
+                .iter()
+                .map(|r| r.row.features.as_slice())
+                .collect(),
+            n_mels,
+        );
+        let mut outputs = ModelBatch::new();
+        self.batcher.run_on(
+            &features,
+            &mut self.runner,
+            &mut self.fallback,
+            &mut outputs,
+        );
+        let took = started.elapsed().as_secs_f64();
+        let rows = self.held.len();
+        let mut failed = 0;
+        for (mut row, output) in self.held.drain(..).zip(outputs.into_items()) {
+            match output {
+                Ok(o) => {
+                    row.row.model = Some(ModelColumns {
+                        frames: o.frames as u32,
+                        dim: o.dim as u32,
+                        values: o.data,
+                    });
+                    out.pass(row);
+                }
+                Err(e) => {
+                    failed += 1;
+                    out.fail(row, format!("the model: {e}"));
+                }
+            }
+        }
+        self.warm = true;
+        let mut r = lock_report(&self.report);
+        r.busy_s += took;
+        r.rows += rows as u64;
+        r.rows_failed += failed;
+        r.runs += 1;
+        let stats = self.batcher.stats();
+        r.batches = stats.batches;
+        r.out_of_memory = stats.ooms;
+        r.splits = stats.splits;
+        r.moved_to_fallback = stats.items_on_fallback + stats.items_after_loss;
+        r.device_lost = stats.devices_lost > 0;
+        r.alerts = stats.alerts.clone();
+        if r.first_run_s.is_none() {
+            r.first_run_s = Some(self.started.elapsed().as_secs_f64());
+        }
+    }
+}
+
+impl RowStage for ModelStage {
+    fn name(&self) -> &str {
+        "model"
+    }
+
+    fn queued(&mut self, depth: usize, capacity: usize) {
+        let now = Instant::now();
+        let mut r = lock_report(&self.report);
+        if let Some(returned) = self.returned.take() {
+            // Waiting for a row with a batch held and the queue drained is starvation once
+            // warm; before the first batch it is the fill of that batch.
+            let waited = now.duration_since(returned).as_secs_f64();
+            if self.warm {
+                r.starved_s += waited;
+            } else {
+                r.warmup_s += waited;
+            }
+        }
+        r.queue_capacity = capacity;
+        let t = self.started.elapsed().as_secs_f64();
+        let due = r
+            .queue_depth
+            .last()
+            .is_none_or(|last| t - last.t_s >= r.depth_interval_s);
+        if due {
+            r.queue_depth.push(DepthSample { t_s: t, depth });
+            if r.queue_depth.len() > MAX_DEPTH_SAMPLES {
+                let kept: Vec<DepthSample> = r.queue_depth.iter().step_by(2).copied().collect();
+                r.queue_depth = kept;
+                r.depth_interval_s *= 2.0;
+            }
+        }
+        self.depth = depth;
+    }
+
+    fn process(&mut self, row: RowMsg, out: &mut RowOut) -> Result<(), String> {
+        self.held.push(row);
+        // The first batch waits to be full; after that, the model never idles holding rows.
+        if self.held.len() >= self.batch || (self.warm && self.depth == 0) {
+            self.run_held(out);
+        }
+        self.returned = Some(Instant::now());
+        Ok(())
+    }
+
+    fn finish(&mut self, out: &mut RowOut) -> Result<(), String> {
+        self.run_held(out);
+        Ok(())
+    }
+}
+
+pub(crate) fn lock_report(report: &Mutex<ModelReport>) -> std::sync::MutexGuard<'_, ModelReport> {
+    // A panic elsewhere while holding it leaves counters, not invariants: read them anyway.
+    report.lock().unwrap_or_else(|p| p.into_inner())
 }

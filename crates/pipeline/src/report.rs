@@ -56,6 +56,80 @@ pub struct DeviceReport {
     pub retired: bool,
 }
 
+/// The model side of a job with a model (`extract --model`): where and at which precision it
+/// ran, how busy it was, and how full its input queue stayed (the data side's lead).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ModelReport {
+    pub model: String,
+    /// "encoder" (`outputs`, `encoded_lengths`) or "ctc" (`logprobs`).
+    pub kind: String,
+    pub device: String,
+    /// What the model takes: "f32", or "f16" (features rounded to f16 before it).
+    pub input_precision: String,
+    /// Rows per model batch asked for (`--model-batch`).
+    pub batch: usize,
+    pub rows: u64,
+    /// Rows whose model output failed (their items failed, with the reason).
+    pub rows_failed: u64,
+    /// Groups of rows the stage ran, and model batches completed (a split group runs several).
+    pub runs: u64,
+    pub batches: u64,
+    pub out_of_memory: u64,
+    pub splits: u64,
+    /// Rows run by a CPU session of the model instead (alone too large, or the device lost).
+    pub moved_to_fallback: u64,
+    pub device_lost: bool,
+    pub alerts: Vec<String>,
+    /// Seconds running the model.
+    pub busy_s: f64,
+    /// Seconds waiting for rows once warm: the data side was behind (starvation).
+    pub starved_s: f64,
+    /// Seconds waiting for the first batch to fill.
+    pub warmup_s: f64,
+    /// When the first batch ran, in seconds from the stage's start.
+    pub first_run_s: Option<f64>,
+    /// Depth of the queue of rows from the data side, sampled as rows were taken (at most
+    /// every `depth_interval_s`).
+    pub queue_capacity: usize,
+    pub queue_depth: Vec<DepthSample>,
+    pub depth_interval_s: f64,
+}
+
+impl Default for ModelReport {
+    fn default() -> Self {
+        ModelReport {
+            model: String::new(),
+            kind: String::new(),
+            device: String::new(),
+            input_precision: String::new(),
+            batch: 0,
+            rows: 0,
+            rows_failed: 0,
+            runs: 0,
+            batches: 0,
+            out_of_memory: 0,
+            splits: 0,
+            moved_to_fallback: 0,
+            device_lost: false,
+            alerts: Vec::new(),
+            busy_s: 0.0,
+            starved_s: 0.0,
+            warmup_s: 0.0,
+            first_run_s: None,
+            queue_capacity: 0,
+            queue_depth: Vec::new(),
+            depth_interval_s: 0.1,
+        }
+    }
+}
+
+/// The depth of a queue at a time (seconds from the stage's start).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct DepthSample {
+    pub t_s: f64,
+    pub depth: usize,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Report {
     pub spec_id: String,
@@ -83,6 +157,9 @@ pub struct Report {
     /// Busy time of decode + compute over wall time × cores: 1.0 keeps every core busy.
     pub core_utilisation: f64,
     pub devices: Vec<DeviceReport>,
+    /// The model side, in a job with a model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelReport>,
     pub peak_rss_mb: f64,
     /// The first 1,000 failures by item id (`items_failed` counts them all; the ledger's
     /// `failures` table holds every one).

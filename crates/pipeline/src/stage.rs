@@ -38,12 +38,32 @@ pub trait UnitStage: Send {
 /// on, or one it was not given, fails its item (naming the stage), and the job goes on.
 pub trait RowStage: Send {
     fn name(&self) -> &str;
-    /// Takes `row`; pushes to `out` the rows ready to go on (this one, earlier ones, or none);
-    /// `Err(reason)` fails `row`'s item.
-    fn process(&mut self, row: RowMsg, out: &mut Vec<RowMsg>) -> Result<(), String>;
-    /// The input has ended: pushes every row still held.
-    fn finish(&mut self, _out: &mut Vec<RowMsg>) -> Result<(), String> {
+    /// Takes `row`; passes on through `out` the rows ready to go on (this one, earlier ones,
+    /// or none), or fails one it held; `Err(reason)` fails `row`'s item.
+    fn process(&mut self, row: RowMsg, out: &mut RowOut) -> Result<(), String>;
+    /// The input has ended: passes on (or fails) every row still held.
+    fn finish(&mut self, _out: &mut RowOut) -> Result<(), String> {
         Ok(())
+    }
+    /// Rows waiting in the stage's input queue as it takes the next one (`capacity` at most):
+    /// a stage that batches rows runs what it holds rather than wait on an empty queue.
+    fn queued(&mut self, _depth: usize, _capacity: usize) {}
+}
+
+/// What a row stage gives back: rows passed on, and rows it held that failed (with why).
+#[derive(Default)]
+pub struct RowOut {
+    passed: Vec<RowMsg>,
+    failed: Vec<(RowMsg, String)>,
+}
+
+impl RowOut {
+    pub fn pass(&mut self, row: RowMsg) {
+        self.passed.push(row);
+    }
+    /// Fails `row`'s item with `reason` (the stage's name is put before it).
+    pub fn fail(&mut self, row: RowMsg, reason: String) {
+        self.failed.push((row, reason));
     }
 }
 
@@ -113,8 +133,9 @@ pub(crate) fn run_row_stage(
     input: Receiver<WriterMsg>,
     output: Sender<WriterMsg>,
 ) -> f64 {
+    let capacity = input.capacity().unwrap_or(usize::MAX);
     let mut busy = 0.0;
-    let mut out = Vec::new();
+    let mut out = RowOut::default();
     // (item, piece) → (source, a whole item's only row): what the stage holds.
     let mut outstanding: HashMap<(String, u32), (String, bool)> = HashMap::new();
     let fail = |stage: &dyn RowStage, id: String, source: String, whole: bool, reason: &str| {
@@ -130,14 +151,24 @@ pub(crate) fn run_row_stage(
         }
     };
     let pass_on = |stage: &dyn RowStage,
-                   out: &mut Vec<RowMsg>,
+                   out: &mut RowOut,
                    outstanding: &mut HashMap<(String, u32), (String, bool)>|
      -> bool {
-        out.drain(..).all(|row| {
+        let passed = out.passed.drain(..).map(|row| (row, None));
+        let failed = out.failed.drain(..).map(|(row, why)| (row, Some(why)));
+        passed.chain(failed).all(|(row, why)| {
             let key = (row.row.id.clone(), row.piece);
-            let msg = match outstanding.remove(&key) {
-                Some(_) => WriterMsg::Row(Box::new(row)),
-                None => fail(
+            let msg = match (outstanding.remove(&key), why) {
+                (Some(_), None) => WriterMsg::Row(Box::new(row)),
+                (Some((source, true)), Some(why)) => fail(stage, key.0, source, true, &why),
+                (Some((source, false)), Some(why)) => fail(
+                    stage,
+                    key.0,
+                    source,
+                    false,
+                    &format!("piece {}: {why}", key.1),
+                ),
+                (None, _) => fail(
                     stage,
                     key.0,
                     row.row.source,
@@ -148,7 +179,7 @@ pub(crate) fn run_row_stage(
             output.send(msg).is_ok()
         })
     };
-    for msg in input {
+    for msg in input.iter() {
         let started = std::time::Instant::now();
         let sent = match msg {
             failed @ (WriterMsg::Failed(_) | WriterMsg::FailedPiece(_)) => {
@@ -158,6 +189,7 @@ pub(crate) fn run_row_stage(
                 let key = (row.row.id.clone(), row.piece);
                 let (source, whole) = (row.row.source.clone(), row.piece == 0 && row.last);
                 outstanding.insert(key.clone(), (source.clone(), whole));
+                stage.queued(input.len(), capacity);
                 let result = stage.process(*row, &mut out);
                 busy += started.elapsed().as_secs_f64();
                 match result {

@@ -179,9 +179,9 @@ impl Writer {
             return Ok(());
         }
         self.stats.audio_seconds += row.duration_s;
-        self.stats.feature_bytes += (row.features.len() * self.dtype.bytes()) as u64;
+        self.stats.feature_bytes += (row.values() * self.dtype.bytes()) as u64;
         let t = Instant::now();
-        self.bytes += row.features.len() * 4 + row.id.len() + row.source.len() + 64;
+        self.bytes += row.values() * 4 + row.id.len() + row.source.len() + 64;
         self.records.push(PieceRecord {
             item_id: row.id.clone(),
             piece,
@@ -354,6 +354,7 @@ mod tests {
                 num_frames: 1,
                 num_bins: 2,
                 features: vec![f32::from(piece as u16); 2],
+                model: None,
             },
             piece,
             last,
@@ -371,6 +372,7 @@ mod tests {
                 spec_id: "spec".into(),
                 spec_json: "{}".into(),
                 precision: "f64".into(),
+                model: None,
             },
             1,
         )
