@@ -7,9 +7,9 @@
 #   SONOGRAPH_REQUIRE_ORT=1 scripts/test.sh   # as CI: a model test without onnxruntime fails
 #
 # Runs: the workspace's tests (default features: the wgpu backend); the fault-injection tests
-# (`failpoints`: OOM and device loss in the GPU backend, the model runner and extract --model, crash points and
-# kill -9 in `extract`, failing health probes, GPU faults raising the server's alerts); the CPU-only
-# binary's tests (`--no-default-features`).
+# (`failpoints`: OOM and device loss in the GPU backend, the model runner and extract --model,
+# crash points and kill -9 in `extract` and extract --vad, failing health probes, GPU faults
+# raising the server's alerts); the CPU-only binary's tests (`--no-default-features`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,7 +33,7 @@ step cargo test --workspace --locked --no-fail-fast
 step cargo test --locked --no-fail-fast -p sonograph-gpu --features failpoints --test faults
 step cargo test --locked --no-fail-fast -p sonograph-model --features failpoints --test faults
 step cargo test --locked -p sonograph --features failpoints --test extract killed_at_random
-step cargo test --locked -p sonograph --features failpoints --test extract_model model_faults
+step cargo test --locked -p sonograph --features failpoints --test extract_model
 step cargo test --locked -p sonograph --features failpoints --test cli probe
 step cargo test --locked -p sonograph --features failpoints --test serve gpu_faults
 step cargo test --locked -p sonograph --no-default-features --test cli

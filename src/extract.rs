@@ -91,6 +91,14 @@ pub struct ExtractArgs {
     /// The onnxruntime library (libonnxruntime.so), where it is not found by itself.
     #[arg(long, env = "SONOGRAPH_ORT_LIB")]
     ort_lib: Option<PathBuf>,
+    /// Cut items at their speech segments (Silero VAD, as `sonograph vad` finds them, on the
+    /// audio at the spec's rate) instead of fixed pieces: one row per segment, with its offset
+    /// and duration; an item without speech is done with no row. --max-speech-s defaults to
+    /// --max-seconds here, and may not exceed it. Needs onnxruntime (see the README).
+    #[arg(long)]
+    vad: bool,
+    #[command(flatten)]
+    vad_flags: crate::model_cli::VadFlags,
     /// Serve /metrics, /health and the dashboard on this address while the job runs.
     #[arg(long, env = "SONOGRAPH_METRICS_ADDR")]
     metrics_addr: Option<std::net::SocketAddr>,
@@ -153,8 +161,15 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
             device: args.model_device.clone(),
             batch: args.model_batch,
             threads: args.model_threads,
-            ort_lib: args.ort_lib.clone(),
         });
+    config.ort_lib = args.ort_lib.clone();
+    if args.vad {
+        let mut params = args.vad_flags.params()?;
+        if params.max_speech_duration_s.is_infinite() {
+            params.max_speech_duration_s = args.max_seconds;
+        }
+        config.vad = Some(params);
+    }
     let options = sonograph_gpu::OpenOptions {
         precision,
         budget: crate::gpu_cli::budget(args.gpu_memory.as_deref())?,

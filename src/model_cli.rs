@@ -90,7 +90,7 @@ pub(crate) struct VadFlags {
 }
 
 impl VadFlags {
-    fn params(&self) -> Result<VadParams> {
+    pub(crate) fn params(&self) -> Result<VadParams> {
         let p = VadParams {
             threshold: self.threshold,
             neg_threshold: self.neg_threshold,

@@ -1,8 +1,10 @@
-//! `extract --model`: an ONNX model run on every row's features inside the job, its outputs
-//! in the model columns, equal to Python onnxruntime's on the same features (the references
-//! of crates/model/tests, made by scripts/asr_reference.py); the report's model side; the
-//! errors; and, with `--features failpoints`, out-of-memory model batches and a lost model
-//! device with nothing lost. Tests that need onnxruntime say why they skipped without it.
+//! `extract --model` and `extract --vad`. A model run on every row's features inside the job,
+//! its outputs in the model columns, equal to Python onnxruntime's on the same features (the
+//! references of crates/model/tests, made by scripts/asr_reference.py); the report's model
+//! side; items cut at the speech segments silero-vad 6.2.3 finds (scripts/vad_reference.py),
+//! one row each; the errors; and, with `--features failpoints`, out-of-memory model batches, a
+//! lost model device, and a crash mid-way through a VAD job, with nothing lost or doubled.
+//! Tests that need onnxruntime say why they skipped without it.
 
 #[allow(dead_code)]
 mod common;
@@ -11,7 +13,7 @@ use common::{bin, repo, stderr, Tmp};
 #[path = "shared/skip_ort.rs"]
 mod skip_ort;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::Output;
 
@@ -53,19 +55,29 @@ fn extract(source: &Path, out: &Path, args: &[&str], failpoints: Option<&str>) -
     cmd.output().unwrap()
 }
 
-fn rows(out: &Path) -> HashMap<String, FeatureRow> {
-    let mut rows = HashMap::new();
+/// Every row of the output, by id and offset (in µs); each at most once.
+fn dataset(out: &Path, model: bool) -> BTreeMap<(String, i64), FeatureRow> {
+    let mut rows = BTreeMap::new();
     for entry in std::fs::read_dir(out).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "parquet") {
             let (part, meta) = read_part(&path).unwrap();
-            assert!(meta.contains_key(META_MODEL), "{meta:?}");
+            assert_eq!(meta.contains_key(META_MODEL), model, "{meta:?}");
             for r in part {
-                assert!(rows.insert(r.id.clone(), r).is_none(), "a row twice");
+                let key = (r.id.clone(), (r.offset_s * 1e6).round() as i64);
+                assert!(rows.insert(key, r).is_none(), "a row twice");
             }
         }
     }
     rows
+}
+
+/// One row per item, by id.
+fn rows(out: &Path) -> HashMap<String, FeatureRow> {
+    dataset(out, true)
+        .into_values()
+        .map(|r| (r.id.clone(), r))
+        .collect()
 }
 
 fn report(out: &Path) -> Value {
@@ -252,4 +264,229 @@ fn model_faults_lose_nothing() {
             assert!(m["moved_to_fallback"].as_u64().unwrap() >= 1, "{m}");
         }
     }
+}
+
+fn vad_ref() -> Value {
+    let p = repo("crates/model/tests/data/vad/reference.json");
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+/// silero-vad's segments of `file` at its defaults, in seconds.
+fn reference_segments(file: &str) -> Vec<(f64, f64)> {
+    let r = vad_ref();
+    let rate = r["files"][file]["sample_rate"].as_f64().unwrap();
+    let case = r["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["file"] == file && c["params"] == serde_json::json!({}))
+        .unwrap();
+    case["timestamps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t[0].as_f64().unwrap() / rate, t[1].as_f64().unwrap() / rate))
+        .collect()
+}
+
+/// A folder of the VAD test files (speech at 16 and 32 kHz; silence, noise, tones).
+fn vad_corpus(tmp: &Tmp, copies: usize) -> std::path::PathBuf {
+    let corpus = tmp.path("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    for name in [
+        "dialogue_16000",
+        "dialogue_32000",
+        "silence_16000",
+        "noise_16000",
+        "tones_16000",
+    ] {
+        let from = repo(&format!("crates/model/tests/data/vad/{name}.flac"));
+        for c in 0..copies {
+            let to = match c {
+                0 => format!("{name}.flac"),
+                _ => format!("{name}-{c}.flac"),
+            };
+            std::fs::copy(&from, corpus.join(to)).unwrap();
+        }
+    }
+    corpus
+}
+
+/// Each item's rows are its speech segments, as silero-vad finds them at 16 kHz and at
+/// 32 kHz (decimated: the job decodes at the spec's 16 kHz, and a 32 kHz file's segments fall
+/// on even samples), each row the features of the segment's samples alone. Silence, noise and
+/// tones are done with no row. With a model too, each segment's row has the model's outputs.
+#[test]
+fn vad_rows_are_silero_vads_segments_each_computed_alone() {
+    let Some(rt) = skip_ort::runtime_or_skip() else {
+        return;
+    };
+    let tmp = Tmp::new("extract-vad");
+    let corpus = vad_corpus(&tmp, 1);
+    let out = tmp.path("out");
+    let o = extract(&corpus, &out, &["--preset", "nemo", "--vad"], None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = dataset(&out, false);
+    let rep = report(&out);
+    assert_eq!(
+        (rep["items_ok"].as_u64(), rep["items_failed"].as_u64()),
+        (Some(5), Some(0))
+    );
+    assert_eq!(rep["rows"].as_u64(), Some(rows.len() as u64));
+    let spec = sonograph_dsp::FeatureSpec::preset("nemo").unwrap();
+    for file in [
+        "dialogue_16000",
+        "dialogue_32000",
+        "silence_16000",
+        "noise_16000",
+        "tones_16000",
+    ] {
+        let id = format!("{file}.flac");
+        let got: Vec<&FeatureRow> = rows.values().filter(|r| r.id == id).collect();
+        let want = reference_segments(file);
+        assert_eq!(got.len(), want.len(), "{file}");
+        let samples =
+            sonograph_io::decode_mono(&corpus.join(&id), &Default::default(), 16000).unwrap();
+        for (row, (start, end)) in got.iter().zip(&want) {
+            assert!(
+                (row.offset_s - start).abs() < 1e-9,
+                "{file}: {} vs {start}",
+                row.offset_s
+            );
+            assert!((row.duration_s - (end - start)).abs() < 1e-9, "{file}");
+            let a = (start * 16000.0).round() as usize;
+            let b = (end * 16000.0).round() as usize;
+            let mut expect = Vec::new();
+            sonograph_dsp::CpuExtractor::new(&spec)
+                .unwrap()
+                .extract(&samples[a..b], &mut expect)
+                .unwrap();
+            assert_eq!(row.features, expect, "{file} at {start} s");
+        }
+    }
+    let again = extract(&corpus, &out, &["--preset", "nemo", "--vad"], None);
+    assert!(
+        stderr(&again).contains("already complete"),
+        "{}",
+        stderr(&again)
+    );
+
+    // Segments through a model: each row's outputs are what the model gives its features.
+    let model_path = repo("crates/model/tests/data/asr/ctc/model.onnx");
+    let with_model = tmp.path("with-model");
+    let o = extract(
+        &corpus,
+        &with_model,
+        &[
+            "--preset",
+            "nemo",
+            "--vad",
+            "--model",
+            model_path.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let modelled = dataset(&with_model, true);
+    assert_eq!(modelled.len(), rows.len());
+    let mut runner = sonograph_model::ModelRunner::open(
+        rt,
+        &model_path,
+        &sonograph_model::runner::RunnerOptions::default(),
+    )
+    .unwrap();
+    for (key, row) in &modelled {
+        assert_eq!(row.features, rows[key].features);
+        let alone = runner.run_batch(&[&row.features], 80).unwrap();
+        let alone = alone.item(0).unwrap();
+        let m = row.model.as_ref().unwrap();
+        assert_eq!(
+            (m.frames as usize, m.dim as usize),
+            (alone.frames, alone.dim)
+        );
+        let e = m
+            .values
+            .iter()
+            .zip(&alone.data)
+            .map(|(x, y)| (x - y).abs() / y.abs().max(1.0))
+            .fold(0.0, f32::max);
+        assert!(e <= 1e-4, "{key:?}: {e:e}");
+    }
+}
+
+#[test]
+fn vad_settings_that_cannot_work_are_one_clear_error() {
+    if skip_ort::runtime_or_skip().is_none() {
+        return;
+    }
+    let tmp = Tmp::new("extract-vad-errors");
+    let corpus = vad_corpus(&tmp, 1);
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["--preset", "nemo", "--vad", "--max-speech-s", "90"],
+            "over --max-seconds",
+        ),
+        (
+            &["--preset", "iq-power", "--vad", "--sample-rate", "16000"],
+            "for audio",
+        ),
+        (
+            &["--preset", "nemo", "--vad", "--threshold", "1.5"],
+            "threshold",
+        ),
+    ];
+    for (k, (args, says)) in cases.iter().enumerate() {
+        let o = extract(&corpus, &tmp.path(&format!("out{k}")), args, None);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+}
+
+/// A VAD job that dies as under kill -9 between writing a part and committing it, then runs
+/// again, ends with the rows of a clean run, each once: the segments are numbered the same
+/// on every run, and the ledger keeps which were written (`--features failpoints`).
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_vad_job_crashed_and_resumed_equals_a_clean_run() {
+    use std::os::unix::process::ExitStatusExt;
+    if skip_ort::runtime_or_skip().is_none() {
+        return;
+    }
+    let tmp = Tmp::new("extract-vad-crash");
+    let corpus = vad_corpus(&tmp, 4);
+    let args = [
+        "--preset",
+        "nemo",
+        "--vad",
+        "--part-mb",
+        "1",
+        "--batch-items",
+        "2",
+    ];
+    let clean = tmp.path("clean");
+    let o = extract(&corpus, &clean, &args, None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let expect = dataset(&clean, false);
+    assert!(
+        report(&clean)["parts"].as_u64().unwrap() >= 2,
+        "the crash falls mid-job"
+    );
+    let resumed = tmp.path("resumed");
+    for point in ["writer-before-rename", "writer-before-commit"] {
+        let o = extract(&corpus, &resumed, &args, Some(&format!("{point}=return")));
+        assert_eq!(o.status.signal(), Some(6), "{point}: {}", stderr(&o));
+    }
+    let o = extract(&corpus, &resumed, &args, None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = dataset(&resumed, false);
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        expect.keys().collect::<Vec<_>>()
+    );
+    for (key, row) in &got {
+        assert_eq!(row, &expect[key], "{key:?}");
+    }
+    assert_eq!(report(&resumed)["items_ok"].as_u64(), Some(20));
 }

@@ -7,6 +7,8 @@ use sonograph_io::decode::{ChannelMix, Limits};
 use sonograph_io::parquet::Dtype;
 use sonograph_io::sigmf::{DataType, DEFAULT_MAX_SAMPLES};
 
+use sonograph_model::{VadParams, VadSegmenter};
+
 use crate::error::JobError;
 
 /// Everything a job needs to know.
@@ -41,6 +43,11 @@ pub struct JobConfig {
     pub iq: IqOptions,
     /// A model run on every row's features (`extract --model`).
     pub model: Option<ModelConfig>,
+    /// Cut items at their speech segments (Silero VAD) instead of fixed pieces: one row per
+    /// segment (`extract --vad`).
+    pub vad: Option<VadParams>,
+    /// The onnxruntime library (for a model or VAD), where it is not found by itself.
+    pub ort_lib: Option<PathBuf>,
 }
 
 /// The model stage of a job.
@@ -54,8 +61,6 @@ pub struct ModelConfig {
     pub batch: usize,
     /// onnxruntime intra-op threads (0: one per core).
     pub threads: usize,
-    /// The onnxruntime library, where it is not found by itself.
-    pub ort_lib: Option<PathBuf>,
 }
 
 /// How IQ recordings are read (SigMF ones carry their datatype and rate; raw files do not).
@@ -101,6 +106,8 @@ impl JobConfig {
             progress: false,
             iq: IqOptions::default(),
             model: None,
+            vad: None,
+            ort_lib: None,
         }
     }
 
@@ -130,6 +137,29 @@ impl JobConfig {
         config
             .spec
             .validate()
-            .map_err(|e| JobError::Config(e.to_string()))
+            .map_err(|e| JobError::Config(e.to_string()))?;
+        if let Some(vad) = &config.vad {
+            let bad = |m: String| Err(JobError::Config(format!("--vad: {m}")));
+            vad.validate()
+                .map_err(|e| JobError::Config(format!("--vad: {e}")))?;
+            if config.spec.is_complex() {
+                return bad("voice activity is for audio, and the spec takes IQ".into());
+            }
+            let rate = config.spec.sample_rate;
+            if VadSegmenter::model_rate(rate).is_none() {
+                return bad(format!(
+                    "Silero VAD takes 8000 Hz or a multiple of 16000 Hz, and the spec is at {rate} Hz"
+                ));
+            }
+            // A segment is held whole until it ends: its length bounds the memory.
+            if vad.max_speech_duration_s.is_nan() || vad.max_speech_duration_s > config.max_seconds
+            {
+                return bad(format!(
+                    "segments may be up to {} s, over --max-seconds {}: give --max-speech-s at most that",
+                    vad.max_speech_duration_s, config.max_seconds
+                ));
+            }
+        }
+        Ok(())
     }
 }

@@ -6,12 +6,14 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
+use sonograph_dsp::span::Span;
 use sonograph_dsp::{CpuExtractor, ItemError, OutputKind};
 use sonograph_io::decode::{AudioReader, DecodeOptions};
 use sonograph_io::manifest::{Entry, SourceItem};
 use sonograph_io::parquet::FeatureRow;
 use sonograph_io::sigmf::{IqReader, IqSource};
 use sonograph_io::{ItemReader, StreamError};
+use sonograph_model::{Runtime, Segment, VadSegmenter};
 use thiserror::Error;
 
 use crate::config::JobConfig;
@@ -19,7 +21,7 @@ use crate::error::panic_text;
 use crate::executor::{Permit, Unit};
 use crate::live::{LiveJob, Queue, Stage};
 use crate::report::Failure;
-use crate::segment::{extract_from_reader, PieceCutter, PieceWindow};
+use crate::segment::{extract_from_reader, PieceCutter, PiecePlan, PieceWindow};
 use crate::writer::{RowMsg, WriterMsg};
 
 /// Decodes items; short ones go to the prefetch queue, long ones too in pieces (or, when all
@@ -35,6 +37,8 @@ pub(crate) fn decode_worker(
 ) -> f64 {
     let spec = Arc::new(config.spec.clone());
     let mut extractor: Option<CpuExtractor> = None;
+    // With --vad, this worker's segmenter (an onnxruntime session), opened on first use.
+    let mut segmenter: Option<Result<VadSegmenter, String>> = None;
     let mut busy = 0.0;
     for entry in work.iter() {
         if live.is_canceled() {
@@ -69,6 +73,13 @@ pub(crate) fn decode_worker(
                     CpuExtractor::with_precision(&spec, config.precision)
                         .expect("the spec was validated")
                 });
+                let vad = config.vad.as_ref().map(|params| {
+                    segmenter.get_or_insert_with(|| {
+                        Runtime::get(config.ort_lib.as_deref())
+                            .and_then(|rt| VadSegmenter::new(rt, params, spec.sample_rate))
+                            .map_err(|e| format!("voice activity: {e}"))
+                    })
+                });
                 // A bug tripped by one file must not take the shard down with it (it would trip
                 // again on every resume): the item fails with the panic's message.
                 let run = std::panic::AssertUnwindSafe(|| {
@@ -76,6 +87,7 @@ pub(crate) fn decode_worker(
                         config,
                         &work,
                         ex,
+                        vad,
                         Outputs {
                             units: &units,
                             writer: &writer,
@@ -125,10 +137,12 @@ struct Outputs<'a> {
     live: &'a LiveJob,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn decode_item(
     config: &JobConfig,
     work: &WorkItem,
     extractor: &mut CpuExtractor,
+    vad: Option<&mut Result<VadSegmenter, String>>,
     outputs: Outputs,
     long_items: &LongItems,
     blocked: &mut f64,
@@ -148,6 +162,23 @@ fn decode_item(
         duration_s: item.duration_s,
     };
     let reader = open_item(config, item, work.iq.as_ref(), &opts).map_err(fail)?;
+    if let Some(vad) = vad {
+        let vad = vad.as_mut().map_err(|e| fail(e.clone()))?;
+        let LongItems::ToExecutors(executors_running) = long_items else {
+            return Err(fail(
+                "internal error: segments go to the executors, and this job streams items".into(),
+            ));
+        };
+        return send_segments(
+            config,
+            item,
+            reader,
+            outputs,
+            executors_running,
+            vad,
+            blocked,
+        );
+    }
     let short = reader
         .expected_seconds()
         .is_some_and(|s| s <= config.max_seconds);
@@ -257,11 +288,73 @@ fn open_item(
     }
 }
 
-/// Cuts a long item, as it decodes, into pieces that go to the executors like short items,
-/// each with the window of samples it reads: the file is never held whole, and its pieces run
-/// on any device, several at once. At most `--batch-items` pieces of it are queued or being
-/// computed at a time: a decoder outruns the executors, and the queue would otherwise fill
-/// with pieces of one file.
+/// Sends the pieces of one item to the executors, each with the window of samples it reads.
+/// At most `--batch-items` pieces of the item are queued or being computed at a time: a
+/// decoder outruns the executors, and the queue would otherwise fill with pieces of one file.
+struct PieceSender<'a> {
+    item: &'a SourceItem,
+    source: String,
+    units: &'a Sender<Unit>,
+    live: &'a LiveJob,
+    executors_running: &'a Weak<()>,
+    permits: Sender<()>,
+    taken: Receiver<()>,
+    blocked: &'a mut f64,
+}
+
+impl<'a> PieceSender<'a> {
+    fn new(
+        config: &JobConfig,
+        item: &'a SourceItem,
+        outputs: Outputs<'a>,
+        executors_running: &'a Weak<()>,
+        blocked: &'a mut f64,
+    ) -> Self {
+        let (permits, taken) = bounded::<()>(config.batch_items);
+        PieceSender {
+            item,
+            source: item.path.display().to_string(),
+            units: outputs.units,
+            live: outputs.live,
+            executors_running,
+            permits,
+            taken,
+            blocked,
+        }
+    }
+
+    fn send(&mut self, samples: Vec<f32>, plan: PiecePlan) -> Result<(), WriterGone> {
+        if self.live.is_canceled() {
+            return Err(WriterGone);
+        }
+        let wait = Instant::now();
+        // A permit is a slot in `permits`; the unit gives it back when it is dropped. With no
+        // executor left, the units still queued are never dropped: stop waiting then (the
+        // item stays undone, and the job says so).
+        while self
+            .permits
+            .send_timeout((), Duration::from_millis(50))
+            .is_err()
+        {
+            if self.executors_running.strong_count() == 0 {
+                return Err(WriterGone);
+            }
+        }
+        let sent = self.units.send(Unit {
+            id: self.item.id.clone(),
+            source: self.source.clone(),
+            offset_s: self.item.offset_s,
+            samples,
+            piece: Some(plan),
+            _permit: Some(Permit(self.taken.clone())),
+        });
+        *self.blocked += wait.elapsed().as_secs_f64();
+        sent.map_err(|_| WriterGone)
+    }
+}
+
+/// Cuts a long item, as it decodes, into pieces that go to the executors like short items:
+/// the file is never held whole, and its pieces run on any device, several at once.
 fn send_pieces(
     config: &JobConfig,
     item: &SourceItem,
@@ -270,35 +363,11 @@ fn send_pieces(
     executors_running: &Weak<()>,
     blocked: &mut f64,
 ) -> Result<Flow, WriterMsg> {
-    let (units, live) = (outputs.units, outputs.live);
     let source = item.path.display().to_string();
     let fail = |reason: String| WriterMsg::Failed(item_failure(item, reason));
     let mut cutter = PieceCutter::new(&config.spec, config.chunk_seconds);
-    let (permits, taken) = bounded::<()>(config.batch_items);
-    let mut send = |w: PieceWindow| {
-        if live.is_canceled() {
-            return Err(WriterGone);
-        }
-        let wait = Instant::now();
-        // A permit is a slot in `permits`; the unit gives it back when it is dropped. With no
-        // executor left, the units still queued are never dropped: stop waiting then (the
-        // item stays undone, and the job says so).
-        while permits.send_timeout((), Duration::from_millis(50)).is_err() {
-            if executors_running.strong_count() == 0 {
-                return Err(WriterGone);
-            }
-        }
-        let sent = units.send(Unit {
-            id: item.id.clone(),
-            source: source.clone(),
-            offset_s: item.offset_s,
-            samples: w.samples,
-            piece: Some(w.plan),
-            _permit: Some(Permit(taken.clone())),
-        });
-        *blocked += wait.elapsed().as_secs_f64();
-        sent.map_err(|_| WriterGone)
-    };
+    let mut sender = PieceSender::new(config, item, outputs, executors_running, blocked);
+    let mut send = |w: PieceWindow| sender.send(w.samples, w.plan);
     let streamed = reader.stream(config.spec.sample_rate, |chunk| {
         cutter.push(chunk, &mut send)
     });
@@ -322,6 +391,133 @@ fn send_pieces(
         return Err(fail(format!("{source}: {}", ItemError::Empty)));
     };
     Ok(match send(last) {
+        Ok(()) => Flow::Continue,
+        Err(WriterGone) => Flow::Stop,
+    })
+}
+
+/// Why cutting an item at its speech stopped.
+#[derive(Debug, Error)]
+enum SegmentStop {
+    #[error("voice activity: {0}")]
+    Vad(#[from] sonograph_model::ModelError),
+    #[error(transparent)]
+    Gone(#[from] WriterGone),
+}
+
+/// Cuts an item at its speech segments as it decodes (Silero VAD and `get_speech_timestamps`,
+/// as `sonograph vad` finds them, on the audio at the spec's rate): each segment goes to the
+/// executors as a row of its own, its features computed over the segment alone. Holds the
+/// samples from the earliest a segment still open can start, and one segment cut but not yet
+/// sent (only the end of the stream says which segment is the last). An item without speech
+/// is done without a row.
+fn send_segments(
+    config: &JobConfig,
+    item: &SourceItem,
+    reader: ItemReader,
+    outputs: Outputs,
+    executors_running: &Weak<()>,
+    vad: &mut VadSegmenter,
+    blocked: &mut f64,
+) -> Result<Flow, WriterMsg> {
+    let spec = &config.spec;
+    let rate = f64::from(spec.sample_rate);
+    let writer = outputs.writer;
+    let mut sender = PieceSender::new(config, item, outputs, executors_running, blocked);
+    // Samples from `held_from` on; the segment cut and not yet sent.
+    let mut held: Vec<f32> = Vec::new();
+    let mut held_from = 0u64;
+    let mut ready: Option<(Vec<f32>, PiecePlan)> = None;
+    let mut cut = 0u32;
+    let mut found = Vec::new();
+    // Cuts the segments found; sends the one before each (it is not the item's last).
+    let mut take = |found: &mut Vec<Segment>,
+                    held: &[f32],
+                    held_from: u64,
+                    sender: &mut PieceSender|
+     -> Result<(), WriterGone> {
+        for seg in found.drain(..) {
+            let end = seg.end.min(held_from + held.len() as u64);
+            let start = seg.start.clamp(held_from, end);
+            let samples = held[(start - held_from) as usize..(end - held_from) as usize].to_vec();
+            let plan = PiecePlan {
+                index: cut,
+                span: Span::whole(spec, samples.len()),
+                offset_s: start as f64 / rate,
+                duration_s: samples.len() as f64 / rate,
+                last: false,
+            };
+            cut += 1;
+            if let Some((samples, plan)) = ready.replace((samples, plan)) {
+                sender.send(samples, plan)?;
+            }
+        }
+        Ok(())
+    };
+    vad.reset();
+    let streamed = reader.stream(spec.sample_rate, |chunk| {
+        held.extend_from_slice(chunk);
+        vad.push(chunk, &mut found)?;
+        take(&mut found, &held, held_from, &mut sender)?;
+        // What no segment still open can start at goes.
+        let keep_from = vad.earliest_open_sample().max(held_from);
+        let drop = ((keep_from - held_from) as usize).min(held.len());
+        held.drain(..drop);
+        held_from += drop as u64;
+        Ok::<(), SegmentStop>(())
+    });
+    let sent_before = |cut: u32| cut.saturating_sub(1);
+    let failed = |e: String, cut: u32| {
+        if sent_before(cut) > 0 {
+            // Segments sent so far are queued for the executors: they may come after this.
+            WriterMsg::FailedPiece(item_failure(
+                item,
+                format!(
+                    "{e} (after {} segments; earlier segments of this item may be in the output)",
+                    sent_before(cut)
+                ),
+            ))
+        } else {
+            WriterMsg::Failed(item_failure(item, e))
+        }
+    };
+    match streamed {
+        Ok(_) => {}
+        Err(StreamError::Sink {
+            source: SegmentStop::Gone(_),
+            ..
+        }) => return Ok(Flow::Stop),
+        Err(StreamError::Sink { source, .. }) => {
+            vad.reset();
+            return Err(failed(format!("{}: {source}", item.path.display()), cut));
+        }
+        Err(e) => {
+            vad.reset();
+            return Err(failed(e.to_string(), cut));
+        }
+    }
+    if let Err(e) = vad.finish(&mut found) {
+        return Err(failed(
+            format!("{}: voice activity: {e}", item.path.display()),
+            cut,
+        ));
+    }
+    if take(&mut found, &held, held_from, &mut sender).is_err() {
+        return Ok(Flow::Stop);
+    }
+    let Some((samples, mut plan)) = ready else {
+        // No speech: the item is done, with no row.
+        return Ok(
+            match writer.send(WriterMsg::Empty {
+                id: item.id.clone(),
+            }) {
+                Ok(()) => Flow::Continue,
+                Err(_) => Flow::Stop,
+            },
+        );
+    };
+    plan.last = true;
+    Ok(match sender.send(samples, plan) {
         Ok(()) => Flow::Continue,
         Err(WriterGone) => Flow::Stop,
     })

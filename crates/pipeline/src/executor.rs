@@ -163,7 +163,7 @@ pub(crate) fn run_executor(
         );
         for (i, unit) in meta.drain(..).enumerate() {
             let (piece, last, offset_s, duration_s) = match unit.piece {
-                Some(p) => (p.index, p.span.last, p.offset_s, p.duration_s),
+                Some(p) => (p.index, p.last, p.offset_s, p.duration_s),
                 None => {
                     // IQ samples take two values each.
                     let n = unit.samples.len() / spec.values_per_sample();

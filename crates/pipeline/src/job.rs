@@ -78,6 +78,12 @@ fn run_stages(
     live: &Arc<LiveJob>,
 ) -> Result<JobOutcome, JobError> {
     config.check()?;
+    if let Some(params) = &config.vad {
+        // The model and the runtime load now: a job that cannot segment says so once.
+        sonograph_model::Runtime::get(config.ort_lib.as_deref())
+            .and_then(|rt| sonograph_model::VadSegmenter::new(rt, params, config.spec.sample_rate))
+            .map_err(|e| JobError::Config(format!("--vad: {e}")))?;
+    }
     if devices.is_empty() {
         return Err(JobError::Config("no device to run on".into()));
     }
@@ -136,7 +142,14 @@ fn run_stages(
     let model_stage = config
         .model
         .as_ref()
-        .map(|m| ModelStage::open(m, &config.spec, model_report.clone()))
+        .map(|m| {
+            ModelStage::open(
+                m,
+                &config.spec,
+                config.ort_lib.as_deref(),
+                model_report.clone(),
+            )
+        })
         .transpose()?;
     let model_meta = model_stage.as_ref().map(|_| {
         let r = lock_report(&model_report);
@@ -213,7 +226,9 @@ fn run_stages(
     let live_job = live.clone();
     // Long items stream through the decoders' own extractors when every executor is a CPU,
     // unless unit stages must see their pieces.
-    let pieces_to_executors = units_in_executors || !devices.iter().all(|d| d.is_cpu());
+    // Speech segments (--vad) always go to the executors.
+    let pieces_to_executors =
+        units_in_executors || config.vad.is_some() || !devices.iter().all(|d| d.is_cpu());
     // Held by every executor thread until it ends: the decode workers see through it whether
     // any executor is left to take pieces (the live count drops to 0 while the last executor
     // standing goes on on the CPU).

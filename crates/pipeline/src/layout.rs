@@ -65,9 +65,13 @@ pub(crate) fn check_job_shape(
         "mix": format!("{:?}", config.mix),
     });
     // A model adds columns to every part (absent without one, as folders made before models
-    // could run record it).
+    // could run recorded it).
     if let Some(m) = &config.model {
         shape["model"] = m.path.display().to_string().into();
+    }
+    // Segments instead of pieces: other rows.
+    if let Some(vad) = &config.vad {
+        shape["vad"] = serde_json::to_value(vad).map_err(|e| JobError::Internal(e.to_string()))?;
     }
     let text = format!("{shape}\n");
     // Written whole under a unique name, then linked into place: `job.json` either does not

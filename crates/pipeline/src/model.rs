@@ -194,6 +194,7 @@ impl ModelStage {
     pub fn open(
         config: &ModelConfig,
         spec: &FeatureSpec,
+        ort_lib: Option<&std::path::Path>,
         report: Arc<Mutex<ModelReport>>,
     ) -> Result<Self, JobError> {
         let bad = |m: String| JobError::Config(format!("--model {}: {m}", config.path.display()));
@@ -207,7 +208,7 @@ impl ModelStage {
         if config.batch == 0 {
             return Err(bad("--model-batch must be at least 1".into()));
         }
-        let rt = Runtime::get(config.ort_lib.as_deref()).map_err(|e| bad(e.to_string()))?;
+        let rt = Runtime::get(ort_lib).map_err(|e| bad(e.to_string()))?;
         let options = RunnerOptions {
             threads: config.threads,
             n_mels: Some(spec.n_bins()),

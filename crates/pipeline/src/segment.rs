@@ -69,10 +69,15 @@ enum PieceStop {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PiecePlan {
     pub index: u32,
+    /// The frames and the window of samples they read. (Its `last` says that the window
+    /// ends the signal; a speech segment is a signal of its own, ended whether or not it is
+    /// its item's last.)
     pub span: Span,
     /// Start within the item, in seconds.
     pub offset_s: f64,
     pub duration_s: f64,
+    /// The item's last row: once it is written, the item is done.
+    pub last: bool,
 }
 
 /// A piece with the window of samples its frames read.
@@ -197,6 +202,7 @@ impl PieceCutter {
                 span,
                 offset_s,
                 duration_s,
+                last,
             },
             samples,
         }

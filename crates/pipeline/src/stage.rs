@@ -182,8 +182,9 @@ pub(crate) fn run_row_stage(
     for msg in input.iter() {
         let started = std::time::Instant::now();
         let sent = match msg {
-            failed @ (WriterMsg::Failed(_) | WriterMsg::FailedPiece(_)) => {
-                output.send(failed).is_ok()
+            other
+            @ (WriterMsg::Failed(_) | WriterMsg::FailedPiece(_) | WriterMsg::Empty { .. }) => {
+                output.send(other).is_ok()
             }
             WriterMsg::Row(row) => {
                 let key = (row.row.id.clone(), row.piece);

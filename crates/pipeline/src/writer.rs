@@ -27,6 +27,11 @@ pub(crate) enum WriterMsg {
     /// An item failed while pieces of it may still be on their way (pieces of a long item run
     /// on several executors in any order): the writer remembers it, to drop them.
     FailedPiece(Failure),
+    /// An item done without a row (no speech in it, with `--vad`): recorded in the ledger with
+    /// the next part, as done.
+    Empty {
+        id: String,
+    },
 }
 
 /// A row of features on its way to the writer: piece `piece` of its item, the item's last.
@@ -133,6 +138,17 @@ impl Writer {
                     self.record_failures()?;
                 }
             }
+            WriterMsg::Empty { id } => {
+                self.stats.items_ok += 1;
+                self.records.push(PieceRecord {
+                    item_id: id,
+                    piece: 0,
+                    last: true,
+                    audio_seconds: 0.0,
+                });
+                // A part carries the record into the ledger, even one with no row.
+                self.open_part()?;
+            }
             WriterMsg::Row(m) => {
                 if self.failed.contains(&m.row.id) {
                     // The item failed: no more of it is written, and it is not done.
@@ -188,20 +204,23 @@ impl Writer {
             last,
             audio_seconds: row.duration_s,
         });
+        self.open_part()?.push(row)?;
+        self.stats.write_s += t.elapsed().as_secs_f64();
+        if self.bytes >= self.part_bytes {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// The part being written, begun if none is.
+    fn open_part(&mut self) -> Result<&mut PartWriter, JobError> {
         if self.open.is_none() {
             let file = format!("part-{:05}-{:05}.parquet", self.shard_index, self.next_part);
             let path = self.parts_dir.join(&file);
             let part = PartWriter::create(&path, self.dtype, &self.meta)?;
             self.open = Some((part, file));
         }
-        if let Some((part, _)) = &mut self.open {
-            part.push(row)?;
-        }
-        self.stats.write_s += t.elapsed().as_secs_f64();
-        if self.bytes >= self.part_bytes {
-            self.flush()?;
-        }
-        Ok(())
+        Ok(&mut self.open.as_mut().expect("opened above").0)
     }
 
     /// Records the failures not yet in the ledger, in one transaction. One that a crash
@@ -232,6 +251,7 @@ impl Writer {
         let t = Instant::now();
         let part = self.next_part;
         let closed = part_writer.close()?;
+        let rows = closed.rows as u64;
         self.ledger.begin_part(part, &file, &self.records)?;
         // Crash points (failpoints builds only): the process dies here as under kill -9.
         fail::fail_point!("writer-before-rename", |_| crash());
@@ -239,7 +259,7 @@ impl Writer {
         fail::fail_point!("writer-before-commit", |_| crash());
         self.ledger.commit_part(part, size)?;
         self.next_part += 1;
-        self.stats.rows += self.records.len() as u64;
+        self.stats.rows += rows;
         self.stats.parts += 1;
         self.stats.part_bytes += size;
         self.records.clear();
@@ -286,7 +306,7 @@ pub(crate) fn writer_loop(
         live.observe_queue(Queue::Writer, rx.len());
         let finished_item = match &msg {
             WriterMsg::Row(r) => r.last,
-            WriterMsg::Failed(_) | WriterMsg::FailedPiece(_) => true,
+            WriterMsg::Failed(_) | WriterMsg::FailedPiece(_) | WriterMsg::Empty { .. } => true,
         };
         let before = (writer.stats.items_ok, writer.stats.items_failed);
         let (audio_before, write_before) = (writer.stats.audio_seconds, writer.stats.write_s);
@@ -294,7 +314,7 @@ pub(crate) fn writer_loop(
             WriterMsg::Failed(f) | WriterMsg::FailedPiece(f) => {
                 Some((f.id.clone(), f.reason.clone()))
             }
-            WriterMsg::Row(_) => None,
+            WriterMsg::Row(_) | WriterMsg::Empty { .. } => None,
         };
         if let Err(e) = writer.handle(msg) {
             return (writer, Err(e));
