@@ -8,7 +8,7 @@
 
 #[allow(dead_code)]
 mod common;
-use common::{bin, repo, stderr, Tmp};
+use common::{bin, repo, run_with_peak_rss, stderr, write_wav, Tmp};
 
 #[path = "shared/skip_ort.rs"]
 mod skip_ort;
@@ -489,4 +489,71 @@ fn a_vad_job_crashed_and_resumed_equals_a_clean_run() {
         assert_eq!(row, &expect[key], "{key:?}");
     }
     assert_eq!(report(&resumed)["items_ok"].as_u64(), Some(20));
+}
+
+/// An hour of speech (the dialogue, looped) through `extract --vad` in flat memory: the peak
+/// RSS of the hour is that of half an hour (within the 40 MiB run-to-run spread of a job's
+/// peak measured by the flat-memory test of tests/extract.rs), far below the 230 MB its
+/// samples would take as f32; about six segments per loop, in order, each once. (Half an hour,
+/// not ten minutes: measured here, debug build, the peak grows up to about half an hour and
+/// not after — 10 min 174–177 MiB, 30 min 216–223 MiB, 60 min 210–227 MiB — which fits the
+/// writer's part buffers (64 MiB parts, about 35 minutes of speech as `nemo` features) filling
+/// up; not profiled.)
+#[test]
+fn an_hour_is_cut_at_its_speech_in_flat_memory() {
+    if skip_ort::runtime_or_skip().is_none() {
+        return;
+    }
+    if !Path::new("/proc/self/status").exists() {
+        skip_ort::skip("no /proc to read the peak RSS from");
+        return;
+    }
+    let tmp = Tmp::new("extract-vad-hour");
+    let dialogue = sonograph_io::decode_mono(
+        &repo("crates/model/tests/data/vad/dialogue_16000.flac"),
+        &Default::default(),
+        16000,
+    )
+    .unwrap();
+    let mut peaks = Vec::new();
+    for minutes in [30usize, 60] {
+        let corpus = tmp.path(&format!("corpus{minutes}"));
+        std::fs::create_dir_all(&corpus).unwrap();
+        let n = minutes * 60 * 16000;
+        let x: Vec<f32> = dialogue.iter().copied().cycle().take(n).collect();
+        write_wav(&corpus.join("long.wav"), 16000, &x, false);
+        drop(x);
+        let out = tmp.path(&format!("out{minutes}"));
+        let (o, peak) = run_with_peak_rss(
+            bin()
+                .arg("extract")
+                .arg(&corpus)
+                .arg("--out")
+                .arg(&out)
+                .args(["--preset", "nemo", "--vad", "--device", "cpu"]),
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let rows = dataset(&out, false);
+        let loops = n as f64 / dialogue.len() as f64;
+        assert!(
+            (rows.len() as f64 - 6.0 * loops).abs() < loops,
+            "{} rows for {loops:.0} loops",
+            rows.len()
+        );
+        let mut end = 0.0;
+        for r in rows.values() {
+            assert!(r.offset_s >= end, "segments overlap at {}", r.offset_s);
+            end = r.offset_s + r.duration_s;
+        }
+        assert!(end <= n as f64 / 16000.0 + 1e-9);
+        peaks.push(peak);
+    }
+    eprintln!(
+        "extract --vad peak RSS: 30 min {:.0} MiB, 60 min {:.0} MiB",
+        peaks[0], peaks[1]
+    );
+    assert!(
+        peaks[1] < peaks[0] + 40.0,
+        "memory grows with length: {peaks:?}"
+    );
 }

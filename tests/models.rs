@@ -7,12 +7,12 @@
 // Not every helper of the shared module is used here.
 #[allow(dead_code)]
 mod common;
-use common::{bin, repo, stderr, Tmp};
+use common::{bin, repo, run_with_peak_rss, stderr, write_wav, Tmp};
 
 #[path = "shared/skip_ort.rs"]
 mod skip_ort;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 
 use serde_json::Value;
@@ -53,36 +53,6 @@ fn transcribe(source: &Path, model: &Path, out: &Path, extra: &[&str]) -> Output
         .args(extra)
         .output()
         .unwrap()
-}
-
-/// A mono 16-bit (or float) WAV of `x`.
-fn write_wav(path: &Path, rate: u32, x: &[f32], float: bool) {
-    use std::io::Write;
-    let (bits, format) = if float { (32u16, 3u16) } else { (16, 1) };
-    let bytes = x.len() as u32 * u32::from(bits / 8);
-    let mut h = Vec::new();
-    h.extend_from_slice(b"RIFF");
-    h.extend_from_slice(&(36 + bytes).to_le_bytes());
-    h.extend_from_slice(b"WAVEfmt ");
-    h.extend_from_slice(&16u32.to_le_bytes());
-    h.extend_from_slice(&format.to_le_bytes());
-    h.extend_from_slice(&1u16.to_le_bytes());
-    h.extend_from_slice(&rate.to_le_bytes());
-    h.extend_from_slice(&(rate * u32::from(bits / 8)).to_le_bytes());
-    h.extend_from_slice(&(bits / 8).to_le_bytes());
-    h.extend_from_slice(&bits.to_le_bytes());
-    h.extend_from_slice(b"data");
-    h.extend_from_slice(&bytes.to_le_bytes());
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    f.write_all(&h).unwrap();
-    for &v in x {
-        if float {
-            f.write_all(&v.to_le_bytes()).unwrap();
-        } else {
-            let s = (v * 32768.0).round().clamp(-32768.0, 32767.0) as i16;
-            f.write_all(&s.to_le_bytes()).unwrap();
-        }
-    }
 }
 
 /// `vad` over files at 8, 16, 32 and 48 kHz gives silero-vad's timestamps with the defaults
@@ -551,35 +521,6 @@ fn transcribe_names_segments_it_cannot_take_and_exits_3() {
     );
 }
 
-/// Peak RSS of a child process, polled from /proc until it exits (VmHWM is its high-water mark).
-fn run_with_peak_rss(args: &[&str]) -> (Output, f64) {
-    let mut child = bin()
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let status = PathBuf::from(format!("/proc/{}/status", child.id()));
-    let mut peak_kb = 0u64;
-    loop {
-        if let Ok(s) = std::fs::read_to_string(&status) {
-            if let Some(kb) = s
-                .lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<u64>().ok())
-            {
-                peak_kb = peak_kb.max(kb);
-            }
-        }
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    (child.wait_with_output().unwrap(), peak_kb as f64 / 1024.0)
-}
-
 /// An hour of speech (the dialogue, looped) through `vad` in flat memory: the peak RSS of the
 /// hour is that of ten minutes, far below the 230 MB its samples would take as f32; the
 /// segments come in order, about six per loop.
@@ -608,8 +549,12 @@ fn an_hour_of_audio_is_segmented_in_flat_memory() {
         write_wav(&wav, 16000, &x, false);
         drop(x);
         let out = tmp.path(&format!("{minutes}.jsonl"));
-        let (o, peak) =
-            run_with_peak_rss(&["vad", wav.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+        let (o, peak) = run_with_peak_rss(bin().args([
+            "vad",
+            wav.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]));
         assert!(o.status.success(), "{}", stderr(&o));
         let rows = lines(&out);
         let mut last = 0;
