@@ -47,8 +47,11 @@ fn extract(source: &Path, out: &Path, args: &[&str], failpoints: Option<&str>) -
         .arg(source)
         .arg("--out")
         .arg(out)
-        .args(["--device", "cpu", "--workers", "1"])
+        .args(["--workers", "1"])
         .args(args);
+    if !args.contains(&"--device") {
+        cmd.args(["--device", "cpu"]);
+    }
     if let Some(f) = failpoints {
         cmd.env("FAILPOINTS", f);
     }
@@ -85,19 +88,49 @@ fn report(out: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
-/// Largest |a − b| / max(1, |b|).
-fn worst(a: &[f32], b: &Value) -> f32 {
-    let b: Vec<f32> = b
-        .as_array()
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
         .unwrap()
         .iter()
         .map(|x| x.as_f64().unwrap() as f32)
-        .collect();
+        .collect()
+}
+
+/// Largest |a − b| / max(1, |b|).
+fn worst(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter()
-        .zip(&b)
+        .zip(b)
         .map(|(x, y)| (x - y).abs() / y.abs().max(1.0))
         .fold(0.0, f32::max)
+}
+
+/// Each row's model columns are what the model gives the row's features alone (within 1e-4:
+/// a batch of other lengths pads differently).
+fn outputs_are_the_models_on_each_row<'a>(
+    rt: &sonograph_model::Runtime,
+    model: &Path,
+    rows: impl IntoIterator<Item = &'a FeatureRow>,
+) {
+    let mut runner = sonograph_model::ModelRunner::open(
+        rt,
+        model,
+        &sonograph_model::runner::RunnerOptions::default(),
+    )
+    .unwrap();
+    for row in rows {
+        let alone = runner
+            .run_batch(&[&row.features], row.num_bins as usize)
+            .unwrap();
+        let alone = alone.item(0).unwrap();
+        let m = row.model.as_ref().unwrap();
+        assert_eq!(
+            (m.frames as usize, m.dim as usize),
+            (alone.frames, alone.dim)
+        );
+        let e = worst(&m.values, &alone.data);
+        assert!(e <= 1e-4, "{} at {} s: {e:e}", row.id, row.offset_s);
+    }
 }
 
 /// Every row has the model's output on its own features, as Python onnxruntime gives it on
@@ -115,7 +148,7 @@ fn check_outputs(out: &Path, name: &str, tol: f32) {
         let frames = r[name]["frames"][k].as_u64().unwrap() as u32;
         assert_eq!((model.frames, model.dim), (frames, dim), "{name} item {k}");
         assert_eq!(model.frames, (row.num_frames - 1) / 8 + 1);
-        let e = worst(&model.values, &r[name]["alone"][k]);
+        let e = worst(&model.values, &floats(&r[name]["alone"][k]));
         assert!(e <= tol, "{name} item {k}: {e:e}");
     }
 }
@@ -389,29 +422,10 @@ fn vad_rows_are_silero_vads_segments_each_computed_alone() {
     assert!(o.status.success(), "{}", stderr(&o));
     let modelled = dataset(&with_model, true);
     assert_eq!(modelled.len(), rows.len());
-    let mut runner = sonograph_model::ModelRunner::open(
-        rt,
-        &model_path,
-        &sonograph_model::runner::RunnerOptions::default(),
-    )
-    .unwrap();
     for (key, row) in &modelled {
         assert_eq!(row.features, rows[key].features);
-        let alone = runner.run_batch(&[&row.features], 80).unwrap();
-        let alone = alone.item(0).unwrap();
-        let m = row.model.as_ref().unwrap();
-        assert_eq!(
-            (m.frames as usize, m.dim as usize),
-            (alone.frames, alone.dim)
-        );
-        let e = m
-            .values
-            .iter()
-            .zip(&alone.data)
-            .map(|(x, y)| (x - y).abs() / y.abs().max(1.0))
-            .fold(0.0, f32::max);
-        assert!(e <= 1e-4, "{key:?}: {e:e}");
     }
+    outputs_are_the_models_on_each_row(rt, &model_path, modelled.values());
 }
 
 #[test]
@@ -556,4 +570,49 @@ fn an_hour_is_cut_at_its_speech_in_flat_memory() {
         peaks[1] < peaks[0] + 40.0,
         "memory grows with length: {peaks:?}"
     );
+}
+
+/// A data device and a model device: the features on the GPU (lavapipe here, in CI too), the
+/// model on the CPU behind its queue; each row's model outputs are what the model gives that
+/// row's features, and the report names both devices.
+#[cfg(feature = "gpu")]
+#[test]
+fn features_on_the_gpu_feed_the_model_on_the_cpu() {
+    let Some(rt) = skip_ort::runtime_or_skip() else {
+        return;
+    };
+    if !common::has_gpu_adapter() {
+        return;
+    }
+    let tmp = Tmp::new("extract-model-gpu");
+    let source = manifest(&tmp);
+    let out = tmp.path("out");
+    let model_path = repo("crates/model/tests/data/asr/ctc/model.onnx");
+    let o = extract(
+        &source,
+        &out,
+        &[
+            "--preset",
+            "nemo",
+            "--device",
+            "gpu",
+            "--model",
+            model_path.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rep = report(&out);
+    let devices: Vec<&str> = rep["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["device"].as_str().unwrap())
+        .collect();
+    assert!(devices.iter().all(|d| d.starts_with("gpu")), "{devices:?}");
+    assert_eq!(rep["model"]["device"], "cpu");
+    assert_eq!(rep["model"]["rows"], 5);
+    let rows = rows(&out);
+    assert_eq!(rows.len(), 5);
+    outputs_are_the_models_on_each_row(rt, &model_path, rows.values());
 }

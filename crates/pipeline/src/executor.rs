@@ -300,6 +300,7 @@ mod tests {
                 WriterMsg::Failed(f) | WriterMsg::FailedPiece(f) => {
                     panic!("{} failed: {}", f.id, f.reason)
                 }
+                WriterMsg::Empty { id } => panic!("{id} had no row"),
             })
             .collect();
         got.sort_by(|a, b| a.0.cmp(&b.0));
@@ -364,6 +365,7 @@ mod tests {
                 WriterMsg::Failed(f) | WriterMsg::FailedPiece(f) => {
                     panic!("{} failed: {}", f.id, f.reason)
                 }
+                WriterMsg::Empty { id } => panic!("{id} had no row"),
             })
             .collect();
         ids.sort();
