@@ -9,7 +9,9 @@
 # Runs: the workspace's tests (default features: the wgpu backend); the fault-injection tests
 # (`failpoints`: OOM and device loss in the GPU backend, the model runner and extract --model,
 # crash points and kill -9 in `extract` and extract --vad, failing health probes, GPU faults
-# raising the server's alerts); the CPU-only binary's tests (`--no-default-features`).
+# raising the server's alerts); the CPU-only binary's tests (`--no-default-features`); the
+# model crate with onnxruntime's CUDA provider compiled in (`cuda`: it must refuse clearly
+# where the CUDA library is not loaded).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +39,7 @@ step cargo test --locked -p sonograph --features failpoints --test extract_model
 step cargo test --locked -p sonograph --features failpoints --test cli probe
 step cargo test --locked -p sonograph --features failpoints --test serve gpu_faults
 step cargo test --locked -p sonograph --no-default-features --test cli
+step cargo test --locked -p sonograph-model --features cuda --test asr gpu_model_device
 
 read -r passed failed ignored < <(awk '/^test result:/ { p += $4; f += $6; i += $8 }
   END { printf "%d %d %d\n", p, f, i }' "$log")

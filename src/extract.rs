@@ -79,7 +79,8 @@ pub struct ExtractArgs {
     /// model_dim and model_outputs. Needs onnxruntime (see the README).
     #[arg(long, env = "SONOGRAPH_MODEL")]
     model: Option<PathBuf>,
-    /// Where the model runs: cpu (onnxruntime's CUDA provider is not built in yet).
+    /// Where the model runs: cpu, or gpu / gpu:N (onnxruntime's CUDA provider: a build with
+    /// the `cuda` feature, and onnxruntime-gpu loaded).
     #[arg(long, env = "SONOGRAPH_MODEL_DEVICE", default_value = "cpu")]
     model_device: String,
     /// Rows per model batch (padded to the longest, with lengths).

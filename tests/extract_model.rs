@@ -223,7 +223,7 @@ fn a_model_that_does_not_fit_the_features_or_the_device_is_one_clear_error() {
     let source = manifest(&tmp);
     let tdt = repo("crates/model/tests/data/asr/tdt/encoder-model.onnx");
     let tdt = tdt.to_str().unwrap();
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (&["--model", tdt, "--preset", "nemo"], "takes 128 mel bins"),
         (
             &[
@@ -234,7 +234,22 @@ fn a_model_that_does_not_fit_the_features_or_the_device_is_one_clear_error() {
                 "--model-device",
                 "gpu:0",
             ],
-            "CPU only",
+            if cfg!(feature = "cuda") {
+                "CUDA provider did not start"
+            } else {
+                "CPU only"
+            },
+        ),
+        (
+            &[
+                "--model",
+                tdt,
+                "--preset",
+                "nemo-128",
+                "--model-device",
+                "tpu",
+            ],
+            "expected cpu, gpu or gpu:N",
         ),
         (
             &["--model", tdt, "--preset", "nemo-128", "--model-batch", "0"],

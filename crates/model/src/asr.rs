@@ -111,6 +111,7 @@ impl AsrModel {
             threads,
             n_mels: Some(config.features_size),
             subsampling: config.subsampling_factor,
+            ..RunnerOptions::default()
         };
         let (encoder, joint) = match kind {
             AsrKind::Ctc => (ModelRunner::open(rt, &dir.join("model.onnx"), &opts)?, None),

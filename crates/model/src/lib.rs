@@ -10,7 +10,8 @@
 //!   RNN-T: `encoder-model.onnx` + `decoder_joint-model.onnx`; `vocab.txt`, `config.json`),
 //!   decoded greedily as onnx-asr 0.12.0 does.
 //!
-//! No wgpu and no HTTP here: models run on the CPU through onnxruntime's own providers.
+//! No wgpu and no HTTP here: models run through onnxruntime's own providers, on the CPU, or on
+//! a CUDA device in a build with the `cuda` feature (onnxruntime-gpu loaded).
 
 pub mod asr;
 pub mod decode;
@@ -22,5 +23,5 @@ pub mod vad;
 pub use asr::{AsrModel, Transcript};
 pub use error::{DeviceError, ItemError, ModelError, INSTALL_HINT};
 pub use runner::{ModelBatch, ModelOutput, ModelRunner};
-pub use runtime::{Runtime, ORT_LIB_ENV};
+pub use runtime::{ModelDevice, Runtime, ORT_LIB_ENV};
 pub use vad::{Segment, VadParams, VadSegmenter};

@@ -23,7 +23,7 @@ use ort::session::Session;
 use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
 
 use crate::error::{DeviceError, ItemError, ModelError};
-use crate::runtime::Runtime;
+use crate::runtime::{ModelDevice, Runtime};
 
 /// One item's output: `frames × dim` values, time-major.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,6 +103,8 @@ pub struct RunnerOptions {
     pub n_mels: Option<usize>,
     /// Frames per output frame, for CTC lengths (FastConformer: 8).
     pub subsampling: usize,
+    /// Where it runs.
+    pub device: ModelDevice,
 }
 
 impl Default for RunnerOptions {
@@ -111,13 +113,15 @@ impl Default for RunnerOptions {
             threads: 0,
             n_mels: None,
             subsampling: 8,
+            device: ModelDevice::Cpu,
         }
     }
 }
 
-/// An ONNX encoder or CTC model on the CPU.
+/// An ONNX encoder or CTC model, on the CPU or a CUDA device.
 pub struct ModelRunner {
     session: Session,
+    device: ModelDevice,
     path: PathBuf,
     n_mels: usize,
     kind: OutputKind,
@@ -147,7 +151,7 @@ fn tensor_type(v: &ValueType) -> Option<(TensorElementType, Vec<i64>)> {
 impl ModelRunner {
     /// Opens `path` and checks its inputs and outputs.
     pub fn open(rt: &Runtime, path: &Path, opts: &RunnerOptions) -> Result<Self, ModelError> {
-        let session = rt.session(path, opts.threads)?;
+        let session = rt.session_on(path, opts.threads, opts.device)?;
         Self::from_session(session, path, opts)
     }
 
@@ -231,6 +235,7 @@ impl ModelRunner {
         }
         Ok(ModelRunner {
             session,
+            device: opts.device,
             path: path.to_path_buf(),
             n_mels,
             kind,
@@ -254,7 +259,7 @@ impl ModelRunner {
     }
     /// Where it runs, for reports.
     pub fn device(&self) -> String {
-        "cpu".into()
+        self.device.to_string()
     }
     /// Output frames of an item of `frames` feature frames: `(frames − 1) // s + 1`.
     pub fn output_frames(&self, frames: usize) -> usize {

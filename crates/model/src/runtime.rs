@@ -90,14 +90,30 @@ impl Runtime {
     /// Opens `model` on the CPU with `threads` intra-op threads (0: onnxruntime's default, one
     /// per core) and all graph optimisations.
     pub fn session(&self, model: &Path, threads: usize) -> Result<Session, ModelError> {
+        self.session_on(model, threads, ModelDevice::Cpu)
+    }
+
+    /// [`session`](Self::session) on `device`. On a GPU the CUDA provider must register (a
+    /// build with the `cuda` feature, onnxruntime-gpu loaded): onnxruntime's silent fallback
+    /// to the CPU is refused, so a model never runs elsewhere than where it was asked to.
+    pub fn session_on(
+        &self,
+        model: &Path,
+        threads: usize,
+        device: ModelDevice,
+    ) -> Result<Session, ModelError> {
         if !model.is_file() {
             return Err(ModelError::Model {
                 path: model.to_path_buf(),
                 reason: "no such model file".into(),
             });
         }
-        self.builder(threads)
-            .and_then(|mut b| b.commit_from_file(model))
+        let builder = self.builder(threads).map_err(|e| ModelError::Model {
+            path: model.to_path_buf(),
+            reason: format!("onnxruntime: {e}"),
+        })?;
+        on_device(builder, device)?
+            .commit_from_file(model)
             .map_err(|e| ModelError::Model {
                 path: model.to_path_buf(),
                 reason: format!("onnxruntime cannot open the model: {e}"),
@@ -125,6 +141,71 @@ impl Runtime {
             .with_intra_threads(threads)?
             .with_inter_threads(1)?)
     }
+}
+
+/// Where onnxruntime runs a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ModelDevice {
+    #[default]
+    Cpu,
+    /// A CUDA device, by index (onnxruntime's CUDA execution provider).
+    Cuda(u32),
+}
+
+impl ModelDevice {
+    /// `cpu`, `gpu` (the first GPU) or `gpu:N`.
+    pub fn parse(text: &str) -> Result<Self, ModelError> {
+        let bad =
+            || ModelError::Invalid(format!("model device {text:?}: expected cpu, gpu or gpu:N"));
+        match text.trim() {
+            "cpu" => Ok(ModelDevice::Cpu),
+            "gpu" => Ok(ModelDevice::Cuda(0)),
+            other => other
+                .strip_prefix("gpu:")
+                .and_then(|n| n.parse::<u32>().ok())
+                .map(ModelDevice::Cuda)
+                .ok_or_else(bad),
+        }
+    }
+}
+
+impl std::fmt::Display for ModelDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModelDevice::Cpu => f.write_str("cpu"),
+            ModelDevice::Cuda(n) => write!(f, "gpu:{n} (CUDA)"),
+        }
+    }
+}
+
+/// `builder` with `device`'s execution provider registered (none for the CPU).
+fn on_device(builder: SessionBuilder, device: ModelDevice) -> Result<SessionBuilder, ModelError> {
+    match device {
+        ModelDevice::Cpu => Ok(builder),
+        ModelDevice::Cuda(index) => cuda(builder, index),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda(builder: SessionBuilder, index: u32) -> Result<SessionBuilder, ModelError> {
+    let provider = ort::ep::CUDA::default()
+        .with_device_id(i32::try_from(index).unwrap_or(i32::MAX))
+        .build()
+        .error_on_failure();
+    builder.with_execution_providers([provider]).map_err(|e| {
+        ModelError::Invalid(format!(
+            "gpu:{index}: onnxruntime's CUDA provider did not start ({e}); load \
+                 onnxruntime-gpu (--ort-lib) with CUDA 13 and cuDNN 9, or use --model-device cpu"
+        ))
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda(_: SessionBuilder, index: u32) -> Result<SessionBuilder, ModelError> {
+    Err(ModelError::Invalid(format!(
+        "gpu:{index}: this build runs models on the CPU only (build sonograph with \
+         --features cuda, and load onnxruntime-gpu); use --model-device cpu"
+    )))
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
@@ -250,6 +331,17 @@ fn python_capi_dir() -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn model_devices_parse() {
+        assert_eq!(ModelDevice::parse("cpu").unwrap(), ModelDevice::Cpu);
+        assert_eq!(ModelDevice::parse("gpu").unwrap(), ModelDevice::Cuda(0));
+        assert_eq!(ModelDevice::parse("gpu:3").unwrap(), ModelDevice::Cuda(3));
+        for bad in ["", "gpu:", "gpu:-1", "gpu:x", "cuda", "all"] {
+            assert!(ModelDevice::parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(ModelDevice::Cuda(1).to_string(), "gpu:1 (CUDA)");
+    }
 
     #[test]
     fn library_names_are_the_runtime_and_not_its_providers() {

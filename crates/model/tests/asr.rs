@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use sonograph_dsp::{CpuExtractor, FeatureSpec};
 use sonograph_model::runner::{InputPrecision, OutputKind, RunnerOptions};
-use sonograph_model::{AsrModel, ItemError, ModelError, ModelRunner, Runtime};
+use sonograph_model::{AsrModel, ItemError, ModelDevice, ModelError, ModelRunner, Runtime};
 
 fn data(p: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -287,4 +287,43 @@ fn bad_model_folders_are_named() {
     let e = err(&tmp).to_string();
     assert!(e.contains("80 mel bins") && e.contains("128"), "{e}");
     std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+/// Asked for a GPU, a runner opens on onnxruntime's CUDA provider and gives the CPU's outputs
+/// (within 1e-3: cuDNN's kernels and TF32 round differently), or fails saying why: it never
+/// runs on the CPU in silence. Here (the CPU wheel, or a build without `cuda`) it fails.
+#[test]
+fn a_gpu_model_device_runs_there_or_says_why() {
+    let Some(rt) = skip_ort::runtime_or_skip() else {
+        return;
+    };
+    let path = data("ctc/model.onnx");
+    let gpu = RunnerOptions {
+        device: ModelDevice::Cuda(0),
+        ..RunnerOptions::default()
+    };
+    match ModelRunner::open(rt, &path, &gpu) {
+        Ok(mut m) => {
+            assert_eq!(m.device(), "gpu:0 (CUDA)");
+            let feats = features(80);
+            let rows: Vec<&[f32]> = feats.iter().map(|f| f.as_slice()).collect();
+            let on_gpu = m.run_batch(&rows, 80).unwrap();
+            let on_cpu = runner(rt, "ctc/model.onnx").run_batch(&rows, 80).unwrap();
+            for k in 0..rows.len() {
+                let (g, c) = (on_gpu.item(k).unwrap(), on_cpu.item(k).unwrap());
+                let e = worst(&g.data, &c.data);
+                assert!(e <= 1e-3, "item {k}: {e:e}");
+            }
+        }
+        Err(e) => {
+            let e = e.to_string();
+            eprintln!("gpu:0 refused: {e}");
+            let why = if cfg!(feature = "cuda") {
+                "CUDA provider did not start"
+            } else {
+                "CPU only"
+            };
+            assert!(e.contains("gpu:0") && e.contains(why), "{e}");
+        }
+    }
 }

@@ -55,7 +55,7 @@ pub struct JobConfig {
 pub struct ModelConfig {
     /// An ONNX encoder or CTC model (NeMo export: `audio_signal`, `length`).
     pub path: PathBuf,
-    /// Where it runs: `cpu`.
+    /// Where it runs: `cpu`, `gpu` or `gpu:N` (a CUDA device; builds with the `cuda` feature).
     pub device: String,
     /// Rows per model batch (padded to the longest).
     pub batch: usize,

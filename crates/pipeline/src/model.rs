@@ -11,7 +11,7 @@ use std::time::Instant;
 use sonograph_dsp::FeatureSpec;
 use sonograph_io::parquet::ModelColumns;
 use sonograph_model::runner::{InputPrecision, OutputKind, RunnerOptions};
-use sonograph_model::{DeviceError, ModelBatch, ModelRunner, Runtime};
+use sonograph_model::{DeviceError, ModelBatch, ModelDevice, ModelRunner, Runtime};
 
 use crate::batcher::{
     AdaptiveBatcher, BatchDevice, BatchError, BatchInput, BatchOutput, BatcherConfig,
@@ -198,13 +198,7 @@ impl ModelStage {
         report: Arc<Mutex<ModelReport>>,
     ) -> Result<Self, JobError> {
         let bad = |m: String| JobError::Config(format!("--model {}: {m}", config.path.display()));
-        if config.device != "cpu" {
-            return Err(bad(format!(
-                "--model-device {}: this build runs models on the CPU only (onnxruntime's CUDA \
-                 execution provider is not built in); use --model-device cpu",
-                config.device
-            )));
-        }
+        let device = ModelDevice::parse(&config.device).map_err(|e| bad(e.to_string()))?;
         if config.batch == 0 {
             return Err(bad("--model-batch must be at least 1".into()));
         }
@@ -212,10 +206,16 @@ impl ModelStage {
         let options = RunnerOptions {
             threads: config.threads,
             n_mels: Some(spec.n_bins()),
+            device,
             ..RunnerOptions::default()
         };
         let runner =
             ModelRunner::open(rt, &config.path, &options).map_err(|e| bad(e.to_string()))?;
+        // The fallback is a CPU session of the same model.
+        let options = RunnerOptions {
+            device: ModelDevice::Cpu,
+            ..options
+        };
         if spec.is_complex() || runner.n_mels() != spec.n_bins() {
             return Err(bad(format!(
                 "the model takes {} mel bins, and the spec gives {} bins: use the preset the \
