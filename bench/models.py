@@ -12,8 +12,14 @@
    same thread count. ModelRunner's time includes its padding and transposes; Python's is the
    run alone, on a batch padded beforehand.
 
+3. The model inside a dataset job: `sonograph extract --vad --model` (whole process) on the VAD
+   file written to a WAV, through the encoder of 2., beside `sonograph vad` and
+   `sonograph extract --vad` alone on the same file; from the job's report, the model side's
+   busy time, its wait for the first batch, the time it was starved of rows after that, and
+   the mean depth of its input queue (is the data side keeping the model fed?).
+
 Medians of --repeats runs; the machine and its load average go with the figures. Run through
-bench/models.sh, which builds the examples in release first.
+bench/models.sh, which builds the examples and the binary in release first.
 """
 import argparse
 import json
@@ -103,6 +109,44 @@ def bench_encoder(threads, repeats):
             "python_s": py, "sonograph_s": rs["median_s"], "ratio": rs["median_s"] / py}
 
 
+def bench_extract(minutes, repeats, model):
+    sonograph = os.path.join(ROOT, "target", "release", "sonograph")
+    x, sr = sf.read(os.path.join(ROOT, "crates/model/tests/data/vad/dialogue_16000.flac"),
+                    dtype="float32")
+    corpus = os.path.join(OUT, "extract-corpus")
+    os.makedirs(corpus, exist_ok=True)
+    sf.write(os.path.join(corpus, "long.wav"), np.resize(x, int(minutes * 60 * sr)), sr,
+             subtype="PCM_16")
+    audio_s = minutes * 60
+
+    def job(extra, out):
+        def run():
+            subprocess.run(["rm", "-rf", out], check=True)
+            subprocess.run([sonograph, "extract", corpus, "--out", out, "--preset", "nemo",
+                            "--device", "cpu", "--vad"] + extra, check=True,
+                           capture_output=True)
+        return run
+
+    vad_out = os.path.join(OUT, "vad.jsonl")
+    vad = median_time(lambda: subprocess.run(
+        [sonograph, "vad", os.path.join(corpus, "long.wav"), "--out", vad_out], check=True,
+        capture_output=True), repeats)
+    plain_out = os.path.join(OUT, "extract-vad")
+    plain = median_time(job([], plain_out), repeats)
+    model_out = os.path.join(OUT, "extract-vad-model")
+    with_model = median_time(job(["--model", model, "--model-batch", "8"], model_out), repeats)
+    with open(os.path.join(model_out, "__sonograph", "report.json")) as f:
+        report = json.load(f)
+    m = report["model"]
+    depths = [d["depth"] for d in m["queue_depth"]]
+    return {"audio_s": audio_s, "rows": m["rows"], "vad_s": vad, "extract_vad_s": plain,
+            "extract_vad_model_s": with_model, "model_busy_s": m["busy_s"],
+            "model_warmup_s": m["warmup_s"], "model_starved_s": m["starved_s"],
+            "queue_capacity": m["queue_capacity"],
+            "queue_depth_mean": float(np.mean(depths)) if depths else 0.0,
+            "last_wall_s": report["wall_seconds"]}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=10.0)
@@ -113,9 +157,10 @@ def main():
     load = os.getloadavg()
     vad = bench_vad(args.minutes, args.repeats)
     enc = bench_encoder(args.threads, args.repeats)
+    job = bench_extract(args.minutes, args.repeats, os.path.join(OUT, "bench-encoder.onnx"))
     result = {"machine": f"{cpu_name()}, {os.cpu_count()} cores",
               "load_before": load, "load_after": os.getloadavg(),
-              "onnxruntime": ort.__version__, "vad": vad, "encoder": enc}
+              "onnxruntime": ort.__version__, "vad": vad, "encoder": enc, "extract": job}
     print(json.dumps(result, indent=1))
     print(f"VAD, {vad['audio_s']:.0f} s of audio, {vad['segments']} segments, one thread:")
     print(f"  silero-vad (Python) {vad['python_s']:.2f} s (RTF {vad['python_rtf']:.0f}x real time)")
@@ -124,6 +169,13 @@ def main():
     print(f"Encoder, {enc['rows']} rows, {enc['frames']} frames, {enc['threads']} threads:")
     print(f"  Python onnxruntime {enc['python_s'] * 1000:.1f} ms;  sonograph ModelRunner "
           f"{enc['sonograph_s'] * 1000:.1f} ms  -> ratio {enc['ratio']:.2f}")
+    print(f"A job, {job['audio_s']:.0f} s of audio, {job['rows']} speech segments (whole process):")
+    print(f"  sonograph vad                  {job['vad_s']:.2f} s")
+    print(f"  sonograph extract --vad        {job['extract_vad_s']:.2f} s")
+    print(f"  ... --model (encoder, batch 8) {job['extract_vad_model_s']:.2f} s; the model side "
+          f"busy {job['model_busy_s']:.2f} s, waited {job['model_warmup_s']:.2f} s for its first "
+          f"batch and {job['model_starved_s']:.2f} s for rows after; queue depth mean "
+          f"{job['queue_depth_mean']:.1f} of {job['queue_capacity']}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ if [ ! -x "$venv/bin/python" ]; then
   "$venv/bin/pip" install -q -r "$root/scripts/requirements-models.txt"
 fi
 cargo build --release --locked -p sonograph-model --examples --manifest-path "$root/Cargo.toml"
+cargo build --release --locked --bin sonograph --manifest-path "$root/Cargo.toml"
 # The examples find onnxruntime in the venv's package unless SONOGRAPH_ORT_LIB says otherwise.
 export SONOGRAPH_ORT_LIB="${SONOGRAPH_ORT_LIB:-$("$venv/bin/python" -c 'import onnxruntime, os; print(os.path.join(os.path.dirname(onnxruntime.__file__), "capi"))')}"
 exec "$venv/bin/python" "$here/models.py" "$@"

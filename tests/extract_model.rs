@@ -27,8 +27,14 @@ fn asr_ref() -> Value {
 
 /// A CSV manifest of the reference's five clips (`item0` … `item4`).
 fn manifest(tmp: &Tmp) -> std::path::PathBuf {
+    manifest_of(tmp, 1)
+}
+
+/// The five clips `copies` times over (`item0` … `item{5 × copies − 1}`).
+fn manifest_of(tmp: &Tmp, copies: usize) -> std::path::PathBuf {
     let mut csv = String::from("id,path,offset,duration\n");
-    for (k, item) in asr_ref()["items"].as_array().unwrap().iter().enumerate() {
+    let items = asr_ref()["items"].as_array().unwrap().clone();
+    for (k, item) in items.iter().cycle().take(items.len() * copies).enumerate() {
         csv += &format!(
             "item{k},{},{},{}\n",
             repo(item["source"].as_str().unwrap()).display(),
@@ -630,4 +636,72 @@ fn features_on_the_gpu_feed_the_model_on_the_cpu() {
     let rows = rows(&out);
     assert_eq!(rows.len(), 5);
     outputs_are_the_models_on_each_row(rt, &model_path, rows.values());
+}
+
+/// The report says which side waits. A slow model (50 ms a batch) behind a fast data side
+/// finds its queue full and is hardly ever starved of rows once warm; a slow data side (80 ms
+/// per feature batch) leaves a fast model starved most of the job (`--features failpoints`).
+#[cfg(feature = "failpoints")]
+#[test]
+fn the_report_shows_which_side_waits() {
+    if skip_ort::runtime_or_skip().is_none() {
+        return;
+    }
+    let tmp = Tmp::new("extract-model-sides");
+    let source = manifest_of(&tmp, 8);
+    let model = repo("crates/model/tests/data/asr/ctc/model.onnx");
+    let args = [
+        "--preset",
+        "nemo",
+        "--model",
+        model.to_str().unwrap(),
+        "--model-batch",
+        "2",
+        "--batch-items",
+        "4",
+    ];
+    let slow_model = tmp.path("slow-model");
+    let o = extract(
+        &source,
+        &slow_model,
+        &args,
+        Some("model-stage::run=sleep(50)"),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let m = &report(&slow_model)["model"];
+    let (busy, starved) = (
+        m["busy_s"].as_f64().unwrap(),
+        m["starved_s"].as_f64().unwrap(),
+    );
+    eprintln!("slow model: busy {busy:.2} s, starved {starved:.3} s");
+    assert!(busy >= 20.0 * 0.05, "{m}");
+    assert!(
+        starved < 0.2 * busy,
+        "a fed model starved {starved} s of {busy} s: {m}"
+    );
+    let depths: Vec<u64> = m["queue_depth"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["depth"].as_u64().unwrap())
+        .collect();
+    let full = depths.iter().filter(|&&d| d >= 4).count();
+    assert!(2 * full >= depths.len(), "the queue ran low: {depths:?}");
+
+    let slow_data = tmp.path("slow-data");
+    let o = extract(
+        &source,
+        &slow_data,
+        &args,
+        Some("executor::batch=sleep(80)"),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let m = &report(&slow_data)["model"];
+    let (busy, starved) = (
+        m["busy_s"].as_f64().unwrap(),
+        m["starved_s"].as_f64().unwrap(),
+    );
+    eprintln!("slow data: busy {busy:.2} s, starved {starved:.3} s");
+    assert!(starved > busy, "a model behind a slow data side: {m}");
+    assert!(starved >= 0.08 * 5.0, "{m}");
 }

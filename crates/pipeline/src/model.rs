@@ -269,6 +269,9 @@ impl ModelStage {
             return;
         }
         let started = Instant::now();
+        // Fault injection: `model-stage::run=sleep(ms)` makes the model side the slow one, to
+        // see in the report that a fed model is never starved.
+        fail::fail_point!("model-stage::run");
         let n_mels = self.runner.n_mels();
         let features = FeatureRows::new(
             self.held
