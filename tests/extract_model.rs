@@ -196,6 +196,8 @@ fn model_outputs_equal_python_onnxruntime_and_the_report_has_the_model_side() {
         check_outputs(&out, name, tol);
         let rep = report(&out);
         let m = &rep["model"];
+        // Which precision ran where: the features' on the feature devices, the model's input.
+        assert!(["f32", "f64"].contains(&rep["precision"].as_str().unwrap()));
         assert_eq!(m["device"], "cpu", "{m}");
         assert_eq!(m["input_precision"], precision, "{m}");
         assert_eq!(m["kind"], if name == "tdt" { "encoder" } else { "ctc" });

@@ -340,6 +340,7 @@ fn run_stages(
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let report = Report {
         spec_id,
+        precision: config.precision.name().into(),
         shard_index: config.shard_index,
         shard_count: config.shard_count,
         items_total: source.len() as u64,

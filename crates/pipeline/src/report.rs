@@ -133,6 +133,10 @@ pub struct DepthSample {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Report {
     pub spec_id: String,
+    /// The precision the features' spectral core ran at on every feature device ("f32" or
+    /// "f64"); the model's is in `model`.
+    #[serde(default)]
+    pub precision: String,
     pub shard_index: usize,
     pub shard_count: usize,
     pub items_total: u64,
