@@ -13,6 +13,10 @@ use common::{bin, repo, run_with_peak_rss, stderr, write_wav, Tmp};
 #[path = "shared/skip_ort.rs"]
 mod skip_ort;
 
+#[path = "shared/model_outputs.rs"]
+mod model_outputs;
+use model_outputs::{floats, worst};
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::Output;
@@ -89,26 +93,20 @@ fn rows(out: &Path) -> HashMap<String, FeatureRow> {
         .collect()
 }
 
+/// Each `(args, says)` makes `extract` exit 2 with one line that says `says`.
+fn each_is_one_clear_error(source: &Path, tmp: &Tmp, cases: &[(&[&str], &str)]) {
+    for (k, (args, says)) in cases.iter().enumerate() {
+        let o = extract(source, &tmp.path(&format!("out{k}")), args, None);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+}
+
 fn report(out: &Path) -> Value {
     let p = out.join("__sonograph/report.json");
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-/// Largest |a − b| / max(1, |b|).
-fn worst(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs() / y.abs().max(1.0))
-        .fold(0.0, f32::max)
 }
 
 /// Each row's model columns are what the model gives the row's features alone (within 1e-4:
@@ -268,15 +266,7 @@ fn a_model_that_does_not_fit_the_features_or_the_device_is_one_clear_error() {
             "no such model file",
         ),
     ];
-    for (k, (args, says)) in cases.iter().enumerate() {
-        let out = tmp.path(&format!("out{k}"));
-        let all = args.to_vec();
-        let o = extract(&source, &out, &all, None);
-        let err = stderr(&o);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains(says), "{args:?}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
-    }
+    each_is_one_clear_error(&source, &tmp, &cases);
 }
 
 /// Model batches that run out of memory are split and retried; a lost model device leaves
@@ -472,13 +462,7 @@ fn vad_settings_that_cannot_work_are_one_clear_error() {
             "threshold",
         ),
     ];
-    for (k, (args, says)) in cases.iter().enumerate() {
-        let o = extract(&corpus, &tmp.path(&format!("out{k}")), args, None);
-        let err = stderr(&o);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains(says), "{args:?}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
-    }
+    each_is_one_clear_error(&corpus, &tmp, &cases);
 }
 
 /// A VAD job that dies as under kill -9 between writing a part and committing it, then runs

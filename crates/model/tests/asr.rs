@@ -7,6 +7,10 @@
 #[path = "../../../tests/shared/skip_ort.rs"]
 mod skip_ort;
 
+#[path = "../../../tests/shared/model_outputs.rs"]
+mod model_outputs;
+use model_outputs::{floats, worst};
+
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -34,23 +38,6 @@ fn features(n_mels: usize) -> Vec<Vec<f32>> {
             v
         })
         .collect()
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-/// Largest difference relative to max(1, |reference|).
-fn worst(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs() / y.abs().max(1.0))
-        .fold(0.0, f32::max)
 }
 
 /// The features are sonograph's own: the CPU extractor on the same cuts of the committed audio
