@@ -93,14 +93,21 @@ fn rows(out: &Path) -> HashMap<String, FeatureRow> {
         .collect()
 }
 
-/// Each `(args, says)` makes `extract` exit 2 with one line that says `says`.
+/// Each `(args, says)` makes `extract` exit 2 with one line that says `says`, before it
+/// writes anything to the output folder (one folder for all: a refused run must not make it
+/// another job's).
 fn each_is_one_clear_error(source: &Path, tmp: &Tmp, cases: &[(&[&str], &str)]) {
-    for (k, (args, says)) in cases.iter().enumerate() {
-        let o = extract(source, &tmp.path(&format!("out{k}")), args, None);
+    let out = tmp.path("refused");
+    for (args, says) in cases {
+        let o = extract(source, &out, args, None);
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(says), "{args:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(
+            !out.join("__sonograph/job.json").exists(),
+            "{args:?} left a job behind"
+        );
     }
 }
 
@@ -164,15 +171,16 @@ fn model_outputs_equal_python_onnxruntime_and_the_report_has_the_model_side() {
     }
     let tmp = Tmp::new("extract-model");
     let source = manifest(&tmp);
-    for (name, model, preset, precision, tol) in [
-        ("tdt", "tdt/encoder-model.onnx", "nemo-128", "f32", 1e-4),
-        ("ctc", "ctc/model.onnx", "nemo", "f32", 1e-4),
+    for (name, model, preset, precision, tol, batch) in [
+        ("tdt", "tdt/encoder-model.onnx", "nemo-128", "f32", 1e-4, 8),
+        ("ctc", "ctc/model.onnx", "nemo", "f32", 1e-4, 2),
         (
             "ctc-fp16",
             "ctc-fp16/model.onnx",
             "nemo",
             "f16",
             2.0 / 1024.0,
+            2,
         ),
     ] {
         let out = tmp.path(name);
@@ -186,7 +194,7 @@ fn model_outputs_equal_python_onnxruntime_and_the_report_has_the_model_side() {
                 "--model",
                 model.to_str().unwrap(),
                 "--model-batch",
-                "2",
+                &batch.to_string(),
             ],
             None,
         );
@@ -204,7 +212,8 @@ fn model_outputs_equal_python_onnxruntime_and_the_report_has_the_model_side() {
         assert!(m["busy_s"].as_f64().unwrap() > 0.0);
         assert!(!m["queue_depth"].as_array().unwrap().is_empty());
         assert_eq!(
-            m["queue_capacity"], 8,
+            m["queue_capacity"].as_u64(),
+            Some(8.max(2 * batch)),
             "two batches, at least the row queue's 8"
         );
         assert!(stderr(&o).contains("model (") && stderr(&o).contains("5 rows"));
@@ -230,7 +239,10 @@ fn a_model_that_does_not_fit_the_features_or_the_device_is_one_clear_error() {
     let tdt = repo("crates/model/tests/data/asr/tdt/encoder-model.onnx");
     let tdt = tdt.to_str().unwrap();
     let cases: [(&[&str], &str); 5] = [
-        (&["--model", tdt, "--preset", "nemo"], "takes 128 mel bins"),
+        (
+            &["--model", tdt, "--preset", "nemo"],
+            "takes 128 mel bins, and the spec gives 80 bins: use the preset",
+        ),
         (
             &[
                 "--model",
@@ -270,8 +282,9 @@ fn a_model_that_does_not_fit_the_features_or_the_device_is_one_clear_error() {
 }
 
 /// Model batches that run out of memory are split and retried; a lost model device leaves
-/// its rows to a fresh CPU session of the model. Either way every row comes out once, with
-/// the outputs the model gives it (`--features failpoints`).
+/// its rows to a fresh CPU session of the model; a batch that fails as a whole while each of
+/// its rows would run alone ends up run row by row there. Every row comes out once, with the
+/// outputs the model gives it (`--features failpoints`).
 #[cfg(feature = "failpoints")]
 #[test]
 fn model_faults_lose_nothing() {
@@ -281,9 +294,13 @@ fn model_faults_lose_nothing() {
     let tmp = Tmp::new("extract-model-faults");
     let source = manifest(&tmp);
     let model = repo("crates/model/tests/data/asr/tdt/encoder-model.onnx");
-    for (k, failpoints) in ["model::oom=return(1)", "model::lost=1*return"]
-        .iter()
-        .enumerate()
+    for (k, failpoints) in [
+        "model::oom=return(1)",
+        "model::lost=1*return",
+        "model::batch-fails=return",
+    ]
+    .iter()
+    .enumerate()
     {
         let out = tmp.path(&format!("out{k}"));
         let o = extract(
@@ -306,6 +323,8 @@ fn model_faults_lose_nothing() {
             assert!(m["out_of_memory"].as_u64().unwrap() >= 1, "{m}");
             assert!(m["splits"].as_u64().unwrap() >= 1, "{m}");
         } else {
+            // Lost, or failing every batch of several rows: the rows move to the CPU session,
+            // which runs a batch that fails as a whole row by row.
             assert_eq!(m["device_lost"], true, "{m}");
             assert!(m["moved_to_fallback"].as_u64().unwrap() >= 1, "{m}");
         }
@@ -576,6 +595,58 @@ fn an_hour_is_cut_at_its_speech_in_flat_memory() {
     assert!(
         peaks[1] < peaks[0] + 40.0,
         "memory grows with length: {peaks:?}"
+    );
+}
+
+/// Speech, then a long silence: what a segment's end may still need is let go as soon as the
+/// silence is two pads long, so half an hour of silence after the dialogue takes the memory of
+/// two minutes (before, the job held the silence until the file ended: 256 against 116 MiB),
+/// and the segments are the dialogue's alone.
+#[test]
+fn silence_after_speech_is_not_held() {
+    if skip_ort::runtime_or_skip().is_none() {
+        return;
+    }
+    if !Path::new("/proc/self/status").exists() {
+        skip_ort::skip("no /proc to read the peak RSS from");
+        return;
+    }
+    let tmp = Tmp::new("extract-vad-silence");
+    let dialogue = sonograph_io::decode_mono(
+        &repo("crates/model/tests/data/vad/dialogue_16000.flac"),
+        &Default::default(),
+        16000,
+    )
+    .unwrap();
+    let mut peaks = Vec::new();
+    for minutes in [2usize, 30] {
+        let corpus = tmp.path(&format!("corpus{minutes}"));
+        std::fs::create_dir_all(&corpus).unwrap();
+        let mut x = dialogue.clone();
+        x.resize(dialogue.len() + minutes * 60 * 16000, 0.0);
+        write_wav(&corpus.join("long.wav"), 16000, &x, false);
+        drop(x);
+        let out = tmp.path(&format!("out{minutes}"));
+        let (o, peak) = run_with_peak_rss(
+            bin()
+                .arg("extract")
+                .arg(&corpus)
+                .arg("--out")
+                .arg(&out)
+                .args(["--preset", "nemo", "--vad", "--device", "cpu"]),
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let rows = dataset(&out, false);
+        assert_eq!(rows.len(), reference_segments("dialogue_16000").len());
+        peaks.push(peak);
+    }
+    eprintln!(
+        "extract --vad peak RSS: dialogue + 2 min of silence {:.0} MiB, + 30 min {:.0} MiB",
+        peaks[0], peaks[1]
+    );
+    assert!(
+        peaks[1] < peaks[0] + 40.0,
+        "the silence was held: {peaks:?}"
     );
 }
 

@@ -283,6 +283,11 @@ impl ModelRunner {
             fail::fail_point!("model::lost", |_| Err(DeviceError::Failed(
                 "injected: the model device was lost".into()
             )));
+            // A batch that fails as a whole where each of its rows runs alone (as one row the
+            // model cannot take would make it fail).
+            fail::fail_point!("model::batch-fails", valid.len() > 1, |_| Err(
+                DeviceError::Failed("injected: a batch of several rows failed".into())
+            ));
             #[cfg(feature = "failpoints")]
             if let Some(Some(fits)) = fail::eval("model::oom", |arg| {
                 arg.and_then(|a| a.parse::<usize>().ok())

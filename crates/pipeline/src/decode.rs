@@ -437,6 +437,8 @@ fn send_segments(
                     sender: &mut PieceSender|
      -> Result<(), WriterGone> {
         for seg in found.drain(..) {
+            // The segmenter never gives a segment that starts before what it let go.
+            debug_assert!(seg.start >= held_from, "{seg:?} before sample {held_from}");
             let end = seg.end.min(held_from + held.len() as u64);
             let start = seg.start.clamp(held_from, end);
             let samples = held[(start - held_from) as usize..(end - held_from) as usize].to_vec();

@@ -87,6 +87,21 @@ fn run_stages(
     if devices.is_empty() {
         return Err(JobError::Config("no device to run on".into()));
     }
+    // The model opens before anything is written: a model that cannot run on these features
+    // is the job's error (not every item's), and leaves no trace in the output folder.
+    let model_report = Arc::new(Mutex::new(ModelReport::default()));
+    let model_stage = config
+        .model
+        .as_ref()
+        .map(|m| {
+            ModelStage::open(
+                m,
+                &config.spec,
+                config.ort_lib.as_deref(),
+                model_report.clone(),
+            )
+        })
+        .transpose()?;
     let start = Instant::now();
     let spec_id = config.spec.spec_id();
     // IQ recordings are listed whatever the spec: one of the wrong kind fails as an item,
@@ -136,21 +151,6 @@ fn run_stages(
         "starting"
     );
 
-    // The model opens before anything runs: a model that cannot run on these features is the
-    // job's error, not every item's.
-    let model_report = Arc::new(Mutex::new(ModelReport::default()));
-    let model_stage = config
-        .model
-        .as_ref()
-        .map(|m| {
-            ModelStage::open(
-                m,
-                &config.spec,
-                config.ort_lib.as_deref(),
-                model_report.clone(),
-            )
-        })
-        .transpose()?;
     let model_meta = model_stage.as_ref().map(|_| {
         let r = lock_report(&model_report);
         serde_json::json!({

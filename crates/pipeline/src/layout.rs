@@ -67,7 +67,9 @@ pub(crate) fn check_job_shape(
     // A model adds columns to every part (absent without one, as folders made before models
     // could run recorded it).
     if let Some(m) = &config.model {
-        shape["model"] = m.path.display().to_string().into();
+        // The same file however it is named (`./m.onnx`, `m.onnx`, an absolute path).
+        let path = std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone());
+        shape["model"] = path.display().to_string().into();
     }
     // Segments instead of pieces: other rows.
     if let Some(vad) = &config.vad {

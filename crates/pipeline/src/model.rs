@@ -6,7 +6,7 @@
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use sonograph_dsp::FeatureSpec;
 use sonograph_io::parquet::ModelColumns;
@@ -147,12 +147,8 @@ pub struct ModelStage {
     batcher: AdaptiveBatcher,
     batch: usize,
     held: Vec<RowMsg>,
-    /// Rows in the input queue when the last row was taken.
-    depth: usize,
     /// A batch has run: from then on, rows held are run whenever the queue is empty.
     warm: bool,
-    /// When the stage last gave control back (to wait for its next row).
-    returned: Option<Instant>,
     report: Arc<Mutex<ModelReport>>,
     started: Instant,
 }
@@ -178,9 +174,25 @@ impl BatchDevice<FeatureRows<'_>, ModelBatch> for LazyCpuRunner {
         let runner = self
             .runner
             .get_or_insert_with(|| ModelRunner::open(rt, path, options).map_err(|e| e.to_string()));
-        match runner {
-            Ok(runner) => runner.run(input, out),
-            Err(why) => Err(DeviceError::Failed(format!("no fallback session: {why}"))),
+        let runner = match runner {
+            Ok(runner) => runner,
+            Err(why) => return Err(DeviceError::Failed(format!("no fallback session: {why}"))),
+        };
+        // The last resort: a batch that fails here as a whole (one row the model cannot take,
+        // say, too short for its convolutions) runs again row by row, so that only the rows
+        // that fail alone fail.
+        match runner.run(input, out) {
+            Ok(()) => Ok(()),
+            Err(_) if input.len() > 1 => {
+                for k in 0..input.len() {
+                    let one = input.part(k..k + 1);
+                    if let Err(e) = runner.run(&one, out) {
+                        out.push_no_device(e.to_string());
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => Err(e),
         }
     }
 }
@@ -203,14 +215,23 @@ impl ModelStage {
             return Err(bad("--model-batch must be at least 1".into()));
         }
         let rt = Runtime::get(ort_lib).map_err(|e| bad(e.to_string()))?;
+        // A model that declares its mel bins is opened as it is, so that a mismatch is told
+        // below with the preset to use; one that leaves them open takes the spec's.
         let options = RunnerOptions {
             threads: config.threads,
-            n_mels: Some(spec.n_bins()),
             device,
             ..RunnerOptions::default()
         };
-        let runner =
-            ModelRunner::open(rt, &config.path, &options).map_err(|e| bad(e.to_string()))?;
+        let runner = ModelRunner::open(rt, &config.path, &options)
+            .or_else(|_| {
+                let n_mels = Some(spec.n_bins());
+                ModelRunner::open(rt, &config.path, &RunnerOptions { n_mels, ..options })
+            })
+            .map_err(|e| bad(e.to_string()))?;
+        let options = RunnerOptions {
+            n_mels: Some(runner.n_mels()),
+            ..options
+        };
         // The fallback is a CPU session of the same model.
         let options = RunnerOptions {
             device: ModelDevice::Cpu,
@@ -255,9 +276,7 @@ impl ModelStage {
             }),
             batch: config.batch,
             held: Vec::new(),
-            depth: 0,
             warm: false,
-            returned: None,
             report,
             started: Instant::now(),
         })
@@ -302,7 +321,7 @@ impl ModelStage {
                 }
                 Err(e) => {
                     failed += 1;
-                    out.fail(row, format!("the model: {e}"));
+                    out.fail(row, e.to_string());
                 }
             }
         }
@@ -330,18 +349,14 @@ impl RowStage for ModelStage {
         "model"
     }
 
-    fn queued(&mut self, depth: usize, capacity: usize) {
-        let now = Instant::now();
+    fn queued(&mut self, depth: usize, capacity: usize, waited: Duration) {
         let mut r = lock_report(&self.report);
-        if let Some(returned) = self.returned.take() {
-            // Waiting for a row with a batch held and the queue drained is starvation once
-            // warm; before the first batch it is the fill of that batch.
-            let waited = now.duration_since(returned).as_secs_f64();
-            if self.warm {
-                r.starved_s += waited;
-            } else {
-                r.warmup_s += waited;
-            }
+        // Before the first batch the wait is its filling; after it, starvation: the data side
+        // was behind.
+        if self.warm {
+            r.starved_s += waited.as_secs_f64();
+        } else {
+            r.warmup_s += waited.as_secs_f64();
         }
         r.queue_capacity = capacity;
         let t = self.started.elapsed().as_secs_f64();
@@ -357,17 +372,22 @@ impl RowStage for ModelStage {
                 r.depth_interval_s *= 2.0;
             }
         }
-        self.depth = depth;
     }
 
     fn process(&mut self, row: RowMsg, out: &mut RowOut) -> Result<(), String> {
         self.held.push(row);
-        // The first batch waits to be full; after that, the model never idles holding rows.
-        if self.held.len() >= self.batch || (self.warm && self.depth == 0) {
+        if self.held.len() >= self.batch {
             self.run_held(out);
         }
-        self.returned = Some(Instant::now());
         Ok(())
+    }
+
+    /// The first batch waits to be full; after it, the model never sits on rows while its
+    /// queue is empty.
+    fn idle(&mut self, out: &mut RowOut) {
+        if self.warm {
+            self.run_held(out);
+        }
     }
 
     fn finish(&mut self, out: &mut RowOut) -> Result<(), String> {

@@ -15,7 +15,9 @@
 
 use std::collections::HashMap;
 
-use crossbeam_channel::{Receiver, Sender};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
 use crate::executor::Unit;
 use crate::report::Failure;
@@ -45,9 +47,13 @@ pub trait RowStage: Send {
     fn finish(&mut self, _out: &mut RowOut) -> Result<(), String> {
         Ok(())
     }
-    /// Rows waiting in the stage's input queue as it takes the next one (`capacity` at most):
-    /// a stage that batches rows runs what it holds rather than wait on an empty queue.
-    fn queued(&mut self, _depth: usize, _capacity: usize) {}
+    /// As the stage takes its next input: `depth` messages still wait in its input queue (of
+    /// `capacity`), and it waited `waited` for this one, with nothing to take (the time the
+    /// side feeding it was behind).
+    fn queued(&mut self, _depth: usize, _capacity: usize, _waited: Duration) {}
+    /// Its input queue is empty and it is about to wait: a stage that holds rows may pass them
+    /// on (or fail them) now rather than sit on them.
+    fn idle(&mut self, _out: &mut RowOut) {}
 }
 
 /// What a row stage gives back: rows passed on, and rows it held that failed (with why).
@@ -179,8 +185,29 @@ pub(crate) fn run_row_stage(
             output.send(msg).is_ok()
         })
     };
-    for msg in input.iter() {
-        let started = std::time::Instant::now();
+    loop {
+        let mut waited = Duration::ZERO;
+        let msg = match input.try_recv() {
+            Ok(msg) => msg,
+            Err(TryRecvError::Disconnected) => break,
+            Err(TryRecvError::Empty) => {
+                let started = Instant::now();
+                stage.idle(&mut out);
+                busy += started.elapsed().as_secs_f64();
+                if !pass_on(stage.as_ref(), &mut out, &mut outstanding) {
+                    return busy;
+                }
+                let blocked = Instant::now();
+                let next = input.recv();
+                waited = blocked.elapsed();
+                match next {
+                    Ok(msg) => msg,
+                    Err(_) => break,
+                }
+            }
+        };
+        stage.queued(input.len(), capacity, waited);
+        let started = Instant::now();
         let sent = match msg {
             other
             @ (WriterMsg::Failed(_) | WriterMsg::FailedPiece(_) | WriterMsg::Empty { .. }) => {
@@ -190,7 +217,6 @@ pub(crate) fn run_row_stage(
                 let key = (row.row.id.clone(), row.piece);
                 let (source, whole) = (row.row.source.clone(), row.piece == 0 && row.last);
                 outstanding.insert(key.clone(), (source.clone(), whole));
-                stage.queued(input.len(), capacity);
                 let result = stage.process(*row, &mut out);
                 busy += started.elapsed().as_secs_f64();
                 match result {
@@ -210,7 +236,7 @@ pub(crate) fn run_row_stage(
             return busy; // the writer has stopped
         }
     }
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let finished = stage.finish(&mut out);
     busy += started.elapsed().as_secs_f64();
     if !pass_on(stage.as_ref(), &mut out, &mut outstanding) {

@@ -17,6 +17,10 @@ use crate::report::Failure;
 /// Failures recorded in the ledger per transaction.
 const FAILURES_PER_TRANSACTION: usize = 256;
 
+/// What an item done without a row counts for towards closing a part: 1,024 such items fill
+/// a part of the default 64 MiB.
+const EMPTY_ITEM_BYTES: usize = 64 << 10;
+
 /// What the other stages send to the writer.
 #[derive(Debug)]
 pub(crate) enum WriterMsg {
@@ -146,8 +150,14 @@ impl Writer {
                     last: true,
                     audio_seconds: 0.0,
                 });
-                // A part carries the record into the ledger, even one with no row.
+                // A part carries the record into the ledger, even one with no row; each such
+                // record counts as some bytes of it, so that a run of silent items still
+                // reaches the ledger part by part (not only at the end of the job).
                 self.open_part()?;
+                self.bytes += EMPTY_ITEM_BYTES;
+                if self.bytes >= self.part_bytes {
+                    self.flush()?;
+                }
             }
             WriterMsg::Row(m) => {
                 if self.failed.contains(&m.row.id) {
@@ -397,6 +407,39 @@ mod tests {
             1,
         )
         .unwrap()
+    }
+
+    /// An item done without a row (no speech) is done in the ledger once a part is committed,
+    /// with no row written for it; the rows counted are the rows in the parts.
+    #[test]
+    fn an_item_without_rows_is_done_with_the_next_part() {
+        let dir = std::env::temp_dir().join(format!("sono-writer-empty-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut w = writer(&dir);
+        w.part_bytes = 1 << 20;
+        w.handle(row("a", 0, true)).unwrap();
+        w.handle(WriterMsg::Empty { id: "quiet".into() }).unwrap();
+        assert!(
+            w.ledger.done_items().unwrap().is_empty(),
+            "nothing committed yet"
+        );
+        w.flush().unwrap();
+        let mut done: Vec<String> = w.ledger.done_items().unwrap().into_iter().collect();
+        done.sort();
+        assert_eq!(done, ["a", "quiet"]);
+        assert_eq!((w.stats.items_ok, w.stats.rows, w.stats.parts), (2, 1, 1));
+        // A run of silent items closes parts by itself (each counts 64 KiB): 20 of them fill
+        // 1 MiB, and reach the ledger without any row.
+        for k in 0..20 {
+            w.handle(WriterMsg::Empty {
+                id: format!("quiet{k}"),
+            })
+            .unwrap();
+        }
+        assert_eq!(w.ledger.done_count().unwrap(), 2 + 16);
+        assert_eq!((w.stats.rows, w.stats.parts), (1, 2));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Pieces of one item come from several executors in any order; the item is done (its

@@ -126,9 +126,9 @@ pub struct SpeechTimestamps {
     next_start: i64,
     /// The first longest of `possible_ends` (end, silence).
     longest_end: Option<(i64, i64)>,
-    // Padding: the last segment not yet written (its end depends on the next one).
+    // Padding: the last segment not yet written (its end depends on the next one, until the
+    // next can no longer start within two pads of it).
     pending: Option<(i64, i64)>,
-    emitted_any: bool,
 }
 
 impl SpeechTimestamps {
@@ -165,7 +165,6 @@ impl SpeechTimestamps {
             next_start: 0,
             longest_end: None,
             pending: None,
-            emitted_any: false,
         })
     }
 
@@ -190,6 +189,32 @@ impl SpeechTimestamps {
 
     /// The loop body for the next window's probability; appends the segments it completes.
     pub fn push(&mut self, speech_prob: f32, out: &mut Vec<Segment>) {
+        self.step(speech_prob, out);
+        self.settle(out);
+    }
+
+    /// Writes the pending segment as soon as its padded end is decided: once the next segment
+    /// cannot start within two pads of its end (it starts at `current_start` if speech is under
+    /// way, else at a window not yet seen), Python's padding gives it `end + pad`, whatever
+    /// comes later. Without this a segment followed by an hour of silence would hold the
+    /// hour's audio for its caller ([`earliest_open_sample`](Self::earliest_open_sample)).
+    fn settle(&mut self, out: &mut Vec<Segment>) {
+        let Some((start, end)) = self.pending else {
+            return;
+        };
+        // Without speech under way, the next segment starts at a window not yet seen; the
+        // last window seen may be the zero-padded end of the audio, so count it as one sample
+        // (then `end + pad` stays within the audio, as Python's `min(len, end + pad)` keeps it).
+        let next_start = self
+            .current_start
+            .unwrap_or((self.index - 1).max(0) * self.window + 1);
+        if ((next_start - end) as f64) >= 2.0 * self.pad {
+            self.pending = None;
+            self.emit(start, (end as f64 + self.pad) as i64, out);
+        }
+    }
+
+    fn step(&mut self, speech_prob: f32, out: &mut Vec<Segment>) {
         let p = f64::from(speech_prob);
         let cur_sample = self.window * self.index;
         self.index += 1;
@@ -307,7 +332,6 @@ impl SpeechTimestamps {
         self.triggered = false;
         self.current_start = None;
         self.pending = None;
-        self.emitted_any = false;
         self.clear_candidates();
     }
 
@@ -316,9 +340,9 @@ impl SpeechTimestamps {
     fn raw_segment(&mut self, start: i64, end: i64, out: &mut Vec<Segment>) {
         let mut start = start;
         match self.pending.take() {
-            // The first segment: `int(max(0, start - pad))`.
-            None if !self.emitted_any => start = (start as f64 - self.pad).max(0.0) as i64,
-            None => {}
+            // The first segment, or one more than two pads after the one before (written by
+            // `settle`): `int(max(0, start - pad))`.
+            None => start = (start as f64 - self.pad).max(0.0) as i64,
             Some((prev_start, mut prev_end)) => {
                 let silence = start - prev_end;
                 if (silence as f64) < 2.0 * self.pad {
@@ -338,7 +362,6 @@ impl SpeechTimestamps {
     }
 
     fn emit(&mut self, start: i64, end: i64, out: &mut Vec<Segment>) {
-        self.emitted_any = true;
         out.push(Segment {
             start: start as u64 * self.step,
             end: end as u64 * self.step,
@@ -373,6 +396,29 @@ mod tests {
             run(&VadParams::default(), &probs, 20 * 512),
             vec![(544, 6112)]
         );
+    }
+
+    /// A segment followed by silence is written as soon as no next segment can reach its
+    /// padding (as padded at the end), and the audio it kept is let go: a caller holding audio
+    /// from `earliest_open_sample` holds a window or two of the silence, not all of it.
+    #[test]
+    fn a_segment_is_written_once_the_silence_after_it_is_two_pads_long() {
+        let mut m = SpeechTimestamps::new(&VadParams::default(), 16000, 1).unwrap();
+        let mut out = Vec::new();
+        for k in 0..10_000 {
+            m.push(if (2..=10).contains(&k) { 0.9 } else { 0.0 }, &mut out);
+            if k == 20 {
+                // The segment of `one_segment_is_padded_on_both_sides`, already out.
+                assert_eq!(as_pairs(&out), vec![(544, 6112)]);
+            }
+        }
+        assert!(m.earliest_open_sample() >= 10_000 * 512 - 2 * 512);
+        m.finish(10_000 * 512, &mut out);
+        assert_eq!(as_pairs(&out), vec![(544, 6112)]);
+    }
+
+    fn as_pairs(s: &[Segment]) -> Vec<(u64, u64)> {
+        s.iter().map(|s| (s.start, s.end)).collect()
     }
 
     /// The threshold compares the probability widened to f64 with a f64 threshold: an f32
