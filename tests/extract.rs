@@ -599,10 +599,14 @@ fn an_hour_long_file_streams_in_flat_memory() {
         "peak RSS: 10 min {:.0} MiB, 60 min {:.0} MiB",
         rss[0], rss[1]
     );
-    assert!(rss[1] < 200.0, "an hour took {:.0} MiB", rss[1]);
+    // The hour's samples alone are 230 MB as f32: a job that held them would be far above
+    // this. (The cap was 200 MiB; the hour measured 166-186 MiB alone and 201 MiB once while
+    // the rest of the suite ran beside it, 2026-11-26: how many pieces wait in the queues
+    // depends on the scheduling. 250 keeps clear of that and far below holding the file.)
+    assert!(rss[1] < 250.0, "an hour took {:.0} MiB", rss[1]);
     // Holding the hour's samples would add 190 MiB over ten minutes' worth, its Whisper rows
-    // 96 MiB; peak RSS itself moves by up to 20 MiB from run to run here (162-177 MiB for the
-    // ten-minute file, 166-186 MiB for the hour), so the margin sits between the two.
+    // 96 MiB; peak RSS itself moves by up to 20 MiB from run to run here (162-184 MiB for the
+    // ten-minute file, 166-186 MiB for the hour alone), so the margin sits between the two.
     assert!(rss[1] < rss[0] + 40.0, "memory grows with length: {rss:?}");
 }
 
