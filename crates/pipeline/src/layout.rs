@@ -71,9 +71,15 @@ pub(crate) fn check_job_shape(
         let path = std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone());
         shape["model"] = path.display().to_string().into();
     }
-    // Segments instead of pieces: other rows.
+    // Segments instead of pieces: other rows. Which rows exist follows from floating-point
+    // probabilities, so the onnxruntime that computes them is part of the job too: a resume
+    // with another one could cut an item differently from the rows already written.
     if let Some(vad) = &config.vad {
         shape["vad"] = serde_json::to_value(vad).map_err(|e| JobError::Internal(e.to_string()))?;
+        let rt = sonograph_model::Runtime::get(config.ort_lib.as_deref())
+            .map_err(|e| JobError::Config(format!("--vad: {e}")))?;
+        let library = rt.library().file_name().unwrap_or_default();
+        shape["onnxruntime"] = library.to_string_lossy().into_owned().into();
     }
     let text = format!("{shape}\n");
     // Written whole under a unique name, then linked into place: `job.json` either does not
