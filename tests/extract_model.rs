@@ -435,6 +435,12 @@ fn vad_rows_are_silero_vads_segments_each_computed_alone() {
         "{}",
         stderr(&again)
     );
+    // The job names the onnxruntime its segments came from: a resume with another is refused.
+    let job: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("__sonograph/job.json")).unwrap())
+            .unwrap();
+    let library = job["onnxruntime"].as_str().unwrap();
+    assert!(library.starts_with("libonnxruntime"), "{job}");
 
     // Segments through a model: each row's outputs are what the model gives its features.
     let model_path = repo("crates/model/tests/data/asr/ctc/model.onnx");
