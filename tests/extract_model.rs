@@ -537,6 +537,37 @@ fn a_vad_job_crashed_and_resumed_equals_a_clean_run() {
     assert_eq!(report(&resumed)["items_ok"].as_u64(), Some(20));
 }
 
+/// The dialogue at 16 kHz, or `None` after recording why a peak-RSS test cannot run here.
+fn dialogue_for_memory_test() -> Option<Vec<f32>> {
+    skip_ort::runtime_or_skip()?;
+    if !Path::new("/proc/self/status").exists() {
+        skip_ort::skip("no /proc to read the peak RSS from");
+        return None;
+    }
+    let path = repo("crates/model/tests/data/vad/dialogue_16000.flac");
+    Some(sonograph_io::decode_mono(&path, &Default::default(), 16000).unwrap())
+}
+
+/// `extract --vad` of `x` as one 16 kHz WAV in `tmp/name`: its rows and the peak RSS (MiB).
+fn vad_job_peak(tmp: &Tmp, name: &str, x: Vec<f32>) -> (BTreeMap<(String, i64), FeatureRow>, f64) {
+    let corpus = tmp.path(&format!("corpus-{name}"));
+    std::fs::create_dir_all(&corpus).unwrap();
+    write_wav(&corpus.join("long.wav"), 16000, &x, false);
+    drop(x);
+    let out = tmp.path(&format!("out-{name}"));
+    let (o, peak) = run_with_peak_rss(
+        bin()
+            .arg("extract")
+            .arg(&corpus)
+            .arg("--out")
+            .arg(&out)
+            .args(["--preset", "nemo", "--vad", "--device", "cpu"]),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::remove_dir_all(&corpus).unwrap();
+    (dataset(&out, false), peak)
+}
+
 /// An hour of speech (the dialogue, looped) through `extract --vad` in flat memory: the peak
 /// RSS of the hour is that of half an hour (within the 40 MiB run-to-run spread of a job's
 /// peak measured by the flat-memory test of tests/extract.rs), far below the 230 MB its
@@ -547,39 +578,15 @@ fn a_vad_job_crashed_and_resumed_equals_a_clean_run() {
 /// up; not profiled.)
 #[test]
 fn an_hour_is_cut_at_its_speech_in_flat_memory() {
-    if skip_ort::runtime_or_skip().is_none() {
+    let Some(dialogue) = dialogue_for_memory_test() else {
         return;
-    }
-    if !Path::new("/proc/self/status").exists() {
-        skip_ort::skip("no /proc to read the peak RSS from");
-        return;
-    }
+    };
     let tmp = Tmp::new("extract-vad-hour");
-    let dialogue = sonograph_io::decode_mono(
-        &repo("crates/model/tests/data/vad/dialogue_16000.flac"),
-        &Default::default(),
-        16000,
-    )
-    .unwrap();
     let mut peaks = Vec::new();
     for minutes in [30usize, 60] {
-        let corpus = tmp.path(&format!("corpus{minutes}"));
-        std::fs::create_dir_all(&corpus).unwrap();
         let n = minutes * 60 * 16000;
         let x: Vec<f32> = dialogue.iter().copied().cycle().take(n).collect();
-        write_wav(&corpus.join("long.wav"), 16000, &x, false);
-        drop(x);
-        let out = tmp.path(&format!("out{minutes}"));
-        let (o, peak) = run_with_peak_rss(
-            bin()
-                .arg("extract")
-                .arg(&corpus)
-                .arg("--out")
-                .arg(&out)
-                .args(["--preset", "nemo", "--vad", "--device", "cpu"]),
-        );
-        assert!(o.status.success(), "{}", stderr(&o));
-        let rows = dataset(&out, false);
+        let (rows, peak) = vad_job_peak(&tmp, &minutes.to_string(), x);
         let loops = n as f64 / dialogue.len() as f64;
         assert!(
             (rows.len() as f64 - 6.0 * loops).abs() < loops,
@@ -610,39 +617,15 @@ fn an_hour_is_cut_at_its_speech_in_flat_memory() {
 /// and the segments are the dialogue's alone.
 #[test]
 fn silence_after_speech_is_not_held() {
-    if skip_ort::runtime_or_skip().is_none() {
+    let Some(dialogue) = dialogue_for_memory_test() else {
         return;
-    }
-    if !Path::new("/proc/self/status").exists() {
-        skip_ort::skip("no /proc to read the peak RSS from");
-        return;
-    }
+    };
     let tmp = Tmp::new("extract-vad-silence");
-    let dialogue = sonograph_io::decode_mono(
-        &repo("crates/model/tests/data/vad/dialogue_16000.flac"),
-        &Default::default(),
-        16000,
-    )
-    .unwrap();
     let mut peaks = Vec::new();
     for minutes in [2usize, 30] {
-        let corpus = tmp.path(&format!("corpus{minutes}"));
-        std::fs::create_dir_all(&corpus).unwrap();
         let mut x = dialogue.clone();
         x.resize(dialogue.len() + minutes * 60 * 16000, 0.0);
-        write_wav(&corpus.join("long.wav"), 16000, &x, false);
-        drop(x);
-        let out = tmp.path(&format!("out{minutes}"));
-        let (o, peak) = run_with_peak_rss(
-            bin()
-                .arg("extract")
-                .arg(&corpus)
-                .arg("--out")
-                .arg(&out)
-                .args(["--preset", "nemo", "--vad", "--device", "cpu"]),
-        );
-        assert!(o.status.success(), "{}", stderr(&o));
-        let rows = dataset(&out, false);
+        let (rows, peak) = vad_job_peak(&tmp, &minutes.to_string(), x);
         assert_eq!(rows.len(), reference_segments("dialogue_16000").len());
         peaks.push(peak);
     }
