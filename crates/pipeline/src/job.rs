@@ -99,6 +99,7 @@ fn run_stages(
                 &config.spec,
                 config.ort_lib.as_deref(),
                 model_report.clone(),
+                Some(live.clone()),
             )
         })
         .transpose()?;
@@ -204,6 +205,7 @@ fn run_stages(
     let mut row_capacity = 8;
     if let (Some(stage), Some(m)) = (model_stage, &config.model) {
         row_capacity = row_capacity.max(2 * m.batch);
+        live.set_capacity(Queue::Model, row_capacity);
         row_stages.push(Box::new(stage));
     }
     let (writer_tx, writer_rx, row_stage_handles) = chain(

@@ -21,10 +21,12 @@ pub enum Queue {
     Prefetch,
     /// Rows and failures waiting for the writer.
     Writer,
+    /// Rows waiting for the model (`extract --model`): the data side's lead on it.
+    Model,
 }
 
 impl Queue {
-    pub const ALL: [Queue; 3] = [Queue::Work, Queue::Prefetch, Queue::Writer];
+    pub const ALL: [Queue; 4] = [Queue::Work, Queue::Prefetch, Queue::Writer, Queue::Model];
 
     /// The `stage` label of `sonograph_queue_depth`.
     pub fn name(self) -> &'static str {
@@ -32,6 +34,7 @@ impl Queue {
             Queue::Work => "decode",
             Queue::Prefetch => "prefetch",
             Queue::Writer => "write",
+            Queue::Model => "model",
         }
     }
 }
@@ -44,14 +47,17 @@ pub enum Stage {
     QueueWait,
     Compute,
     Write,
+    /// The model stage running its batches (`extract --model`).
+    Model,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 4] = [
+    pub const ALL: [Stage; 5] = [
         Stage::Decode,
         Stage::QueueWait,
         Stage::Compute,
         Stage::Write,
+        Stage::Model,
     ];
 
     pub fn name(self) -> &'static str {
@@ -60,6 +66,7 @@ impl Stage {
             Stage::QueueWait => "queue_wait",
             Stage::Compute => "compute",
             Stage::Write => "write",
+            Stage::Model => "model",
         }
     }
 }
@@ -194,8 +201,8 @@ pub struct LiveJob {
     items_failed: AtomicU64,
     rows: AtomicU64,
     audio_us: AtomicU64,
-    busy_ns: [AtomicU64; 4],
-    queues: [Gauge; 3],
+    busy_ns: [AtomicU64; 5],
+    queues: [Gauge; 4],
     devices: Mutex<Vec<Arc<LiveDevice>>>,
     failures: Mutex<Vec<String>>,
 }
@@ -330,8 +337,10 @@ impl LiveJob {
                     )
                 })
                 .collect(),
+            // A queue the job does not have (no model) has no capacity: left out.
             queues: Queue::ALL
                 .iter()
+                .filter(|&&q| self.queues[q as usize].capacity.load(Ordering::Relaxed) > 0)
                 .map(|&q| {
                     let g = &self.queues[q as usize];
                     (
@@ -350,4 +359,33 @@ impl LiveJob {
 /// A lock that a panicking holder did not poison for good: the counters stay readable.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the queues a job has are shown: the model's appears once a job with a model sets
+    /// its capacity, with its depth; its busy time is counted as the model stage's.
+    #[test]
+    fn the_model_queue_shows_only_in_a_job_with_a_model() {
+        let job = LiveJob::new();
+        for q in [Queue::Work, Queue::Prefetch, Queue::Writer] {
+            job.set_capacity(q, 8);
+        }
+        let names = |job: &LiveJob| -> Vec<&'static str> {
+            job.counters().queues.iter().map(|q| q.0.name()).collect()
+        };
+        assert_eq!(names(&job), ["decode", "prefetch", "write"]);
+        job.set_capacity(Queue::Model, 16);
+        job.observe_queue(Queue::Model, 5);
+        job.add_busy(Stage::Model, 0.25);
+        assert_eq!(names(&job), ["decode", "prefetch", "write", "model"]);
+        let counters = job.counters();
+        assert_eq!(counters.queues[3], (Queue::Model, 5, 16));
+        assert!(counters
+            .busy_s
+            .iter()
+            .any(|&(s, secs)| s == Stage::Model && (secs - 0.25).abs() < 1e-9));
+    }
 }

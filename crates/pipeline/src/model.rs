@@ -18,6 +18,7 @@ use crate::batcher::{
 };
 use crate::config::ModelConfig;
 use crate::error::JobError;
+use crate::live::{LiveJob, Queue, Stage};
 use crate::report::{DepthSample, ModelReport};
 use crate::stage::{RowOut, RowStage};
 use crate::writer::RowMsg;
@@ -150,6 +151,8 @@ pub struct ModelStage {
     /// A batch has run: from then on, rows held are run whenever the queue is empty.
     warm: bool,
     report: Arc<Mutex<ModelReport>>,
+    /// The job's live counters (what /metrics and the dashboard read).
+    live: Option<Arc<LiveJob>>,
     started: Instant,
 }
 
@@ -208,6 +211,7 @@ impl ModelStage {
         spec: &FeatureSpec,
         ort_lib: Option<&std::path::Path>,
         report: Arc<Mutex<ModelReport>>,
+        live: Option<Arc<LiveJob>>,
     ) -> Result<Self, JobError> {
         let bad = |m: String| JobError::Config(format!("--model {}: {m}", config.path.display()));
         let device = ModelDevice::parse(&config.device).map_err(|e| bad(e.to_string()))?;
@@ -278,6 +282,7 @@ impl ModelStage {
             held: Vec::new(),
             warm: false,
             report,
+            live,
             started: Instant::now(),
         })
     }
@@ -307,6 +312,9 @@ impl ModelStage {
             &mut outputs,
         );
         let took = started.elapsed().as_secs_f64();
+        if let Some(live) = &self.live {
+            live.add_busy(Stage::Model, took);
+        }
         let rows = self.held.len();
         let mut failed = 0;
         for (mut row, output) in self.held.drain(..).zip(outputs.into_items()) {
@@ -350,6 +358,9 @@ impl RowStage for ModelStage {
     }
 
     fn queued(&mut self, depth: usize, capacity: usize, waited: Duration) {
+        if let Some(live) = &self.live {
+            live.observe_queue(Queue::Model, depth);
+        }
         let mut r = lock_report(&self.report);
         // Before the first batch the wait is its filling; after it, starvation: the data side
         // was behind.
