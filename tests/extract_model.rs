@@ -751,3 +751,37 @@ fn the_report_shows_which_side_waits() {
     assert!(starved > busy, "a model behind a slow data side: {m}");
     assert!(starved >= 0.08 * 5.0, "{m}");
 }
+
+/// Speech segments computed on the GPU (lavapipe here, in CI too): the same rows as on the
+/// CPU, the same features (NeMo's preset runs at f64 on both; within 1e-5 in case a driver
+/// rounds differently).
+#[cfg(feature = "gpu")]
+#[test]
+fn vad_segments_on_the_gpu_are_the_cpus() {
+    if skip_ort::runtime_or_skip().is_none() || !common::has_gpu_adapter() {
+        return;
+    }
+    let tmp = Tmp::new("extract-vad-gpu");
+    let corpus = vad_corpus(&tmp, 1);
+    let mut runs = Vec::new();
+    for device in ["cpu", "gpu"] {
+        let out = tmp.path(device);
+        let o = extract(
+            &corpus,
+            &out,
+            &["--preset", "nemo", "--vad", "--device", device],
+            None,
+        );
+        assert!(o.status.success(), "{device}: {}", stderr(&o));
+        runs.push(dataset(&out, false));
+    }
+    let (cpu, gpu) = (&runs[0], &runs[1]);
+    assert_eq!(
+        cpu.keys().collect::<Vec<_>>(),
+        gpu.keys().collect::<Vec<_>>()
+    );
+    for (key, row) in gpu {
+        let e = worst(&row.features, &cpu[key].features);
+        assert!(e <= 1e-5, "{key:?}: {e:e}");
+    }
+}
