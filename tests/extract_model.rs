@@ -281,10 +281,11 @@ fn a_model_that_does_not_fit_the_features_or_the_device_is_one_clear_error() {
     each_is_one_clear_error(&source, &tmp, &cases);
 }
 
-/// Model batches that run out of memory are split and retried; a lost model device leaves
-/// its rows to a fresh CPU session of the model; a batch that fails as a whole while each of
-/// its rows would run alone ends up run row by row there. Every row comes out once, with the
-/// outputs the model gives it (`--features failpoints`).
+/// Model batches that run out of memory are split and retried; a lost model device (one
+/// whose rows fail alone too) leaves its rows to a fresh CPU session of the model; a batch
+/// that fails as a whole while each of its rows runs alone is run row by row on the same
+/// device, which keeps its work. Every row comes out once, with the outputs the model gives
+/// it (`--features failpoints`).
 #[cfg(feature = "failpoints")]
 #[test]
 fn model_faults_lose_nothing() {
@@ -296,7 +297,8 @@ fn model_faults_lose_nothing() {
     let model = repo("crates/model/tests/data/asr/tdt/encoder-model.onnx");
     for (k, failpoints) in [
         "model::oom=return(1)",
-        "model::lost=1*return",
+        // The first batch of 4 fails, and each of its rows alone: 5 failures, then none.
+        "model::lost=5*return",
         "model::batch-fails=return",
     ]
     .iter()
@@ -319,14 +321,22 @@ fn model_faults_lose_nothing() {
         assert!(o.status.success(), "{failpoints}: {}", stderr(&o));
         check_outputs(&out, "tdt", 1e-4);
         let m = &report(&out)["model"];
-        if k == 0 {
-            assert!(m["out_of_memory"].as_u64().unwrap() >= 1, "{m}");
-            assert!(m["splits"].as_u64().unwrap() >= 1, "{m}");
-        } else {
-            // Lost, or failing every batch of several rows: the rows move to the CPU session,
-            // which runs a batch that fails as a whole row by row.
-            assert_eq!(m["device_lost"], true, "{m}");
-            assert!(m["moved_to_fallback"].as_u64().unwrap() >= 1, "{m}");
+        match k {
+            0 => {
+                assert!(m["out_of_memory"].as_u64().unwrap() >= 1, "{m}");
+                assert!(m["splits"].as_u64().unwrap() >= 1, "{m}");
+            }
+            // Every row failed alone too: the device is lost, its rows go to the CPU session.
+            1 => {
+                assert_eq!(m["device_lost"], true, "{m}");
+                assert_eq!(m["moved_to_fallback"].as_u64(), Some(5), "{m}");
+            }
+            // Batches fail, their rows alone do not: rows, not the device, are at fault, and
+            // the device keeps its work.
+            _ => {
+                assert_eq!(m["device_lost"], false, "{m}");
+                assert_eq!(m["moved_to_fallback"].as_u64(), Some(0), "{m}");
+            }
         }
     }
 }

@@ -142,9 +142,9 @@ impl<I: BatchInput, O: BatchOutput> BatchDevice<I, O> for NoFallback {
 /// between the data side and the model side: the job sizes it to two batches, so that the
 /// data side fills the next batch while this one runs.
 pub struct ModelStage {
-    runner: ModelRunner,
+    runner: RowTolerant<ModelRunner>,
     /// Opened when first needed: a CPU session of the same model.
-    fallback: LazyCpuRunner,
+    fallback: RowTolerant<LazyCpuRunner>,
     batcher: AdaptiveBatcher,
     batch: usize,
     held: Vec<RowMsg>,
@@ -181,22 +181,49 @@ impl BatchDevice<FeatureRows<'_>, ModelBatch> for LazyCpuRunner {
             Ok(runner) => runner,
             Err(why) => return Err(DeviceError::Failed(format!("no fallback session: {why}"))),
         };
-        // The last resort: a batch that fails here as a whole (one row the model cannot take,
-        // say, too short for its convolutions) runs again row by row, so that only the rows
-        // that fail alone fail.
-        match runner.run(input, out) {
-            Ok(()) => Ok(()),
-            Err(_) if input.len() > 1 => {
-                for k in 0..input.len() {
-                    let one = input.part(k..k + 1);
-                    if let Err(e) = runner.run(&one, out) {
-                        out.push_no_device(e.to_string());
-                    }
+        runner.run(input, out)
+    }
+}
+
+/// A model device that tells a row it cannot take (too short for the model's convolutions,
+/// say) from a device that fails: a batch that fails as a whole, not for memory, runs again
+/// row by row, and only the rows that fail alone fail. When every row fails alone too, the
+/// error is the device's (the batcher then moves its work elsewhere).
+struct RowTolerant<D>(D);
+
+impl<D> BatchDevice<FeatureRows<'_>, ModelBatch> for RowTolerant<D>
+where
+    D: for<'a> BatchDevice<FeatureRows<'a>, ModelBatch, Error = DeviceError>,
+{
+    type Error = DeviceError;
+    fn name(&self) -> String {
+        self.0.name()
+    }
+    fn workload(&self) -> String {
+        self.0.workload()
+    }
+    fn run(&mut self, input: &FeatureRows<'_>, out: &mut ModelBatch) -> Result<(), DeviceError> {
+        let whole = match self.0.run(input, out) {
+            Err(e) if !e.is_out_of_memory() && input.len() > 1 => e,
+            result => return result,
+        };
+        let mut rows = ModelBatch::new();
+        let mut failed = 0;
+        for k in 0..input.len() {
+            match self.0.run(&input.part(k..k + 1), &mut rows) {
+                Ok(()) => {}
+                Err(e) if e.is_out_of_memory() => return Err(e),
+                Err(e) => {
+                    failed += 1;
+                    rows.push_no_device(e.to_string());
                 }
-                Ok(())
             }
-            Err(e) => Err(e),
         }
+        if failed == input.len() {
+            return Err(whole);
+        }
+        out.append(&mut rows);
+        Ok(())
     }
 }
 
@@ -266,13 +293,13 @@ impl ModelStage {
             r.batch = config.batch;
         }
         Ok(ModelStage {
-            runner,
-            fallback: LazyCpuRunner {
+            runner: RowTolerant(runner),
+            fallback: RowTolerant(LazyCpuRunner {
                 rt,
                 path: config.path.clone(),
                 options,
                 runner: None,
-            },
+            }),
             batcher: AdaptiveBatcher::new(BatcherConfig {
                 initial: config.batch,
                 max: config.batch,
@@ -296,7 +323,7 @@ impl ModelStage {
         // Fault injection: `model-stage::run=sleep(ms)` makes the model side the slow one, to
         // see in the report that a fed model is never starved.
         fail::fail_point!("model-stage::run");
-        let n_mels = self.runner.n_mels();
+        let n_mels = self.runner.0.n_mels();
         let features = FeatureRows::new(
             self.held
                 .iter()
