@@ -583,7 +583,7 @@ fn vad_job_peak(tmp: &Tmp, name: &str, x: Vec<f32>) -> (BTreeMap<(String, i64), 
 /// peak measured by the flat-memory test of tests/extract.rs), far below the 230 MB its
 /// samples would take as f32; about six segments per loop, in order, each once. (Half an hour,
 /// not ten minutes: measured here, debug build, the peak grows up to about half an hour and
-/// not after — 10 min 174–177 MiB, 30 min 216–223 MiB, 60 min 210–227 MiB — which fits the
+/// not after — 10 min 174–177 MiB, 30 min 201–223 MiB, 60 min 210–227 MiB — which fits the
 /// writer's part buffers (64 MiB parts, about 35 minutes of speech as `nemo` features) filling
 /// up; not profiled.)
 #[test]

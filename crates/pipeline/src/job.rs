@@ -21,7 +21,7 @@ use crate::error::JobError;
 use crate::executor::{run_executor, ExecutorStats, Unit};
 use crate::layout::{check_job_shape, io_err, read_report, write_json_atomically, OutputLayout};
 use crate::live::{LiveJob, Queue};
-use crate::model::{lock_report, ModelStage};
+use crate::model::ModelStage;
 use crate::report::{peak_rss_mb, Failure, ModelReport, Report, StageTimes};
 use crate::source::ShardSource;
 use crate::stage::{run_row_stage, run_unit_stage, Stages};
@@ -153,7 +153,7 @@ fn run_stages(
     );
 
     let model_meta = model_stage.as_ref().map(|_| {
-        let r = lock_report(&model_report);
+        let r = crate::live::lock(&model_report);
         serde_json::json!({
             "path": r.model,
             "kind": r.kind,
@@ -370,7 +370,7 @@ fn run_stages(
         model: config
             .model
             .as_ref()
-            .map(|_| lock_report(&model_report).clone()),
+            .map(|_| crate::live::lock(&model_report).clone()),
         peak_rss_mb: peak_rss_mb(),
         failures,
     };

@@ -18,7 +18,7 @@ use crate::batcher::{
 };
 use crate::config::ModelConfig;
 use crate::error::JobError;
-use crate::live::{LiveJob, Queue, Stage};
+use crate::live::{lock, LiveJob, Queue, Stage};
 use crate::report::{DepthSample, ModelReport};
 use crate::stage::{RowOut, RowStage};
 use crate::writer::RowMsg;
@@ -277,7 +277,7 @@ impl ModelStage {
             )));
         }
         {
-            let mut r = lock_report(&report);
+            let mut r = lock(&report);
             r.model = config.path.display().to_string();
             r.kind = match runner.kind() {
                 OutputKind::Encoder => "encoder",
@@ -361,7 +361,7 @@ impl ModelStage {
             }
         }
         self.warm = true;
-        let mut r = lock_report(&self.report);
+        let mut r = lock(&self.report);
         r.busy_s += took;
         r.rows += rows as u64;
         r.rows_failed += failed;
@@ -388,7 +388,7 @@ impl RowStage for ModelStage {
         if let Some(live) = &self.live {
             live.observe_queue(Queue::Model, depth);
         }
-        let mut r = lock_report(&self.report);
+        let mut r = lock(&self.report);
         // Before the first batch the wait is its filling; after it, starvation: the data side
         // was behind.
         if self.warm {
@@ -432,9 +432,4 @@ impl RowStage for ModelStage {
         self.run_held(out);
         Ok(())
     }
-}
-
-pub(crate) fn lock_report(report: &Mutex<ModelReport>) -> std::sync::MutexGuard<'_, ModelReport> {
-    // A panic elsewhere while holding it leaves counters, not invariants: read them anyway.
-    report.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -14,7 +14,6 @@
 //! bounded queues, so inserting one changes neither its neighbours nor the job's wiring.
 
 use std::collections::HashMap;
-
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
