@@ -277,8 +277,9 @@ fn bad_model_folders_are_named() {
 }
 
 /// Asked for a GPU, a runner opens on onnxruntime's CUDA provider and gives the CPU's outputs
-/// (within 1e-3: cuDNN's kernels and TF32 round differently), or fails saying why: it never
-/// runs on the CPU in silence. Here (the CPU wheel, or a build without `cuda`) it fails.
+/// (within 1e-3: cuDNN's kernels round differently; TF32 is off), or fails saying why: it never
+/// runs on the CPU in silence. Here (the CPU wheel, or a build without `cuda`) it fails; under
+/// SONOGRAPH_REQUIRE_CUDA=1 (bench/gpu/model_cuda.sh) a refusal fails the test.
 #[test]
 fn a_gpu_model_device_runs_there_or_says_why() {
     let Some(rt) = skip_ort::runtime_or_skip() else {
@@ -305,6 +306,12 @@ fn a_gpu_model_device_runs_there_or_says_why() {
         Err(e) => {
             let e = e.to_string();
             eprintln!("gpu:0 refused: {e}");
+            // bench/gpu/model_cuda.sh sets it on a machine with a GPU and onnxruntime-gpu, where
+            // a refusal is the failure.
+            assert!(
+                std::env::var_os("SONOGRAPH_REQUIRE_CUDA").is_none(),
+                "SONOGRAPH_REQUIRE_CUDA is set and gpu:0 refused: {e}"
+            );
             let why = if cfg!(feature = "cuda") {
                 "CUDA provider did not start"
             } else {
