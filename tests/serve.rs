@@ -7,6 +7,8 @@
 mod common;
 #[path = "shared/serving.rs"]
 mod serving;
+#[path = "shared/skip_ort.rs"]
+mod skip_ort;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -15,6 +17,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use serving::{manifest, request, Scratch, Server};
+use sonograph_io::parquet::{read_part, FeatureRow};
+
+/// A file of the repository.
+fn repo_file(p: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
+}
 
 /// Every sample of a /metrics text, parsed by a real Prometheus text parser.
 fn scrape(text: &str) -> prometheus_parse::Scrape {
@@ -503,6 +511,117 @@ fn jobs_queue_run_one_at_a_time_cancel_and_resume() {
         .map(|j| j["id"].as_i64().unwrap())
         .collect();
     assert_eq!(ids, [again, second, first]);
+}
+
+/// Every row of a job's output, by id and offset (µs).
+fn rows_of(out: &std::path::Path) -> std::collections::BTreeMap<(String, i64), FeatureRow> {
+    let mut rows = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(out).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "parquet") {
+            for r in read_part(&path).unwrap().0 {
+                rows.insert((r.id.clone(), (r.offset_s * 1e6).round() as i64), r);
+            }
+        }
+    }
+    rows
+}
+
+/// A job with a model over speech segments (extract's `--model` and `--vad` options by their
+/// flag names) gives the rows `extract` gives with the same flags, model outputs included;
+/// the model is held to the data roots, and options that would be ignored are refused.
+#[test]
+fn jobs_run_a_model_over_speech_segments_as_extract_does() {
+    if skip_ort::runtime_or_skip().is_none() {
+        return;
+    }
+    let dir = Scratch::new("jobs-model");
+    let corpus = dir.path("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    for name in ["dialogue_16000", "silence_16000"] {
+        let from = repo_file(&format!("crates/model/tests/data/vad/{name}.flac"));
+        std::fs::copy(from, corpus.join(format!("{name}.flac"))).unwrap();
+    }
+    let model = dir.path("ctc.onnx");
+    std::fs::copy(
+        repo_file("crates/model/tests/data/asr/ctc/model.onnx"),
+        &model,
+    )
+    .unwrap();
+    let server = Server::in_dir(&dir, &[]);
+    let (src, out, m) = (
+        corpus.to_str().unwrap(),
+        dir.path("out"),
+        model.to_str().unwrap(),
+    );
+    let refused = |extra: Value, want: u16, says: &str| {
+        let mut job = json!({"source": src, "out": out, "preset": "nemo"});
+        job.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let (code, body) = server.call("POST", "/api/v1/jobs", Some(&job.to_string()));
+        assert_eq!(code, want, "{job}: {body}");
+        assert!(body.contains(says), "{job}: {body} should say {says:?}");
+    };
+    refused(
+        json!({"model": "/etc/hostname"}),
+        403,
+        "model /etc/hostname does not resolve",
+    );
+    refused(json!({"model": src}), 400, "is not a file");
+    refused(
+        json!({"model": m, "model-batch": 0}),
+        400,
+        "model-batch must be at least 1",
+    );
+    refused(
+        json!({"model": m, "model-device": "tpu"}),
+        400,
+        "model-device",
+    );
+    refused(json!({"model-batch": 4}), 400, "need a model");
+    refused(json!({"threshold": 0.4}), 400, "need \\\"vad\\\": true");
+    refused(
+        json!({"vad": true, "max-seconds": 20, "max-speech-s": 30}),
+        400,
+        "--max-seconds",
+    );
+
+    let flags = ["--model", m, "--vad", "--min-silence-ms", "150"];
+    let job = json!({"source": src, "out": out, "preset": "nemo", "device": "cpu",
+                     "model": m, "vad": true, "min-silence-ms": 150});
+    let id = server.submit(&job);
+    let done = server.wait_job(id, "finished", |j| {
+        j["state"] == "succeeded" || j["state"] == "failed"
+    });
+    assert_eq!(done["state"], "succeeded", "{done:#}");
+    assert_eq!(
+        done["report"]["model"]["rows"], done["report"]["rows"],
+        "{done:#}"
+    );
+    let by_cli = dir.path("by-cli");
+    let o = serving::command()
+        .args([
+            "extract",
+            src,
+            "--out",
+            by_cli.to_str().unwrap(),
+            "--preset",
+            "nemo",
+        ])
+        .args(["--device", "cpu"])
+        .args(flags)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (api, cli) = (rows_of(&out), rows_of(&by_cli));
+    assert!(api.len() > 1, "speech segments: {}", api.len());
+    assert!(
+        api.keys().all(|(id, _)| id == "dialogue_16000.flac"),
+        "silence has no row"
+    );
+    assert!(api.values().all(|r| r.model.is_some()));
+    assert_eq!(api, cli);
 }
 
 /// A webhook receiver: answers the first POST with 500 (the sender must retry), the others

@@ -292,6 +292,17 @@ async fn submit_job(State(app): Shared, body: Bytes) -> Result<Response, ApiErro
     }
     let out = resolve_under(&request.out, &app.data_roots)
         .ok_or_else(|| forbidden("out", &request.out))?;
+    if let Some(model) = &request.model {
+        let resolved =
+            resolve_under(model, &app.data_roots).ok_or_else(|| forbidden("model", model))?;
+        if !resolved.is_file() {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("model {} is not a file", model.display()),
+            ));
+        }
+        request.model = Some(resolved);
+    }
     request.source = source;
     request.out = out;
     if request.device.is_none() {

@@ -12,7 +12,8 @@ use serde_json::Value;
 use sonograph_dsp::{FeatureSpec, Precision};
 use sonograph_io::decode::{ChannelMix, Limits};
 use sonograph_io::parquet::Dtype;
-use sonograph_pipeline::{JobConfig, JobError, JobOutcome, LiveJob, Report, Stages};
+use sonograph_model::{ModelDevice, VadParams};
+use sonograph_pipeline::{JobConfig, JobError, JobOutcome, LiveJob, ModelConfig, Report, Stages};
 
 use crate::error::ServerError;
 
@@ -42,6 +43,23 @@ pub struct JobRequest {
     pub max_duration: Option<f64>,
     pub max_channels: Option<usize>,
     pub max_sample_rate: Option<u32>,
+    /// An ONNX model run on every row's features (`extract --model`); resolved under a
+    /// --data-root like `source`. The server's onnxruntime is the one `extract` would find
+    /// (SONOGRAPH_ORT_LIB in its environment): a request cannot name a library to load.
+    pub model: Option<PathBuf>,
+    pub model_device: Option<String>,
+    pub model_batch: Option<usize>,
+    pub model_threads: Option<usize>,
+    /// Cut items at their speech segments (`extract --vad`), with the VAD options below.
+    pub vad: Option<bool>,
+    pub threshold: Option<f64>,
+    pub neg_threshold: Option<f64>,
+    pub min_speech_ms: Option<f64>,
+    pub max_speech_s: Option<f64>,
+    pub min_silence_ms: Option<f64>,
+    pub speech_pad_ms: Option<f64>,
+    pub min_silence_at_max_speech_ms: Option<f64>,
+    pub use_max_poss_sil_at_max_speech: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -114,6 +132,8 @@ impl JobRequest {
             DtypeName::F32 => Dtype::F32,
             DtypeName::F16 => Dtype::F16,
         };
+        config.model = self.model_config()?;
+        config.vad = self.vad_params(config.max_seconds)?;
         config.check().map_err(|e| e.to_string())?;
         let device = self
             .device
@@ -137,6 +157,69 @@ impl JobRequest {
                 cpu_threads: None,
             },
         })
+    }
+}
+
+impl JobRequest {
+    /// `extract --model`'s settings, with its defaults; the model options without a model
+    /// are refused rather than ignored.
+    fn model_config(&self) -> Result<Option<ModelConfig>, String> {
+        let Some(path) = &self.model else {
+            if self.model_device.is_some()
+                || self.model_batch.is_some()
+                || self.model_threads.is_some()
+            {
+                return Err("model-device, model-batch and model-threads need a model".into());
+            }
+            return Ok(None);
+        };
+        let device = self.model_device.clone().unwrap_or_else(|| "cpu".into());
+        ModelDevice::parse(&device).map_err(|e| format!("model-device: {e}"))?;
+        let batch = self.model_batch.unwrap_or(16);
+        if batch == 0 {
+            return Err("model-batch must be at least 1".into());
+        }
+        Ok(Some(ModelConfig {
+            path: path.clone(),
+            device,
+            batch,
+            threads: self.model_threads.unwrap_or(0),
+        }))
+    }
+
+    /// `extract --vad`'s parameters: `max-speech-s` defaults to the job's max-seconds, as
+    /// there. VAD options without `vad: true` are refused rather than ignored.
+    fn vad_params(&self, max_seconds: f64) -> Result<Option<VadParams>, String> {
+        let options_given = self.threshold.is_some()
+            || self.neg_threshold.is_some()
+            || self.min_speech_ms.is_some()
+            || self.max_speech_s.is_some()
+            || self.min_silence_ms.is_some()
+            || self.speech_pad_ms.is_some()
+            || self.min_silence_at_max_speech_ms.is_some()
+            || self.use_max_poss_sil_at_max_speech.is_some();
+        if self.vad != Some(true) {
+            return if options_given {
+                Err("the VAD options need \"vad\": true".into())
+            } else {
+                Ok(None)
+            };
+        }
+        let d = VadParams::default();
+        Ok(Some(VadParams {
+            threshold: self.threshold.unwrap_or(d.threshold),
+            neg_threshold: self.neg_threshold.or(d.neg_threshold),
+            min_speech_duration_ms: self.min_speech_ms.unwrap_or(d.min_speech_duration_ms),
+            max_speech_duration_s: self.max_speech_s.unwrap_or(max_seconds),
+            min_silence_duration_ms: self.min_silence_ms.unwrap_or(d.min_silence_duration_ms),
+            speech_pad_ms: self.speech_pad_ms.unwrap_or(d.speech_pad_ms),
+            min_silence_at_max_speech_ms: self
+                .min_silence_at_max_speech_ms
+                .unwrap_or(d.min_silence_at_max_speech_ms),
+            use_max_poss_sil_at_max_speech: self
+                .use_max_poss_sil_at_max_speech
+                .unwrap_or(d.use_max_poss_sil_at_max_speech),
+        }))
     }
 }
 
