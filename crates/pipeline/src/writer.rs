@@ -314,10 +314,6 @@ pub(crate) fn writer_loop(
     let hidden = bar.is_hidden();
     for msg in rx.iter() {
         live.observe_queue(Queue::Writer, rx.len());
-        let finished_item = match &msg {
-            WriterMsg::Row(r) => r.last,
-            WriterMsg::Failed(_) | WriterMsg::FailedPiece(_) | WriterMsg::Empty { .. } => true,
-        };
         let before = (writer.stats.items_ok, writer.stats.items_failed);
         let (audio_before, write_before) = (writer.stats.audio_seconds, writer.stats.write_s);
         let failure = match &msg {
@@ -342,8 +338,11 @@ pub(crate) fn writer_loop(
             live.item_failed(&id, &reason);
         }
         live.add_busy(Stage::Write, writer.stats.write_s - write_before);
-        if finished_item {
-            bar.inc(1);
+        // An item the writer settled just now: not a second failed piece of one, nor the last
+        // row of an item that had failed already.
+        let settled = writer.stats.items_ok + writer.stats.items_failed - before.0 - before.1;
+        if settled > 0 {
+            bar.inc(settled);
             let hours = writer.stats.audio_seconds / 3600.0;
             let rate = writer.stats.audio_seconds / started.elapsed().as_secs_f64().max(1e-9);
             bar.set_message(format!("{hours:.2} h audio  {rate:.0}× real time"));
@@ -502,6 +501,42 @@ mod tests {
             committed.contains(&("d".to_string(), 0)),
             "written before d failed"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The progress bar moves once per item settled: not for a second failed piece of an item,
+    /// nor for the last piece of an item that failed, nor before every piece is written.
+    #[test]
+    fn the_progress_bar_counts_each_item_once() {
+        let dir = std::env::temp_dir().join(format!("sono-writer-bar-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let failed_piece = |id: &str, piece: u32| {
+            WriterMsg::FailedPiece(Failure {
+                id: id.into(),
+                source: format!("/x/{id}.wav"),
+                reason: format!("piece {piece}: sample 3 is NaN"),
+            })
+        };
+        let (tx, rx) = crossbeam_channel::unbounded();
+        for msg in [
+            row("a", 1, true), // a's last piece first: a is not done yet
+            row("b", 0, false),
+            failed_piece("b", 1),
+            failed_piece("b", 2), // b failed already
+            row("b", 3, true),    // after b failed: not its end
+            row("a", 0, false),   // a done
+            row("c", 0, true),
+        ] {
+            tx.send(msg).unwrap();
+        }
+        drop(tx);
+        let bar = ProgressBar::hidden();
+        let (w, stats) = writer_loop(writer(&dir), rx, bar.clone(), &LiveJob::new());
+        let stats = stats.unwrap();
+        assert_eq!((stats.items_ok, stats.items_failed), (2, 1));
+        assert_eq!(bar.position(), 3);
+        drop(w);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
