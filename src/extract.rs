@@ -222,11 +222,12 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
                 );
             }
             eprintln!(
-                "sonograph: {} items ok, {} failed ({} done earlier); {:.1} s of audio in {:.1} s ({:.0}× real time); {} rows in {} parts; peak RSS {:.0} MiB",
+                "sonograph: {} items ok, {} failed ({} done earlier); {:.1} s of {} in {:.1} s ({:.0}× real time); {} rows in {} parts; peak RSS {:.0} MiB",
                 r.items_ok,
                 r.items_failed,
                 r.items_resumed,
                 r.audio_seconds,
+                if spec.is_complex() { "IQ" } else { "audio" },
                 r.wall_seconds,
                 r.real_time_factor,
                 r.rows,

@@ -103,6 +103,7 @@ fn sigmf_recordings_folders_and_archives_give_the_complex_stft() {
 
     let o = extract(&rec, &tmp.path("folder"), &["--preset", "iq-power"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains(" s of IQ in "), "{}", stderr(&o));
     let folder = rows(&tmp.path("folder"));
     let ids: Vec<&str> = folder.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(
