@@ -11,7 +11,8 @@
 # crash points and kill -9 in `extract` and extract --vad, failing health probes, GPU faults
 # raising the server's alerts); the CPU-only binary's tests (`--no-default-features`); the
 # model crate with onnxruntime's CUDA provider compiled in (`cuda`: it must refuse clearly
-# where the CUDA library is not loaded).
+# where the CUDA library is not loaded); the Python package (python/test.sh: built with maturin,
+# its results against the CLI's).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,6 +33,7 @@ step() {
 }
 
 step cargo test --workspace --locked --no-fail-fast
+step bash python/test.sh
 step cargo test --locked --no-fail-fast -p sonograph-gpu --features failpoints --test faults
 step cargo test --locked --no-fail-fast -p sonograph-model --features failpoints --test faults
 step cargo test --locked -p sonograph --features failpoints --test extract killed_at_random

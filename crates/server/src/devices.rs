@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sonograph_gpu::{DeviceInfo, DeviceRegistry, DeviceRequest, DeviceSet, ProbePolicy};
+use sonograph_gpu::{DeviceInfo, DeviceRegistry};
 use sonograph_pipeline::telemetry::{DeviceProbe, DeviceReading};
 
 use crate::jobs::Plan;
@@ -56,32 +56,16 @@ impl Devices {
     /// Opens the devices of a job's plan (a device named outright that cannot open is the
     /// job's failure, with the reason).
     pub fn open(&self, plan: &Plan) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String> {
-        let request: DeviceRequest = plan.device.parse().map_err(|e| format!("device: {e}"))?;
-        let set = DeviceSet::resolve(&request, &self.disabled, ProbePolicy::default())
-            .map_err(|e| format!("device {}: {e}", plan.device))?;
-        for note in set.notes() {
+        let (executors, ids, notes) = plan.open(&self.disabled)?;
+        for note in notes {
             tracing::warn!("{note}");
         }
-        let opened = set
-            .open(&plan.config.spec, &plan.options)
-            .map_err(|e| format!("device {}: {e}", plan.device))?;
-        for note in &opened.notes {
-            tracing::warn!("{note}");
-        }
-        let ids: Vec<String> = set
-            .chosen()
-            .iter()
-            .map(|c| match c.device {
-                sonograph_gpu::Selected::Cpu => "cpu".to_string(),
-                sonograph_gpu::Selected::Gpu(i) => format!("gpu:{i}"),
-            })
-            .collect();
         let mut registry = self.lock();
         for id in &ids {
             registry.mark_busy(id);
         }
         *self.busy.lock().unwrap_or_else(|e| e.into_inner()) = ids;
-        Ok(opened.executors)
+        Ok(executors)
     }
 
     /// The job has ended: its devices are available again (a device that failed meanwhile

@@ -84,6 +84,43 @@ pub struct Plan {
     pub options: sonograph_gpu::OpenOptions,
 }
 
+/// A plan's devices, opened: an executor per device, the devices' ids (`cpu`, `gpu:N`), and
+/// what the selection has to say (a device that failed its probe, a fallback).
+pub type OpenedDevices = (
+    Vec<Box<dyn sonograph_dsp::Extractor>>,
+    Vec<String>,
+    Vec<String>,
+);
+
+impl Plan {
+    /// Opens the plan's devices, leaving out `disabled` ones (a device named outright that
+    /// cannot open is the job's failure, with the reason).
+    pub fn open(&self, disabled: &[String]) -> Result<OpenedDevices, String> {
+        use sonograph_gpu::{DeviceRequest, DeviceSet, ProbePolicy, Selected};
+        let request: DeviceRequest = self.device.parse().map_err(|e| format!("device: {e}"))?;
+        let set = DeviceSet::resolve(&request, disabled, ProbePolicy::default())
+            .map_err(|e| format!("device {}: {e}", self.device))?;
+        let opened = set
+            .open(&self.config.spec, &self.options)
+            .map_err(|e| format!("device {}: {e}", self.device))?;
+        let ids = set
+            .chosen()
+            .iter()
+            .map(|c| match c.device {
+                Selected::Cpu => "cpu".to_string(),
+                Selected::Gpu(i) => format!("gpu:{i}"),
+            })
+            .collect();
+        let notes = set
+            .notes()
+            .iter()
+            .chain(&opened.notes)
+            .map(|n| n.to_string())
+            .collect();
+        Ok((opened.executors, ids, notes))
+    }
+}
+
 impl JobRequest {
     /// The job's configuration, checked as `extract` checks its flags (the paths are checked
     /// by [`resolve_under`]).

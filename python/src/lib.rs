@@ -1,0 +1,257 @@
+//! `import sonograph`: the features of arrays and files, exactly as the CLI computes them, and
+//! `extract` jobs (the same job as `sonograph extract` and the server's jobs API, with the same
+//! options by name). Computation runs with the GIL released; errors are `ValueError`s that say
+//! what was wrong, in one line.
+
+use std::path::{Path, PathBuf};
+
+use numpy::{AllowTypeChange, IntoPyArray, PyArray2, PyArrayLike1, PyArrayMethods};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use sonograph_dsp::{CpuExtractor, FeatureSpec, Precision};
+use sonograph_io::resample::StreamResampler;
+use sonograph_server::JobRequest;
+
+fn value_error(e: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// A Python object as JSON, through Python's own `json` (numbers, strings, lists, dicts).
+fn to_json(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<serde_json::Value> {
+    let text: String = py
+        .import("json")?
+        .call_method1("dumps", (value,))?
+        .extract()?;
+    serde_json::from_str(&text).map_err(value_error)
+}
+
+fn from_json<'py>(py: Python<'py>, value: &str) -> PyResult<Bound<'py, PyAny>> {
+    py.import("json")?.call_method1("loads", (value,))
+}
+
+/// The spec: a preset by name, or a spec as `preset()` returns it; Whisper's when neither.
+fn spec_of(
+    py: Python<'_>,
+    preset: Option<&str>,
+    spec: Option<&Bound<'_, PyAny>>,
+) -> PyResult<FeatureSpec> {
+    let spec = match (preset, spec) {
+        (Some(_), Some(_)) => return Err(value_error("give preset or spec, not both")),
+        (Some(name), None) => FeatureSpec::preset(name).map_err(value_error)?,
+        (None, Some(s)) => {
+            let json = to_json(py, s)?.to_string();
+            FeatureSpec::from_json(&json).map_err(|e| value_error(format!("spec: {e}")))?
+        }
+        (None, None) => FeatureSpec::preset("whisper").map_err(value_error)?,
+    };
+    spec.validate()
+        .map_err(|e| value_error(format!("spec: {e}")))?;
+    if spec.is_complex() {
+        return Err(value_error(
+            "an IQ spec takes complex recordings, not audio: run extract on them",
+        ));
+    }
+    Ok(spec)
+}
+
+fn precision_of(name: &str, spec: &FeatureSpec) -> PyResult<Precision> {
+    match name {
+        "auto" => Ok(spec.default_precision()),
+        "f32" => Ok(Precision::F32),
+        "f64" => Ok(Precision::F64),
+        other => Err(value_error(format!(
+            "precision {other:?}: auto, f32 or f64"
+        ))),
+    }
+}
+
+/// The features of `samples` (at the spec's rate) as rows of `spec.n_bins()` values.
+fn compute(spec: &FeatureSpec, precision: Precision, samples: &[f32]) -> Result<Vec<f32>, String> {
+    let mut extractor = CpuExtractor::with_precision(spec, precision).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    extractor
+        .extract(samples, &mut out)
+        .map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+fn to_array<'py>(
+    py: Python<'py>,
+    rows: Vec<f32>,
+    bins: usize,
+) -> PyResult<Bound<'py, PyArray2<f32>>> {
+    let frames = rows.len() / bins;
+    rows.into_pyarray(py).reshape([frames, bins])
+}
+
+/// The names of the presets, in the order `sonograph presets` lists them.
+#[pyfunction]
+fn presets() -> Vec<&'static str> {
+    FeatureSpec::presets().iter().map(|p| p.name).collect()
+}
+
+/// A preset's spec as a dict (every parameter explicit); `features(..., spec=...)` takes it
+/// back, changed or not.
+#[pyfunction]
+fn preset<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    let spec = FeatureSpec::preset(name).map_err(value_error)?;
+    from_json(py, &spec.to_json())
+}
+
+/// The features of mono audio `samples` (any real dtype, converted to float32) at
+/// `sample_rate` Hz, as a float32 array [frames, bins]: what `sonograph features` writes for
+/// the same samples. Audio at another rate than the spec's is resampled as the CLI resamples
+/// decoded files.
+#[pyfunction]
+#[pyo3(signature = (samples, sample_rate, preset=None, *, spec=None, precision="auto"))]
+fn features<'py>(
+    py: Python<'py>,
+    samples: &Bound<'py, PyAny>,
+    sample_rate: u32,
+    preset: Option<&str>,
+    spec: Option<Bound<'py, PyAny>>,
+    precision: &str,
+) -> PyResult<Bound<'py, PyArray2<f32>>> {
+    let spec = spec_of(py, preset, spec.as_ref())?;
+    let precision = precision_of(precision, &spec)?;
+    let samples = samples
+        .extract::<PyArrayLike1<'py, f32, AllowTypeChange>>()
+        .map_err(|_| {
+            let shape = samples
+                .getattr("shape")
+                .map_or_else(|_| "no array".to_string(), |s| s.to_string());
+            value_error(format!(
+                "samples: one channel of audio, a 1-D array of numbers; got shape {shape}"
+            ))
+        })?
+        .as_array()
+        .to_vec();
+    let target = spec.sample_rate;
+    let spec_for_thread = spec.clone();
+    let rows = py
+        .detach(move || {
+            let samples = if sample_rate == target {
+                samples
+            } else {
+                let mut r = StreamResampler::new(sample_rate, target)
+                    .map_err(|e| format!("sample_rate {sample_rate}: {e}"))?;
+                let mut out = Vec::with_capacity(
+                    (samples.len() as f64 * f64::from(target) / f64::from(sample_rate)) as usize
+                        + 1,
+                );
+                r.process(&samples, &mut out);
+                r.finish(&mut out);
+                out
+            };
+            compute(&spec_for_thread, precision, &samples)
+        })
+        .map_err(value_error)?;
+    to_array(py, rows, spec.n_bins())
+}
+
+/// The features of an audio file (decoded, channels mixed to mono, resampled to the spec's
+/// rate), as a float32 array [frames, bins]: what `sonograph features FILE` writes.
+#[pyfunction]
+#[pyo3(signature = (path, preset=None, *, spec=None, precision="auto"))]
+fn load<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    preset: Option<&str>,
+    spec: Option<Bound<'py, PyAny>>,
+    precision: &str,
+) -> PyResult<Bound<'py, PyArray2<f32>>> {
+    let spec = spec_of(py, preset, spec.as_ref())?;
+    let precision = precision_of(precision, &spec)?;
+    let spec_for_thread = spec.clone();
+    let rows = py
+        .detach(move || {
+            let named = |e: String| named_error(&path, e);
+            let samples =
+                sonograph_io::decode_mono(&path, &Default::default(), spec_for_thread.sample_rate)
+                    .map_err(|e| named(e.to_string()))?;
+            compute(&spec_for_thread, precision, &samples).map_err(named)
+        })
+        .map_err(value_error)?;
+    to_array(py, rows, spec.n_bins())
+}
+
+/// `reason`, starting with the file's name unless it does already.
+fn named_error(path: &Path, reason: String) -> String {
+    let name = path.display().to_string();
+    if reason.contains(&name) {
+        reason
+    } else {
+        format!("{name}: {reason}")
+    }
+}
+
+/// Runs an extract job: `source` (a folder, a manifest, a SigMF recording) to sharded Parquet
+/// parts in `out`, resumable, on `device` ("auto" by default, as the CLI). The options are
+/// `extract`'s by their flag names with underscores (`preset`, `spec`, `precision`, `workers`,
+/// `batch_items`, `max_seconds`, `shard_index`, `shard_count`, `dtype`, `part_mb`, `model`,
+/// `model_device`, `vad`, ...; the server's jobs API takes the same). Returns the job's report
+/// (report.json) as a dict; a job that ran with failed items returns normally, its failures
+/// in the report; a job found complete returns the report of the run that completed it.
+#[pyfunction]
+#[pyo3(signature = (source, out, **options))]
+fn extract<'py>(
+    py: Python<'py>,
+    source: PathBuf,
+    out: PathBuf,
+    options: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut request = serde_json::Map::new();
+    for (key, value) in options.into_iter().flat_map(|o| o.iter()) {
+        let key: String = key.extract()?;
+        request.insert(key.replace('_', "-"), to_json(py, &value)?);
+    }
+    let path = |p: &Path| serde_json::Value::String(p.to_string_lossy().into_owned());
+    request.insert("source".into(), path(&source));
+    request.insert("out".into(), path(&out));
+    let request: JobRequest = serde_json::from_value(serde_json::Value::Object(request))
+        .map_err(|e| value_error(python_names(&e.to_string())))?;
+    let plan = request.plan("auto").map_err(value_error)?;
+    let disabled: Vec<String> = std::env::var("SONOGRAPH_DISABLE_DEVICES")
+        .map(|list| list.split(',').map(|id| id.trim().to_string()).collect())
+        .unwrap_or_default();
+    let report = py.detach(move || {
+        let (devices, _, notes) = plan.open(&disabled).map_err(value_error)?;
+        for note in notes {
+            eprintln!("sonograph: warning: {note}");
+        }
+        let outcome = sonograph_pipeline::run(&plan.config, devices).map_err(|e| {
+            if e.is_usage() {
+                value_error(e.to_string())
+            } else {
+                PyRuntimeError::new_err(e.to_string())
+            }
+        })?;
+        serde_json::to_string(outcome.report()).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    })?;
+    from_json(py, &report)
+}
+
+/// `text` with the option names between backticks as Python spells them (`batch_items`, not
+/// `batch-items`); nothing else in it changes.
+fn python_names(text: &str) -> String {
+    text.split('`')
+        .enumerate()
+        .map(|(i, part)| match i % 2 {
+            1 => part.replace('-', "_"),
+            _ => part.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("`")
+}
+
+#[pymodule]
+fn sonograph(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(presets, m)?)?;
+    m.add_function(wrap_pyfunction!(preset, m)?)?;
+    m.add_function(wrap_pyfunction!(features, m)?)?;
+    m.add_function(wrap_pyfunction!(load, m)?)?;
+    m.add_function(wrap_pyfunction!(extract, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The Python package's tests (a step of scripts/test.sh): builds the wheel with maturin (the dev
+# profile, so the workspace's test build is reused), installs it into python3, and runs
+# python/tests with pytest against the CLI built beside it. Prints a cargo-style
+# "test result:" line for scripts/test.sh's totals. Without maturin, numpy or pytest it skips,
+# saying so (recorded in $SONOGRAPH_SKIP_LOG); under SONOGRAPH_REQUIRE_PYTHON=1 (CI) it fails.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+missing=()
+for module in maturin numpy pytest; do
+  "$python" -c "import $module" 2>/dev/null || missing+=("$module")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  why="python/tests: $python lacks ${missing[*]} (pip install -r python/requirements-test.txt)"
+  if [ "${SONOGRAPH_REQUIRE_PYTHON:-}" = 1 ]; then
+    echo "FAILED: $why, and SONOGRAPH_REQUIRE_PYTHON=1"
+    exit 1
+  fi
+  echo "SKIPPED: $why"
+  [ -n "${SONOGRAPH_SKIP_LOG:-}" ] && echo "$why" >>"$SONOGRAPH_SKIP_LOG"
+  exit 0
+fi
+cargo build --locked --bin sonograph || exit 1
+wheels=target/python-wheels
+rm -rf "$wheels"
+(cd python && "$python" -m maturin build --locked --profile dev --out "../$wheels") || exit 1
+"$python" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps \
+  "$wheels"/sonograph-*.whl || exit 1
+report=$(mktemp)
+SONOGRAPH_BIN=$PWD/target/debug/sonograph "$python" -m pytest -q -p no:cacheprovider \
+  --junitxml="$report" python/tests
+status=$?
+# The totals as cargo prints them, from pytest's own report.
+"$python" - "$report" <<'PY'
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+suite = root if root.tag == "testsuite" else root.find("testsuite")
+tests, failures, errors, skipped = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+passed = tests - failures - errors - skipped
+print(f"test result: {'ok' if failures + errors == 0 else 'FAILED'}. {passed} passed; "
+      f"{failures + errors} failed; {skipped} ignored; 0 measured; 0 filtered out")
+PY
+rm -f "$report"
+exit $status
