@@ -3,6 +3,8 @@
 //! options by name). Computation runs with the GIL released; errors are `ValueError`s that say
 //! what was wrong, in one line.
 
+mod loader;
+
 use std::path::{Path, PathBuf};
 
 use numpy::{AllowTypeChange, IntoPyArray, PyArray2, PyArrayLike1, PyArrayMethods};
@@ -13,7 +15,7 @@ use sonograph_dsp::{CpuExtractor, FeatureSpec, Precision};
 use sonograph_io::resample::StreamResampler;
 use sonograph_server::JobRequest;
 
-fn value_error(e: impl std::fmt::Display) -> PyErr {
+pub(crate) fn value_error(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
@@ -31,7 +33,7 @@ fn from_json<'py>(py: Python<'py>, value: &str) -> PyResult<Bound<'py, PyAny>> {
 }
 
 /// The spec: a preset by name, or a spec as `preset()` returns it; Whisper's when neither.
-fn spec_of(
+pub(crate) fn spec_of(
     py: Python<'_>,
     preset: Option<&str>,
     spec: Option<&Bound<'_, PyAny>>,
@@ -55,7 +57,7 @@ fn spec_of(
     Ok(spec)
 }
 
-fn precision_of(name: &str, spec: &FeatureSpec) -> PyResult<Precision> {
+pub(crate) fn precision_of(name: &str, spec: &FeatureSpec) -> PyResult<Precision> {
     match name {
         "auto" => Ok(spec.default_precision()),
         "f32" => Ok(Precision::F32),
@@ -176,8 +178,34 @@ fn load<'py>(
     to_array(py, rows, spec.n_bins())
 }
 
+/// An audio file's samples as sonograph decodes them for its features: channels mixed to mono,
+/// resampled to `sample_rate`, from `offset` seconds for `duration` seconds (to the end when
+/// `None`), as float32.
+#[pyfunction]
+#[pyo3(signature = (path, sample_rate=16000, *, offset=0.0, duration=None))]
+fn decode(
+    py: Python<'_>,
+    path: PathBuf,
+    sample_rate: u32,
+    offset: f64,
+    duration: Option<f64>,
+) -> PyResult<Bound<'_, numpy::PyArray1<f32>>> {
+    let opts = sonograph_io::decode::DecodeOptions {
+        offset_s: offset,
+        duration_s: duration,
+        ..Default::default()
+    };
+    let samples = py
+        .detach(|| {
+            sonograph_io::decode_mono(&path, &opts, sample_rate)
+                .map_err(|e| named_error(&path, e.to_string()))
+        })
+        .map_err(value_error)?;
+    Ok(samples.into_pyarray(py))
+}
+
 /// `reason`, starting with the file's name unless it does already.
-fn named_error(path: &Path, reason: String) -> String {
+pub(crate) fn named_error(path: &Path, reason: String) -> String {
     let name = path.display().to_string();
     if reason.contains(&name) {
         reason
@@ -252,6 +280,8 @@ fn sonograph(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(preset, m)?)?;
     m.add_function(wrap_pyfunction!(features, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
+    m.add_function(wrap_pyfunction!(decode, m)?)?;
     m.add_function(wrap_pyfunction!(extract, m)?)?;
+    m.add_class::<loader::Loader>()?;
     Ok(())
 }

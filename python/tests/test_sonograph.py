@@ -50,6 +50,11 @@ def test_features_of_an_array_equal_those_of_its_file(name):
     for dtype in (np.float32, np.float64):
         got = sonograph.features(samples.astype(dtype), rate, "whisper")
         assert np.array_equal(got, sonograph.load(DATA / name, "whisper")), (name, dtype)
+    # decode gives the samples the features are computed from.
+    assert np.array_equal(sonograph.decode(DATA / name, rate), samples)
+    decoded = sonograph.decode(DATA / name, 16000)
+    assert np.array_equal(sonograph.features(decoded, 16000, "whisper"),
+                          sonograph.load(DATA / name, "whisper"))
 
 
 def test_a_spec_dict_is_a_preset_changed_or_not():
@@ -143,3 +148,75 @@ def test_the_gil_is_released_while_features_are_computed():
     t.join()
     # Ten minutes of audio take well over the ticker's 1 ms period; a held GIL would freeze it.
     assert during > 5, during
+
+
+def test_loader_batches_every_item_in_order_with_what_load_gives(tmp_path):
+    names = sorted(p.name for p in DATA.iterdir() if p.suffix in (".wav", ".flac", ".mp3", ".ogg"))
+    loader = sonograph.Loader(DATA, "nemo", batch_size=4, workers=3, prefetch=2)
+    assert len(loader) == len(names)
+    seen = []
+    for ids, feats, lengths in loader:
+        assert feats.dtype == np.float32 and feats.shape[0] == len(ids) <= 4
+        assert feats.shape[1] == lengths.max() and feats.shape[2] == 80
+        for k, item in enumerate(ids):
+            want = sonograph.load(DATA / item, "nemo")
+            assert lengths[k] == len(want)
+            assert np.array_equal(feats[k, : lengths[k]], want), item
+            assert not feats[k, lengths[k]:].any(), "padding is zeros"
+        seen += ids
+    assert seen == names and loader.failures == []
+
+
+def test_loader_shuffles_by_seed_and_lists_failures(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("speech_16000_mono_s16.wav", "speech_8000_mono_s16.wav", "sample.flac"):
+        (corpus / name).write_bytes((DATA / name).read_bytes())
+    (corpus / "broken.wav").write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt junk")
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(
+        '{"audio_filepath": "corpus/sample.flac", "offset": 1.0, "duration": 2.0}\n'
+        '{"audio_filepath": "corpus/missing.wav"}\n')
+
+    def order(seed):
+        loader = sonograph.Loader(corpus, batch_size=2, shuffle=True, seed=seed, workers=2)
+        return [i for ids, _, _ in loader for i in ids], loader.failures
+
+    first, failures = order(7)
+    assert order(7) == (first, failures)
+    assert sorted(first) == ["sample.flac", "speech_16000_mono_s16.wav", "speech_8000_mono_s16.wav"]
+    assert [f[0] for f in failures] == ["broken.wav"] and "broken.wav" in failures[0][1]
+    assert {tuple(order(s)[0]) for s in range(8)} != {tuple(first)}, "seeds change the order"
+
+    # A manifest's offsets and durations cut the item, as extract cuts it.
+    loader = sonograph.Loader(manifest, "whisper", batch_size=8)
+    (ids, feats, lengths), = list(loader)
+    assert ids == ["corpus/sample.flac@1"], ids
+    cut = sonograph.decode(corpus / "sample.flac", 16000, offset=1.0, duration=2.0)
+    assert len(cut) == 32000
+    assert np.array_equal(feats[0], sonograph.features(cut, 16000, "whisper"))
+    assert lengths[0] == 200, lengths  # 2 s at Whisper's 100 frames a second
+    assert [f[0] for f in loader.failures] == ["corpus/missing.wav"], loader.failures
+
+    with pytest.raises(ValueError):
+        sonograph.Loader(corpus, batch_size=0)
+    with pytest.raises(ValueError) as e:
+        sonograph.Loader(tmp_path / "nowhere")
+    assert "nowhere" in str(e.value)
+
+
+def test_a_loader_left_early_stops_its_workers_at_once(tmp_path):
+    import time
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    samples = np.random.default_rng(3).standard_normal(16000 * 60).astype(np.float32)
+    with wave.open(str(corpus / "000.wav"), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
+        w.writeframes((np.clip(samples * 0.1, -1, 1) * 32767).astype("<i2").tobytes())
+    for k in range(1, 300):
+        os.link(corpus / "000.wav", corpus / f"{k:03d}.wav")
+    loader = sonograph.Loader(corpus, "whisper", batch_size=1, workers=1, prefetch=300)
+    next(iter(loader))
+    start = time.monotonic()
+    del loader  # five hours of audio are handed to the worker: it must not compute them all
+    assert time.monotonic() - start < 0.5
