@@ -439,7 +439,7 @@ def main():
                      f"{'64 (default)' if mb is None else mb} | "
                      f"{rr['rows']} / {rr['parts']} | {lr['wall_s']:.1f} | "
                      f"{rr['real_time_factor']:,.0f} | {rss} | {rr['peak_rss_mb']:.0f} |")
-    lines += ["", "Parts are written as they fill, in row groups of about 8 MiB of features, so "
+    lines += ["", "Parts are written as they fill, in row groups of about 2 MiB of features, so "
               "the peak should depend neither on the file's length nor on `--part-mb`."]
 
     def rss_of(h, mb=None):

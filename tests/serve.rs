@@ -572,7 +572,7 @@ fn jobs_run_a_model_over_speech_segments_as_extract_does() {
     refused(
         json!({"model": m, "model-batch": 0}),
         400,
-        "model-batch must be at least 1",
+        "model-batch must be 1 to 4096",
     );
     refused(
         json!({"model": m, "model-device": "tpu"}),
@@ -580,6 +580,17 @@ fn jobs_run_a_model_over_speech_segments_as_extract_does() {
         "model-device",
     );
     refused(json!({"model-batch": 4}), 400, "need a model");
+    // Sizes that would allocate without bound are refused, not tried.
+    refused(
+        json!({"model": m, "model-batch": 1_000_000_000_000u64}),
+        400,
+        "model-batch must be 1 to 4096",
+    );
+    refused(
+        json!({"prefetch": 1_000_000, "batch-items": 1_000_000}),
+        400,
+        "at most 65536",
+    );
     refused(json!({"threshold": 0.4}), 400, "need \\\"vad\\\": true");
     refused(
         json!({"vad": true, "max-seconds": 20, "max-speech-s": 30}),

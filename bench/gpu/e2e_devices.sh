@@ -45,6 +45,7 @@ for k in range(n):
     total += t.size / sr
 print(f"corpus: {n} WAVs ({min(n, 1000)} distinct), {total:.0f} audio-s")
 PY
+[ $? -eq 0 ] || { echo "the corpus could not be made"; exit 1; }
 for rep in $(seq 1 "$repeats"); do
   for device in cpu gpu all; do
     dest=/dev/shm/e2e-out-$device
@@ -60,6 +61,7 @@ print(f"run {sys.argv[3]} --device {sys.argv[2]}: {r['items_ok']} ok, {r['items_
       f"{r['items_ok'] / r['wall_seconds']:,.0f} items/s, cores {r['core_utilisation']:.2f}, "
       f"peak RSS {r['peak_rss_mb']:.0f} MiB; {devices}")
 PY
+    rm -rf "$dest"
   done
 done
 rm -rf /dev/shm/e2e-*

@@ -19,13 +19,22 @@ pub(crate) fn value_error(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
-/// A Python object as JSON, through Python's own `json` (numbers, strings, lists, dicts).
-fn to_json(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<serde_json::Value> {
+/// A Python object as JSON, through Python's own `json` (numbers, strings, lists, dicts;
+/// paths as strings; numpy scalars as numbers), or a `ValueError` naming `what`.
+fn to_json(py: Python<'_>, what: &str, value: &Bound<'_, PyAny>) -> PyResult<serde_json::Value> {
+    let value = match value.call_method0("item") {
+        Ok(plain) if value.hasattr("dtype")? => plain, // a numpy scalar
+        _ => value.clone(),
+    };
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("default", py.import("os")?.getattr("fspath")?)?;
+    kwargs.set_item("allow_nan", false)?;
     let text: String = py
         .import("json")?
-        .call_method1("dumps", (value,))?
+        .call_method("dumps", (value,), Some(&kwargs))
+        .map_err(|e| value_error(format!("{what}: {}", e.value(py))))?
         .extract()?;
-    serde_json::from_str(&text).map_err(value_error)
+    serde_json::from_str(&text).map_err(|e| value_error(format!("{what}: {e}")))
 }
 
 fn from_json<'py>(py: Python<'py>, value: &str) -> PyResult<Bound<'py, PyAny>> {
@@ -42,7 +51,7 @@ pub(crate) fn spec_of(
         (Some(_), Some(_)) => return Err(value_error("give preset or spec, not both")),
         (Some(name), None) => FeatureSpec::preset(name).map_err(value_error)?,
         (None, Some(s)) => {
-            let json = to_json(py, s)?.to_string();
+            let json = to_json(py, "spec", s)?.to_string();
             FeatureSpec::from_json(&json).map_err(|e| value_error(format!("spec: {e}")))?
         }
         (None, None) => FeatureSpec::preset("whisper").map_err(value_error)?,
@@ -117,6 +126,21 @@ fn features<'py>(
 ) -> PyResult<Bound<'py, PyArray2<f32>>> {
     let spec = spec_of(py, preset, spec.as_ref())?;
     let precision = precision_of(precision, &spec)?;
+    let limits = sonograph_io::decode::Limits::default();
+    if !(1000..=limits.max_sample_rate).contains(&sample_rate) {
+        return Err(value_error(format!(
+            "sample_rate {sample_rate}: from 1000 to {} Hz",
+            limits.max_sample_rate
+        )));
+    }
+    if let Ok(kind) = samples.getattr("dtype").and_then(|d| d.getattr("kind")) {
+        if matches!(kind.extract::<String>()?.as_str(), "i" | "u" | "b") {
+            return Err(value_error(format!(
+                "samples of dtype {}: give floats in [-1, 1] (PCM / 32768 for int16)",
+                samples.getattr("dtype")?
+            )));
+        }
+    }
     let samples = samples
         .extract::<PyArrayLike1<'py, f32, AllowTypeChange>>()
         .map_err(|_| {
@@ -232,37 +256,68 @@ fn extract<'py>(
     let mut request = serde_json::Map::new();
     for (key, value) in options.into_iter().flat_map(|o| o.iter()) {
         let key: String = key.extract()?;
-        request.insert(key.replace('_', "-"), to_json(py, &value)?);
+        let json = to_json(py, &key, &value)?;
+        request.insert(key.replace('_', "-"), json);
     }
-    let path = |p: &Path| serde_json::Value::String(p.to_string_lossy().into_owned());
-    request.insert("source".into(), path(&source));
-    request.insert("out".into(), path(&out));
-    let request: JobRequest = serde_json::from_value(serde_json::Value::Object(request))
-        .map_err(|e| value_error(python_names(&e.to_string())))?;
+    // Placeholders, replaced below by the paths as given (which may not be UTF-8).
+    request.insert("source".into(), ".".into());
+    request.insert("out".into(), ".".into());
+    let mut request: JobRequest =
+        serde_path_to_error::deserialize(serde_json::Value::Object(request)).map_err(|e| {
+            let option = e.path().to_string().replace('-', "_");
+            let reason = python_names(&e.inner().to_string());
+            match option.as_str() {
+                "." => value_error(reason),
+                _ => value_error(format!("{option}: {reason}")),
+            }
+        })?;
+    request.source = source;
+    request.out = out;
     let plan = request.plan("auto").map_err(value_error)?;
     let disabled: Vec<String> = std::env::var("SONOGRAPH_DISABLE_DEVICES")
         .map(|list| list.split(',').map(|id| id.trim().to_string()).collect())
         .unwrap_or_default();
-    let report = py.detach(move || {
-        let (devices, _, notes) = plan.open(&disabled).map_err(value_error)?;
-        for note in notes {
-            eprintln!("sonograph: warning: {note}");
-        }
-        let outcome = sonograph_pipeline::run(&plan.config, devices).map_err(|e| {
-            if e.is_usage() {
-                value_error(e.to_string())
-            } else {
-                PyRuntimeError::new_err(e.to_string())
+    // The job runs on its own thread; this one checks for Ctrl-C every tenth of a second and
+    // then cancels the job at its next batch boundary (its output resumable, as a server's).
+    let live = sonograph_pipeline::LiveJob::new();
+    let job_live = live.clone();
+    let job = std::thread::Builder::new()
+        .name("sonograph-extract".into())
+        .spawn(move || -> Result<String, (bool, String)> {
+            let (devices, _, notes) = plan.open(&disabled).map_err(|e| (true, e))?;
+            for note in notes {
+                eprintln!("sonograph: warning: {note}");
             }
-        })?;
-        serde_json::to_string(outcome.report()).map_err(|e| PyRuntimeError::new_err(e.to_string()))
-    })?;
+            let outcome =
+                sonograph_pipeline::run_live(&plan.config, devices, Default::default(), job_live)
+                    .map_err(|e| (e.is_usage(), e.to_string()))?;
+            serde_json::to_string(outcome.report()).map_err(|e| (false, e.to_string()))
+        })
+        .map_err(value_error)?;
+    while !job.is_finished() {
+        py.detach(|| std::thread::sleep(std::time::Duration::from_millis(100)));
+        if let Err(interrupt) = py.check_signals() {
+            live.cancel();
+            let _ = py.detach(|| job.join());
+            return Err(interrupt);
+        }
+    }
+    let report = match job.join() {
+        Ok(Ok(report)) => report,
+        Ok(Err((true, usage))) => return Err(value_error(usage)),
+        Ok(Err((false, failure))) => return Err(PyRuntimeError::new_err(failure)),
+        Err(_) => return Err(PyRuntimeError::new_err("internal error: the job panicked")),
+    };
     from_json(py, &report)
 }
 
-/// `text` with the option names between backticks as Python spells them (`batch_items`, not
-/// `batch-items`); nothing else in it changes.
+/// serde's "unknown field" message with the option names between backticks as Python spells
+/// them (`batch_items`, not `batch-items`); any other message as it is (its backticks may
+/// quote a value).
 fn python_names(text: &str) -> String {
+    if !text.starts_with("unknown field") {
+        return text.to_string();
+    }
     text.split('`')
         .enumerate()
         .map(|(i, part)| match i % 2 {

@@ -196,9 +196,18 @@ impl Loader {
     fn wait_for(&mut self, py: Python<'_>, index: usize) -> PyResult<Features> {
         loop {
             let done = &self.done;
-            let (i, features) = py
-                .detach(|| done.recv())
-                .map_err(|_| value_error("the loader's workers stopped"))?;
+            // Back every tenth of a second for Ctrl-C (KeyboardInterrupt) while waiting.
+            let received = py.detach(|| done.recv_timeout(std::time::Duration::from_millis(100)));
+            let (i, features) = match received {
+                Ok(r) => r,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    py.check_signals()?;
+                    continue;
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    return Err(value_error("the loader's workers stopped"));
+                }
+            };
             if i == index {
                 return Ok(features);
             }
@@ -251,7 +260,13 @@ fn worker(
         let features = match (&order[index].1, &mut extractor) {
             (Err(reason), _) => Err(reason.clone()),
             (Ok(_), Err(why)) => Err(why.clone()),
-            (Ok(item), Ok(extractor)) => features_of(item, spec.sample_rate, extractor),
+            (Ok(item), Ok(extractor)) => {
+                // A panic fails the item, never the loader: its consumer would wait forever.
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    features_of(item, spec.sample_rate, extractor)
+                }))
+                .unwrap_or_else(|_| Err(format!("internal error while reading {}", item.id)))
+            }
         };
         if finished.send((index, features)).is_err() {
             return;

@@ -84,6 +84,8 @@ def test_bad_input_is_one_clear_value_error(tmp_path):
         (lambda: sonograph.features(ok, 16000, "nemo", spec={}), "not both"),
         (lambda: sonograph.features(ok, 16000, precision="f16"), "f16"),
         (lambda: sonograph.features(ok, 16000, "iq-power"), "IQ"),
+        (lambda: sonograph.features(np.zeros(16000, np.int16), 16000), "int16"),
+        (lambda: sonograph.features(ok, 999_999_937), "sample_rate 999999937"),
         (lambda: sonograph.load(tmp_path / "missing.wav"), "missing.wav"),
         (lambda: sonograph.load(broken), "broken.wav"),
     ]
@@ -96,7 +98,8 @@ def test_bad_input_is_one_clear_value_error(tmp_path):
 
 def test_extract_runs_the_clis_job_and_resumes(tmp_path):
     out = tmp_path / "out"
-    report = sonograph.extract(DATA, out, preset="whisper", device="cpu", batch_items=4)
+    # A numpy scalar is an option's value like a Python number.
+    report = sonograph.extract(DATA, out, preset="whisper", device="cpu", batch_items=np.int64(4))
     assert (report["items_ok"], report["items_failed"], report["items_resumed"]) == (13, 0, 0)
     assert report["rows"] == 13 and report["parts"] >= 1
     parts = {p.name: p.stat().st_mtime_ns for p in out.glob("*.parquet")}
@@ -118,7 +121,10 @@ def test_extract_runs_the_clis_job_and_resumes(tmp_path):
 def test_extract_refuses_what_it_would_ignore(tmp_path):
     cases = [
         (dict(bogus=1), "unknown field `bogus`"),
-        (dict(batch_items="four"), "invalid type"),
+        (dict(batch_items="four"), "batch_items: invalid type"),
+        (dict(max_seconds=float("nan")), "max_seconds: "),
+        (dict(preset=object()), "preset: "),
+        (dict(batch_items=10**6, prefetch=10**6), "at most 65536"),
         (dict(model_batch=4), "need a model"),
         (dict(workers=0), "--workers"),
     ]
@@ -220,3 +226,35 @@ def test_a_loader_left_early_stops_its_workers_at_once(tmp_path):
     start = time.monotonic()
     del loader  # five hours of audio are handed to the worker: it must not compute them all
     assert time.monotonic() - start < 0.5
+
+
+def test_ctrl_c_stops_extract_resumably(tmp_path):
+    import signal
+    import sys
+    import time
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    samples = np.random.default_rng(5).standard_normal(16000 * 60).astype(np.float32)
+    with wave.open(str(corpus / "000.wav"), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
+        w.writeframes((np.clip(samples * 0.1, -1, 1) * 32767).astype("<i2").tobytes())
+    for k in range(1, 400):
+        os.link(corpus / "000.wav", corpus / f"{k:03d}.wav")
+    out = tmp_path / "out"
+    script = ("import sonograph, sys\n"
+              "try:\n"
+              f"    sonograph.extract({str(corpus)!r}, {str(out)!r}, device='cpu', workers=1)\n"
+              "except KeyboardInterrupt:\n"
+              "    sys.exit(42)\n")
+    job = subprocess.Popen([sys.executable, "-c", script])
+    ledger = out / "__sonograph"
+    start = time.monotonic()
+    while not any(out.glob("*.parquet")) and time.monotonic() - start < 60:
+        time.sleep(0.05)  # a part is written: the job is well under way
+    job.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    assert job.wait(timeout=30) == 42
+    assert time.monotonic() - sent < 5, "Ctrl-C must stop the job at its next batch"
+    assert ledger.is_dir()
+    report = sonograph.extract(corpus, out, device="cpu")
+    assert report["items_ok"] == 400 and 0 < report["items_resumed"] < 400, report["items_resumed"]

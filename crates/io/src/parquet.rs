@@ -270,14 +270,17 @@ const ZSTD_LEVEL: i32 = 1;
 /// parts grew 0.07 % (zstd works page by page either way).
 const ROW_GROUP_BYTES: usize = 2 << 20;
 
-/// Row groups encoded at once, each on its own thread, at most: one writer thread encoding
+/// Row groups encoded at once by default, each on its own thread: one writer thread encoding
 /// alone held a 16-core job to about one core (6,000 audio-s/s of Whisper features; zstd, byte
 /// splitting and Parquet's levels), so groups are encoded side by side and appended in order.
 /// Each one in flight holds a few times [`ROW_GROUP_BYTES`] (the rows, their Arrow copy, the
 /// list's levels, the pages).
-fn row_groups_in_flight() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+pub fn default_encoders() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_ENCODERS))
 }
+
+/// Encoder threads a part uses at most, whatever the cores.
+pub const MAX_ENCODERS: usize = 8;
 
 /// A row group being encoded: its column chunks, in schema order, when it is done.
 type RowGroupEncoding = JoinHandle<Result<Vec<ArrowColumnChunk>, String>>;
@@ -293,6 +296,8 @@ pub struct PartWriter {
     row_groups: ArrowRowGroupWriterFactory,
     /// Row groups handed to encoder threads and not yet appended, oldest first.
     encoding: VecDeque<RowGroupEncoding>,
+    /// Row groups encoded at once, at most.
+    encoders: usize,
     row_groups_started: usize,
     buffer: Vec<FeatureRow>,
     buffered_bytes: usize,
@@ -322,8 +327,20 @@ pub(crate) fn other_error(path: &Path) -> impl Fn(String) -> WriteError + '_ {
 }
 
 impl PartWriter {
-    /// Starts `path` (as `path.tmp`, replacing any leftover of a crashed run).
+    /// Starts `path` (as `path.tmp`, replacing any leftover of a crashed run), encoding up to
+    /// [`default_encoders`] row groups at once.
     pub fn create(path: &Path, dtype: Dtype, meta: &PartMeta) -> Result<Self, WriteError> {
+        Self::create_with_encoders(path, dtype, meta, default_encoders())
+    }
+
+    /// [`create`](Self::create), encoding up to `encoders` row groups at once (a job gives its
+    /// worker count: a user who keeps a job to a few cores keeps its writer to them too).
+    pub fn create_with_encoders(
+        path: &Path,
+        dtype: Dtype,
+        meta: &PartMeta,
+        encoders: usize,
+    ) -> Result<Self, WriteError> {
         let other = other_error(path);
         let schema = Arc::new(schema(dtype, meta));
         let tmp = part_tmp_path(path);
@@ -368,6 +385,7 @@ impl PartWriter {
             file,
             row_groups,
             encoding: VecDeque::new(),
+            encoders: encoders.clamp(1, MAX_ENCODERS),
             row_groups_started: 0,
             buffer: Vec::new(),
             buffered_bytes: 0,
@@ -390,7 +408,7 @@ impl PartWriter {
     }
 
     /// Hands the buffered rows to an encoder thread, then appends the oldest row groups until
-    /// at most [`row_groups_in_flight`] are being encoded.
+    /// at most `encoders` are being encoded.
     fn write_row_group(&mut self) -> Result<(), WriteError> {
         if self.buffer.is_empty() {
             return Ok(());
@@ -408,7 +426,7 @@ impl PartWriter {
             .spawn(move || encode_row_group(&rows, schema, dtype, writers))
             .map_err(io_error(&self.path))?;
         self.encoding.push_back(encoding);
-        while self.encoding.len() > row_groups_in_flight() {
+        while self.encoding.len() > self.encoders {
             self.append_oldest_row_group()?;
         }
         Ok(())
@@ -586,7 +604,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sonograph-pq-groups-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let values_per_row = 64 * 1024; // 256 KiB a row: eight rows a row group
-        let groups = 3 * row_groups_in_flight() + 2;
+        let groups = 3 * default_encoders() + 2;
         let rows: Vec<FeatureRow> = (0..groups * 8)
             .map(|i| FeatureRow {
                 id: format!("item{i:04}"),

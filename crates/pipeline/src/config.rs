@@ -121,6 +121,18 @@ impl JobConfig {
         if config.prefetch == 0 || config.batch_items == 0 {
             return bad("--prefetch and --batch-items must be at least 1");
         }
+        // Queues are sized from these and allocated whole: a request of the jobs API must not
+        // abort the server with an allocation of petabytes.
+        if config.prefetch.saturating_mul(config.batch_items) > 65_536 {
+            return bad(
+                "--prefetch × --batch-items (the prefetch queue's items) may be at most 65536",
+            );
+        }
+        if let Some(m) = &config.model {
+            if !(1..=4096).contains(&m.batch) || m.threads > 1024 {
+                return bad("--model-batch must be 1 to 4096 and --model-threads at most 1024");
+            }
+        }
         if !(config.chunk_seconds.is_finite()
             && config.max_seconds.is_finite()
             && config.chunk_seconds > 0.0

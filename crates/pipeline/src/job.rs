@@ -174,7 +174,8 @@ fn run_stages(
             model: model_meta,
         },
         config.part_mb << 20,
-    )?;
+    )?
+    .with_encoders(config.workers);
     let bar = progress_bar(config.progress, todo);
     // Opened after the writer's ledger, which created the file and settled its pending parts.
     let ledger_reader = LedgerReader::open(&layout.ledger)?;

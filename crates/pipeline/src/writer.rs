@@ -53,6 +53,8 @@ pub(crate) struct Writer {
     pub dtype: Dtype,
     pub meta: PartMeta,
     pub part_bytes: usize,
+    /// Row groups a part encodes at once (the job's workers, at most 8).
+    encoders: usize,
     pub next_part: u32,
     /// Rows committed by earlier runs of items not done yet: never written twice. (Done
     /// items never come back: the source stage leaves them out.)
@@ -89,6 +91,12 @@ pub(crate) struct WriterStats {
 
 impl Writer {
     #[allow(clippy::too_many_arguments)]
+    /// Parts encode up to `encoders` row groups at once (by default one per core, at most 8).
+    pub fn with_encoders(mut self, encoders: usize) -> Self {
+        self.encoders = encoders;
+        self
+    }
+
     pub fn new(
         parts_dir: PathBuf,
         shard_index: usize,
@@ -106,6 +114,7 @@ impl Writer {
             dtype,
             meta,
             part_bytes,
+            encoders: sonograph_io::parquet::default_encoders(),
             next_part,
             committed,
             pieces: HashMap::new(),
@@ -227,7 +236,8 @@ impl Writer {
         if self.open.is_none() {
             let file = format!("part-{:05}-{:05}.parquet", self.shard_index, self.next_part);
             let path = self.parts_dir.join(&file);
-            let part = PartWriter::create(&path, self.dtype, &self.meta)?;
+            let part =
+                PartWriter::create_with_encoders(&path, self.dtype, &self.meta, self.encoders)?;
             self.open = Some((part, file));
         }
         Ok(&mut self.open.as_mut().expect("opened above").0)

@@ -100,9 +100,15 @@ impl Plan {
         let request: DeviceRequest = self.device.parse().map_err(|e| format!("device: {e}"))?;
         let set = DeviceSet::resolve(&request, disabled, ProbePolicy::default())
             .map_err(|e| format!("device {}: {e}", self.device))?;
-        let opened = set
-            .open(&self.config.spec, &self.options)
-            .map_err(|e| format!("device {}: {e}", self.device))?;
+        // What the selection found (a device that failed its probe) explains a failure to open.
+        let found: Vec<String> = set.notes().iter().map(|n| n.to_string()).collect();
+        let opened = set.open(&self.config.spec, &self.options).map_err(|e| {
+            let mut why = format!("device {}: {e}", self.device);
+            for note in &found {
+                why.push_str(&format!(" ({note})"));
+            }
+            why
+        })?;
         let ids = set
             .chosen()
             .iter()
@@ -212,14 +218,10 @@ impl JobRequest {
         };
         let device = self.model_device.clone().unwrap_or_else(|| "cpu".into());
         ModelDevice::parse(&device).map_err(|e| format!("model-device: {e}"))?;
-        let batch = self.model_batch.unwrap_or(16);
-        if batch == 0 {
-            return Err("model-batch must be at least 1".into());
-        }
         Ok(Some(ModelConfig {
             path: path.clone(),
             device,
-            batch,
+            batch: self.model_batch.unwrap_or(16),
             threads: self.model_threads.unwrap_or(0),
         }))
     }
