@@ -238,7 +238,7 @@ fn a_model_that_does_not_fit_the_features_or_the_device_is_one_clear_error() {
     let source = manifest(&tmp);
     let tdt = repo("crates/model/tests/data/asr/tdt/encoder-model.onnx");
     let tdt = tdt.to_str().unwrap();
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (
             &["--model", tdt, "--preset", "nemo"],
             "takes 128 mel bins, and the spec gives 80 bins: use the preset",
@@ -271,7 +271,18 @@ fn a_model_that_does_not_fit_the_features_or_the_device_is_one_clear_error() {
         ),
         (
             &["--model", tdt, "--preset", "nemo-128", "--model-batch", "0"],
-            "at least 1",
+            "--model-batch must be 1 to 4096",
+        ),
+        (
+            &[
+                "--model",
+                tdt,
+                "--preset",
+                "nemo-128",
+                "--model-batch",
+                "5000",
+            ],
+            "--model-batch must be 1 to 4096",
         ),
         (
             &["--preset", "nemo-128", "--model", "/nonexistent.onnx"],

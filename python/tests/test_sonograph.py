@@ -211,16 +211,22 @@ def test_loader_shuffles_by_seed_and_lists_failures(tmp_path):
     assert "nowhere" in str(e.value)
 
 
-def test_a_loader_left_early_stops_its_workers_at_once(tmp_path):
-    import time
+def minutes_of_noise(tmp_path, files):
+    """A folder of `files` one-minute 16 kHz WAVs of noise (hard links to one file)."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    samples = np.random.default_rng(3).standard_normal(16000 * 60).astype(np.float32)
+    samples = np.random.default_rng(3).standard_normal(16000 * 60) * 0.1
     with wave.open(str(corpus / "000.wav"), "wb") as w:
         w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
-        w.writeframes((np.clip(samples * 0.1, -1, 1) * 32767).astype("<i2").tobytes())
-    for k in range(1, 300):
+        w.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
+    for k in range(1, files):
         os.link(corpus / "000.wav", corpus / f"{k:03d}.wav")
+    return corpus
+
+
+def test_a_loader_left_early_stops_its_workers_at_once(tmp_path):
+    import time
+    corpus = minutes_of_noise(tmp_path, 300)
     loader = sonograph.Loader(corpus, "whisper", batch_size=1, workers=1, prefetch=300)
     next(iter(loader))
     start = time.monotonic()
@@ -232,14 +238,7 @@ def test_ctrl_c_stops_extract_resumably(tmp_path):
     import signal
     import sys
     import time
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    samples = np.random.default_rng(5).standard_normal(16000 * 60).astype(np.float32)
-    with wave.open(str(corpus / "000.wav"), "wb") as w:
-        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
-        w.writeframes((np.clip(samples * 0.1, -1, 1) * 32767).astype("<i2").tobytes())
-    for k in range(1, 400):
-        os.link(corpus / "000.wav", corpus / f"{k:03d}.wav")
+    corpus = minutes_of_noise(tmp_path, 400)
     out = tmp_path / "out"
     script = ("import sonograph, sys\n"
               "try:\n"
