@@ -22,9 +22,13 @@ pub(crate) fn value_error(e: impl std::fmt::Display) -> PyErr {
 /// A Python object as JSON, through Python's own `json` (numbers, strings, lists, dicts;
 /// paths as strings; numpy scalars as numbers), or a `ValueError` naming `what`.
 fn to_json(py: Python<'_>, what: &str, value: &Bound<'_, PyAny>) -> PyResult<serde_json::Value> {
-    let value = match value.call_method0("item") {
-        Ok(plain) if value.hasattr("dtype")? => plain, // a numpy scalar
-        _ => value.clone(),
+    let value = if value.hasattr("dtype")? {
+        // A numpy scalar, as the Python number it holds.
+        value
+            .call_method0("item")
+            .map_err(|e| value_error(format!("{what}: {}", e.value(py))))?
+    } else {
+        value.clone()
     };
     let kwargs = PyDict::new(py);
     kwargs.set_item("default", py.import("os")?.getattr("fspath")?)?;
@@ -126,13 +130,7 @@ fn features<'py>(
 ) -> PyResult<Bound<'py, PyArray2<f32>>> {
     let spec = spec_of(py, preset, spec.as_ref())?;
     let precision = precision_of(precision, &spec)?;
-    let limits = sonograph_io::decode::Limits::default();
-    if !(1000..=limits.max_sample_rate).contains(&sample_rate) {
-        return Err(value_error(format!(
-            "sample_rate {sample_rate}: from 1000 to {} Hz",
-            limits.max_sample_rate
-        )));
-    }
+    check_rate(sample_rate)?;
     if let Ok(kind) = samples.getattr("dtype").and_then(|d| d.getattr("kind")) {
         if matches!(kind.extract::<String>()?.as_str(), "i" | "u" | "b") {
             return Err(value_error(format!(
@@ -214,6 +212,7 @@ fn decode(
     offset: f64,
     duration: Option<f64>,
 ) -> PyResult<Bound<'_, numpy::PyArray1<f32>>> {
+    check_rate(sample_rate)?;
     let opts = sonograph_io::decode::DecodeOptions {
         offset_s: offset,
         duration_s: duration,
@@ -226,6 +225,18 @@ fn decode(
         })
         .map_err(value_error)?;
     Ok(samples.into_pyarray(py))
+}
+
+/// A rate the decoder would take (a resampler to a huge prime rate would not fit in memory).
+fn check_rate(sample_rate: u32) -> PyResult<()> {
+    let most = sonograph_io::decode::Limits::default().max_sample_rate;
+    if (1000..=most).contains(&sample_rate) {
+        Ok(())
+    } else {
+        Err(value_error(format!(
+            "sample_rate {sample_rate}: from 1000 to {most} Hz"
+        )))
+    }
 }
 
 /// `reason`, starting with the file's name unless it does already.

@@ -49,6 +49,8 @@ pub struct Loader {
     done: Receiver<(usize, Features)>,
     /// Items finished out of order, waiting for their turn.
     ready: HashMap<usize, Features>,
+    /// The batch being collected: (id, features).
+    batch: Vec<(String, Vec<f32>)>,
     workers: Vec<JoinHandle<()>>,
     /// Set when the loader goes: the workers leave the items handed to them undone.
     stop: Arc<AtomicBool>,
@@ -116,6 +118,7 @@ impl Loader {
             tickets: Some(tickets),
             done,
             ready: HashMap::new(),
+            batch: Vec::new(),
             workers,
             stop,
             failures: Vec::new(),
@@ -135,9 +138,9 @@ impl Loader {
     }
 
     fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let mut ids = Vec::with_capacity(self.batch_size);
-        let mut rows = Vec::with_capacity(self.batch_size);
-        while ids.len() < self.batch_size && self.next < self.order.len() {
+        // Kept in `self` while collecting: a batch interrupted by Ctrl-C loses no item, the
+        // next call goes on with it.
+        while self.batch.len() < self.batch_size && self.next < self.order.len() {
             let index = self.next;
             let features = match self.ready.remove(&index) {
                 Some(f) => f,
@@ -147,16 +150,15 @@ impl Loader {
             self.hand_out();
             let id = self.order[index].0.clone();
             match features {
-                Ok(r) => {
-                    ids.push(id);
-                    rows.push(r);
-                }
+                Ok(r) => self.batch.push((id, r)),
                 Err(reason) => self.failures.push((id, reason)),
             }
         }
-        if ids.is_empty() || (self.drop_last && ids.len() < self.batch_size) {
+        if self.batch.is_empty() || (self.drop_last && self.batch.len() < self.batch_size) {
             return Err(PyStopIteration::new_err(()));
         }
+        let (ids, rows): (Vec<String>, Vec<Vec<f32>>) =
+            std::mem::take(&mut self.batch).into_iter().unzip();
         let frames: Vec<i64> = rows.iter().map(|r| (r.len() / self.bins) as i64).collect();
         let longest = frames.iter().copied().max().unwrap_or(0) as usize;
         let mut padded = vec![0f32; rows.len() * longest * self.bins];

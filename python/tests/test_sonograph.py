@@ -86,6 +86,7 @@ def test_bad_input_is_one_clear_value_error(tmp_path):
         (lambda: sonograph.features(ok, 16000, "iq-power"), "IQ"),
         (lambda: sonograph.features(np.zeros(16000, np.int16), 16000), "int16"),
         (lambda: sonograph.features(ok, 999_999_937), "sample_rate 999999937"),
+        (lambda: sonograph.decode(DATA / "sample.flac", 10), "sample_rate 10"),
         (lambda: sonograph.load(tmp_path / "missing.wav"), "missing.wav"),
         (lambda: sonograph.load(broken), "broken.wav"),
     ]
