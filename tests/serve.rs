@@ -915,19 +915,22 @@ fn extract_serves_metrics_while_it_runs() {
     let mut job = Server::spawn(cmd, None, " on http://");
     assert_eq!(job.call("GET", "/health", None).0, 200);
     let start = Instant::now();
+    // The item counters are read live and the queues from the telemetry's last sample (every
+    // 0.1 s here): the first items can settle before a sample has seen the job's queues.
     let m = loop {
         let m = scrape(&job.call("GET", "/metrics", None).1);
-        if value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap_or(0.0) > 0.0 {
+        if value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap_or(0.0) > 0.0
+            && value_of(&m, "sonograph_queue_depth", &[("stage", "prefetch")]).is_some()
+        {
             break m;
         }
         assert!(
             start.elapsed() < Duration::from_secs(30),
-            "no progress in /metrics"
+            "no progress and no prefetch queue in /metrics"
         );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(value_of(&m, "sonograph_job_running", &[]), Some(1.0));
-    assert!(value_of(&m, "sonograph_queue_depth", &[("stage", "prefetch")]).is_some());
     let (code, page) = job.call("GET", "/", None);
     assert_eq!(code, 200);
     assert!(page.contains("chart-memory"));
