@@ -27,19 +27,11 @@ pub struct DevicesArgs {
     no_probe: bool,
 }
 
-/// The ids `SONOGRAPH_DISABLE_DEVICES` names (comma-separated, such as "gpu:1"): never
-/// selected, left out of `all`, not probed.
-pub(crate) fn disabled_devices() -> Vec<String> {
-    std::env::var("SONOGRAPH_DISABLE_DEVICES")
-        .map(|list| list.split(',').map(|id| id.trim().to_string()).collect())
-        .unwrap_or_default()
-}
-
 /// Every device, with the disabled ones marked.
 pub fn registry() -> Result<DeviceRegistry> {
     let mut registry = DeviceRegistry::discover();
     registry
-        .disable(&disabled_devices())
+        .disable(&sonograph_gpu::disabled_devices())
         .map_err(|e| user(format!("SONOGRAPH_DISABLE_DEVICES: {e}")))?;
     Ok(registry)
 }
@@ -48,13 +40,15 @@ pub fn registry() -> Result<DeviceRegistry> {
 /// that fails its probe is not used, and the run says so on stderr).
 pub fn device_set(device: &str) -> Result<DeviceSet> {
     let request: DeviceRequest = device.parse().map_err(|e| user(format!("--device: {e}")))?;
-    let set =
-        DeviceSet::resolve(&request, &disabled_devices(), ProbePolicy::default()).map_err(|e| {
-            match e {
-                GpuError::CannotDisable(..) => user(format!("SONOGRAPH_DISABLE_DEVICES: {e}")),
-                e => user(format!("--device {device}: {e}")),
-            }
-        })?;
+    let set = DeviceSet::resolve(
+        &request,
+        &sonograph_gpu::disabled_devices(),
+        ProbePolicy::default(),
+    )
+    .map_err(|e| match e {
+        GpuError::CannotDisable(..) => user(format!("SONOGRAPH_DISABLE_DEVICES: {e}")),
+        e => user(format!("--device {device}: {e}")),
+    })?;
     for note in set.notes() {
         eprintln!("sonograph: warning: {note}");
     }

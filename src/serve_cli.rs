@@ -84,7 +84,7 @@ pub fn serve(args: &ServeArgs) -> Result<u8> {
         device: args.device.clone(),
         telemetry: args.telemetry.config()?,
         alert_webhook: args.telemetry.alert_webhook.clone(),
-        disabled_devices: crate::gpu_cli::disabled_devices(),
+        disabled_devices: sonograph_gpu::disabled_devices(),
     };
     sonograph_server::serve(config, |addr| {
         // One line on stderr that scripts (and the tests) read for the port.
@@ -111,7 +111,7 @@ pub fn watch(addr: Option<SocketAddr>, args: &TelemetryArgs, out: &Path) -> Resu
     let Some(addr) = addr else {
         return Ok(None);
     };
-    let devices = Devices::new(crate::gpu_cli::disabled_devices());
+    let devices = Devices::new(sonograph_gpu::disabled_devices());
     devices.discover().map_err(user)?;
     let telemetry = Telemetry::start(args.config()?, devices.probe());
     if let Some(url) = &args.alert_webhook {

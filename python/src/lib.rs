@@ -45,12 +45,14 @@ fn from_json<'py>(py: Python<'py>, value: &str) -> PyResult<Bound<'py, PyAny>> {
     py.import("json")?.call_method1("loads", (value,))
 }
 
-/// The spec: a preset by name, or a spec as `preset()` returns it; Whisper's when neither.
+/// The spec (a preset by name, or a spec as `preset()` returns it; Whisper's when neither) and
+/// the precision to compute it in (`auto`: the spec's own).
 pub(crate) fn spec_of(
     py: Python<'_>,
     preset: Option<&str>,
     spec: Option<&Bound<'_, PyAny>>,
-) -> PyResult<FeatureSpec> {
+    precision: &str,
+) -> PyResult<(FeatureSpec, Precision)> {
     let spec = match (preset, spec) {
         (Some(_), Some(_)) => return Err(value_error("give preset or spec, not both")),
         (Some(name), None) => FeatureSpec::preset(name).map_err(value_error)?,
@@ -67,18 +69,17 @@ pub(crate) fn spec_of(
             "an IQ spec takes complex recordings, not audio: run extract on them",
         ));
     }
-    Ok(spec)
-}
-
-pub(crate) fn precision_of(name: &str, spec: &FeatureSpec) -> PyResult<Precision> {
-    match name {
-        "auto" => Ok(spec.default_precision()),
-        "f32" => Ok(Precision::F32),
-        "f64" => Ok(Precision::F64),
-        other => Err(value_error(format!(
-            "precision {other:?}: auto, f32 or f64"
-        ))),
-    }
+    let precision = match precision {
+        "auto" => spec.default_precision(),
+        "f32" => Precision::F32,
+        "f64" => Precision::F64,
+        other => {
+            return Err(value_error(format!(
+                "precision {other:?}: auto, f32 or f64"
+            )))
+        }
+    };
+    Ok((spec, precision))
 }
 
 /// The features of `samples` (at the spec's rate) as rows of `spec.n_bins()` values.
@@ -128,8 +129,7 @@ fn features<'py>(
     spec: Option<Bound<'py, PyAny>>,
     precision: &str,
 ) -> PyResult<Bound<'py, PyArray2<f32>>> {
-    let spec = spec_of(py, preset, spec.as_ref())?;
-    let precision = precision_of(precision, &spec)?;
+    let (spec, precision) = spec_of(py, preset, spec.as_ref(), precision)?;
     check_rate(sample_rate)?;
     if let Ok(kind) = samples.getattr("dtype").and_then(|d| d.getattr("kind")) {
         if matches!(kind.extract::<String>()?.as_str(), "i" | "u" | "b") {
@@ -151,8 +151,7 @@ fn features<'py>(
         })?
         .as_array()
         .to_vec();
-    let target = spec.sample_rate;
-    let spec_for_thread = spec.clone();
+    let (target, bins) = (spec.sample_rate, spec.n_bins());
     let rows = py
         .detach(move || {
             let samples = if sample_rate == target {
@@ -168,10 +167,10 @@ fn features<'py>(
                 r.finish(&mut out);
                 out
             };
-            compute(&spec_for_thread, precision, &samples)
+            compute(&spec, precision, &samples)
         })
         .map_err(value_error)?;
-    to_array(py, rows, spec.n_bins())
+    to_array(py, rows, bins)
 }
 
 /// The features of an audio file (decoded, channels mixed to mono, resampled to the spec's
@@ -185,19 +184,17 @@ fn load<'py>(
     spec: Option<Bound<'py, PyAny>>,
     precision: &str,
 ) -> PyResult<Bound<'py, PyArray2<f32>>> {
-    let spec = spec_of(py, preset, spec.as_ref())?;
-    let precision = precision_of(precision, &spec)?;
-    let spec_for_thread = spec.clone();
+    let (spec, precision) = spec_of(py, preset, spec.as_ref(), precision)?;
+    let bins = spec.n_bins();
     let rows = py
         .detach(move || {
             let named = |e: String| named_error(&path, e);
-            let samples =
-                sonograph_io::decode_mono(&path, &Default::default(), spec_for_thread.sample_rate)
-                    .map_err(|e| named(e.to_string()))?;
-            compute(&spec_for_thread, precision, &samples).map_err(named)
+            let samples = sonograph_io::decode_mono(&path, &Default::default(), spec.sample_rate)
+                .map_err(|e| named(e.to_string()))?;
+            compute(&spec, precision, &samples).map_err(named)
         })
         .map_err(value_error)?;
-    to_array(py, rows, spec.n_bins())
+    to_array(py, rows, bins)
 }
 
 /// An audio file's samples as sonograph decodes them for its features: channels mixed to mono,
@@ -285,9 +282,7 @@ fn extract<'py>(
     request.source = source;
     request.out = out;
     let plan = request.plan("auto").map_err(value_error)?;
-    let disabled: Vec<String> = std::env::var("SONOGRAPH_DISABLE_DEVICES")
-        .map(|list| list.split(',').map(|id| id.trim().to_string()).collect())
-        .unwrap_or_default();
+    let disabled = sonograph_gpu::disabled_devices();
     // The job runs on its own thread; this one checks for Ctrl-C every tenth of a second and
     // then cancels the job at its next batch boundary (its output resumable, as a server's).
     let live = sonograph_pipeline::LiveJob::new();

@@ -20,7 +20,7 @@ use sonograph_dsp::{CpuExtractor, FeatureSpec, Precision};
 use sonograph_io::decode::DecodeOptions;
 use sonograph_io::manifest::{Entry, SourceItem};
 
-use crate::{precision_of, spec_of, value_error};
+use crate::{spec_of, value_error};
 
 /// An item's features (rows of `bins` values), or why it has none.
 type Features = Result<Vec<f32>, String>;
@@ -76,8 +76,7 @@ impl Loader {
         seed: u64,
         drop_last: bool,
     ) -> PyResult<Loader> {
-        let spec = spec_of(py, preset, spec.as_ref())?;
-        let precision = precision_of(precision, &spec)?;
+        let (spec, precision) = spec_of(py, preset, spec.as_ref(), precision)?;
         if batch_size == 0 || prefetch == 0 || workers == Some(0) {
             return Err(value_error(
                 "batch_size, prefetch and workers must be at least 1",

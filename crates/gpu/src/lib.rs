@@ -73,7 +73,9 @@ pub use error::GpuError;
 pub use extractor::GpuBackend;
 pub use nvml::GpuTelemetry;
 pub use pool::{Budget, MemoryPool, MemoryStats};
-pub use set::{Choice, DeviceRequest, DeviceSet, OpenError, OpenOptions, Opened, ProbePolicy};
+pub use set::{
+    disabled_devices, Choice, DeviceRequest, DeviceSet, OpenError, OpenOptions, Opened, ProbePolicy,
+};
 
 /// How to open the GPU backend.
 #[derive(Debug, Clone, Default)]

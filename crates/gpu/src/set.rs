@@ -338,6 +338,15 @@ pub enum OpenError {
     Kernel(String),
 }
 
+/// The ids `SONOGRAPH_DISABLE_DEVICES` names (comma-separated, such as "gpu:1"): never
+/// selected, left out of `all`, not probed. Read where devices are chosen: the CLI, the
+/// server and the Python package.
+pub fn disabled_devices() -> Vec<String> {
+    std::env::var("SONOGRAPH_DISABLE_DEVICES")
+        .map(|list| list.split(',').map(|id| id.trim().to_string()).collect())
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

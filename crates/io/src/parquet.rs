@@ -270,9 +270,10 @@ const ZSTD_LEVEL: i32 = 1;
 /// parts grew 0.07 % (zstd works page by page either way).
 const ROW_GROUP_BYTES: usize = 2 << 20;
 
-/// Row groups encoded at once by default, each on its own thread: one writer thread encoding
-/// alone held a 16-core job to about one core (6,000 audio-s/s of Whisper features; zstd, byte
-/// splitting and Parquet's levels), so groups are encoded side by side and appended in order.
+/// Row groups encoded at once by default, each on its own thread: encoding them on the writer
+/// thread alone (zstd, byte splitting, Parquet's levels) took 39 % of a 2-core job's CPU, and a
+/// 16-core job ran at one core's worth (bench/RESULTS.md), so groups are encoded side by side
+/// and appended in order.
 /// Each one in flight holds a few times [`ROW_GROUP_BYTES`] (the rows, their Arrow copy, the
 /// list's levels, the pages).
 pub fn default_encoders() -> usize {
