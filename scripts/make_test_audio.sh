@@ -19,4 +19,7 @@ if [ ! -x "$venv/bin/python" ]; then
   "$venv/bin/pip" install -q -r "$here/requirements-golden.txt"
 fi
 
+# 90 s of digital silence (2 KB): tests/extract.rs rewrites its STREAMINFO to claim 10 s.
+sox -D -n -r 8000 -c 1 -b 16 "$root/tests/fixtures/silence_8000_mono_90s.flac" trim 0 90
+
 exec "$venv/bin/python" "$here/golden.py" "$@"

@@ -40,6 +40,7 @@ step cargo test --locked -p sonograph --features failpoints --test extract kille
 step cargo test --locked -p sonograph --features failpoints --test extract_model
 step cargo test --locked -p sonograph --features failpoints --test cli probe
 step cargo test --locked -p sonograph --features failpoints --test serve gpu_faults
+step cargo test --locked -p sonograph --features failpoints --test serve panicking_job
 step cargo test --locked -p sonograph --no-default-features --test cli
 step cargo test --locked -p sonograph-model --features cuda --test asr gpu_model_device
 

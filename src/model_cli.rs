@@ -163,32 +163,27 @@ pub(crate) struct TranscribeArgs {
     input: InputArgs,
 }
 
-/// `path` written under a temporary name beside it, renamed by [`Staged::commit`].
-struct Staged {
-    path: PathBuf,
-    tmp: PathBuf,
-}
+/// `path` written under a temporary name beside it, published by [`Staged::commit`].
+struct Staged(sonograph_io::publish::Draft);
 
 impl Staged {
-    fn new(path: &Path) -> Self {
-        Staged {
-            path: path.to_path_buf(),
-            tmp: sonograph_io::parquet::part_tmp_path(path),
-        }
+    fn create(path: &Path) -> Result<(Self, BufWriter<File>)> {
+        let (draft, f) = sonograph_io::publish::Draft::create(path)
+            .map_err(|e| user(format!("{}: cannot write: {e}", path.display())))?;
+        Ok((Staged(draft), BufWriter::new(f)))
     }
-    fn create(&self) -> Result<BufWriter<File>> {
-        let f = File::create(&self.tmp)
-            .map_err(|e| user(format!("{}: cannot write: {e}", self.path.display())))?;
-        Ok(BufWriter::new(f))
+    fn path(&self) -> &Path {
+        self.0.path()
     }
     fn commit(self, w: BufWriter<File>) -> Result<()> {
+        let path = self.path().to_path_buf();
         let f = w
             .into_inner()
-            .map_err(|e| anyhow!("{}: cannot write: {e}", self.path.display()))?;
-        f.sync_all()
-            .with_context(|| format!("{}: cannot write", self.path.display()))?;
-        std::fs::rename(&self.tmp, &self.path)
-            .with_context(|| format!("{}: cannot write", self.path.display()))
+            .map_err(|e| anyhow!("{}: cannot write: {e}", path.display()))?;
+        self.0
+            .sync(f)
+            .and_then(|s| s.publish())
+            .with_context(|| format!("{}: cannot write", path.display()))
     }
 }
 
@@ -374,8 +369,7 @@ pub(crate) fn vad(args: &VadArgs) -> Result<()> {
         }
         Ok((rate, found))
     };
-    let staged = Staged::new(&args.out);
-    let mut w = staged.create()?;
+    let (staged, mut w) = Staged::create(&args.out)?;
     let mut chunk: Vec<SourceItem> = Vec::with_capacity(VAD_CHUNK);
     let mut write_chunk = |chunk: &mut Vec<SourceItem>| -> Result<()> {
         let results: Vec<Result<(u32, Vec<Segment>)>> =
@@ -430,8 +424,7 @@ impl Sink {
                 TranscriptWriter::create(path).map_err(|e| user(e.to_string()))?,
             )))
         } else {
-            let staged = Staged::new(path);
-            let w = staged.create()?;
+            let (staged, w) = Staged::create(path)?;
             Ok(Sink::Jsonl(staged, w))
         }
     }
@@ -451,7 +444,7 @@ impl Sink {
                     "timestamps": row.timestamps,
                 });
                 writeln!(w, "{line}")
-                    .with_context(|| format!("{}: cannot write", staged.path.display()))
+                    .with_context(|| format!("{}: cannot write", staged.path().display()))
             }
             Sink::Parquet(p) => p.push(row).map_err(|e| user(e.to_string())),
         }

@@ -215,12 +215,11 @@ fn claim_folder(out: &Path, spec: &SynthSpec, seed: u64, count: u64) -> Result<(
             }
             Ok(())
         }
-        Err(_) => {
-            let tmp = sonograph_io::parquet::tmp_path(&path);
-            std::fs::write(&tmp, serde_json::to_string_pretty(&mine)?)
-                .and_then(|()| std::fs::rename(&tmp, &path))
-                .with_context(|| format!("{}: cannot write", path.display()))
-        }
+        Err(_) => sonograph_io::publish::publish_bytes(
+            &path,
+            serde_json::to_string_pretty(&mine)?.as_bytes(),
+        )
+        .with_context(|| format!("{}: cannot write", path.display())),
     }
 }
 

@@ -406,7 +406,11 @@ fn limits_refuse_hostile_headers_on_every_path() {
     );
     expect_user_error(
         &["features", stereo, "--max-duration", "0", "--out", out],
-        "duration limit",
+        "max-duration 0 s is outside",
+    );
+    expect_user_error(
+        &["features", stereo, "--max-channels", "100000", "--out", out],
+        "max-channels 100000 is outside 1..=1024",
     );
     let o = bin()
         .args(["features", stereo, "--out", out])

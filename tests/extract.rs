@@ -571,6 +571,57 @@ fn long_items_are_cut_into_pieces_that_concatenate_to_the_whole() {
     assert!(joined == whole, "pieces differ from the whole file");
 }
 
+/// A header that says "short" and lies costs no more than an honest one: a FLAC whose
+/// STREAMINFO claims 10 s of its 90 is read whole only up to --max-seconds, then streamed in
+/// pieces like the honest file, with the same rows (on the executors, where short items are
+/// held whole, and streamed on the CPU).
+#[test]
+fn a_header_that_understates_the_length_is_cut_into_pieces_all_the_same() {
+    let tmp = Tmp::new("lying-header");
+    let (honest, lying) = (tmp.path("honest"), tmp.path("lying"));
+    std::fs::create_dir_all(&honest).unwrap();
+    std::fs::create_dir_all(&lying).unwrap();
+    let mut flac = std::fs::read(repo("tests/fixtures/silence_8000_mono_90s.flac")).unwrap();
+    std::fs::write(honest.join("a.flac"), &flac).unwrap();
+    // STREAMINFO's 36-bit total sample count: the low nibble of byte 21, bytes 22-25.
+    assert_eq!(&flac[..4], b"fLaC");
+    let total = |f: &[u8]| u64::from_be_bytes([0, 0, 0, f[21] & 0x0f, f[22], f[23], f[24], f[25]]);
+    assert_eq!(total(&flac), 90 * 8000);
+    let claimed = 10u64 * 8000;
+    flac[21] = (flac[21] & 0xf0) | (claimed >> 32) as u8;
+    flac[22..26].copy_from_slice(&(claimed as u32).to_be_bytes());
+    assert_eq!(total(&flac), claimed);
+    std::fs::write(lying.join("a.flac"), &flac).unwrap();
+    let spec = FeatureSpec::preset("kaldi").unwrap();
+    for device in ["cpu", "gpu"] {
+        if device == "gpu" && !common::has_gpu_adapter() {
+            continue;
+        }
+        let extract = |corpus: &Path, out: &Path| {
+            let o = run(&[
+                "extract",
+                corpus.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+                "--preset",
+                "kaldi",
+                "--device",
+                device,
+            ]);
+            assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+            read_dataset(out, &spec.spec_id())
+        };
+        let want = extract(&honest, &tmp.path(&format!("honest-{device}")));
+        let got = extract(&lying, &tmp.path(&format!("lying-{device}")));
+        let offsets: Vec<u64> = got.keys().map(|(_, o)| o / 1_000_000).collect();
+        assert_eq!(offsets, [0, 30, 60], "{device}");
+        assert!(
+            got == want,
+            "{device}: the lying file's rows differ from the honest one's"
+        );
+    }
+}
+
 #[test]
 fn an_hour_long_file_streams_in_flat_memory() {
     let tmp = Tmp::new("hour");

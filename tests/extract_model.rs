@@ -271,7 +271,7 @@ fn a_model_that_does_not_fit_the_features_or_the_device_is_one_clear_error() {
         ),
         (
             &["--model", tdt, "--preset", "nemo-128", "--model-batch", "0"],
-            "--model-batch must be 1 to 4096",
+            "model-batch 0 is outside 1..=4096",
         ),
         (
             &[
@@ -282,7 +282,7 @@ fn a_model_that_does_not_fit_the_features_or_the_device_is_one_clear_error() {
                 "--model-batch",
                 "5000",
             ],
-            "--model-batch must be 1 to 4096",
+            "model-batch 5000 is outside 1..=4096",
         ),
         (
             &["--preset", "nemo-128", "--model", "/nonexistent.onnx"],
@@ -497,7 +497,7 @@ fn vad_settings_that_cannot_work_are_one_clear_error() {
     let cases: [(&[&str], &str); 3] = [
         (
             &["--preset", "nemo", "--vad", "--max-speech-s", "90"],
-            "over --max-seconds",
+            "over max-seconds",
         ),
         (
             &["--preset", "iq-power", "--vad", "--sample-rate", "16000"],

@@ -197,6 +197,16 @@ fn telemetry_since_gives_the_last_seconds_of_samples() {
     assert!(last["process"]["cpu_seconds"].as_f64().unwrap() > 0.0);
 }
 
+/// The Whisper preset as JSON with some fields changed.
+fn whisper_with(changes: &[(&str, Value)]) -> Value {
+    let mut spec =
+        serde_json::to_value(sonograph_dsp::FeatureSpec::preset("whisper").unwrap()).unwrap();
+    for (k, v) in changes {
+        spec[*k] = v.clone();
+    }
+    spec
+}
+
 #[test]
 fn hostile_requests_get_clear_4xx_answers() {
     let dir = Scratch::new("hostile");
@@ -236,10 +246,80 @@ fn hostile_requests_get_clear_4xx_answers() {
         400,
         "nope",
     );
-    expect(
-        post(&json!({"source": s, "out": o, "workers": 0}).to_string()),
-        400,
-        "--workers",
+    // Every size a request sets is bounded, with the option named: none is tried (a billion
+    // workers once took this server past 12 GB in 23 s and was persisted to run again).
+    let sizes = [
+        (json!({"workers": 0}), "workers 0 is outside 1..=1024"),
+        (
+            json!({"workers": 1_000_000_000}),
+            "workers 1000000000 is outside",
+        ),
+        (
+            json!({"prefetch": 1_000_000}),
+            "prefetch 1000000 is outside",
+        ),
+        (
+            json!({"batch-items": 1_000_000}),
+            "batch-items 1000000 is outside",
+        ),
+        (
+            json!({"part-mb": 1_000_000_000}),
+            "part-mb 1000000000 is outside",
+        ),
+        (
+            json!({"max-seconds": 1e12}),
+            "max-seconds 1000000000000 is outside",
+        ),
+        (
+            json!({"chunk-seconds": 1e-9}),
+            "chunk-seconds 0.000000001 is outside",
+        ),
+        (json!({"max-duration": 1e15}), "max-duration"),
+        (json!({"max-channels": 1_000_000}), "max-channels"),
+        (
+            json!({"max-sample-rate": 4_000_000_000u32}),
+            "max-sample-rate",
+        ),
+        (
+            json!({"shard-count": 1_000_000_000}),
+            "shard-count 1000000000 is outside",
+        ),
+        (json!({"n-mels": 1_000_000}), "n_mels"),
+        (
+            json!({"spec": whisper_with(&[("n_fft", json!(1 << 30))])}),
+            "n_fft",
+        ),
+        // A spec whose every row is huge: 32,769 power bins every sample.
+        (
+            json!({"spec": whisper_with(&[
+                ("n_fft", json!(65536)),
+                ("hop_length", json!(1)),
+                ("output", json!("power")),
+                ("log", json!("none")),
+                ("dynamic_range", Value::Null),
+                ("affine", Value::Null),
+            ])}),
+            "in flight",
+        ),
+        // Each within its bounds, and together over the machine's memory.
+        (
+            json!({"workers": 1024, "prefetch": 64, "batch-items": 1024, "max-seconds": 3600}),
+            "in flight",
+        ),
+    ];
+    for (extra, says) in sizes {
+        let mut job = json!({"source": s, "out": o, "device": "cpu"});
+        job.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let answer = post(&job.to_string());
+        assert_eq!(answer.0, 400, "{job}: {}", answer.1);
+        expect(answer, 400, says);
+    }
+    assert!(
+        server.rss_mb() < 500.0,
+        "the refused sizes allocated: {} MiB",
+        server.rss_mb()
     );
     expect(
         post(&json!({"source": s, "out": o, "dtype": "f8"}).to_string()),
@@ -404,6 +484,85 @@ fn a_token_guards_everything_but_health_and_ready() {
     assert_eq!(request("GET", &status, None, None).0, 401);
     let bearer = format!("Bearer {token}");
     assert_eq!(request("GET", &status, None, Some(&bearer)).0, 200);
+
+    // A token with characters a query and a cookie must encode works through both, decoded
+    // before it is compared; its raw spelling in a query does not.
+    let odd = "s3cret&token=x; y+z/%41=";
+    let server = Server::start(&[
+        "--token",
+        odd,
+        "--state-dir",
+        dir.path("state-odd").to_str().unwrap(),
+    ]);
+    let encoded: String = odd
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let r = agent
+        .get(&server.url(&format!("/api/v1/status?token={encoded}")))
+        .call()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let pair = r
+        .headers()
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let r = agent
+        .get(&server.url("/api/v1/alerts"))
+        .header("cookie", &pair)
+        .call()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "the cookie it set: {pair}");
+    let raw = server.url("/api/v1/status?token=s3cret&token=x;%20y+z/%41=");
+    assert_eq!(agent.get(&raw).call().unwrap().status().as_u16(), 401);
+}
+
+/// A server without a token is on loopback; it answers requests addressed to a loopback
+/// name only, so a web page whose name an attacker made resolve to 127.0.0.1 (DNS rebinding)
+/// cannot drive it from the user's browser.
+#[test]
+fn a_server_without_a_token_answers_loopback_names_only() {
+    use std::io::{Read, Write};
+    let dir = Scratch::new("host");
+    let server = Server::in_dir(&dir, &[]);
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let status_for = |host: &str| -> String {
+        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+        write!(
+            stream,
+            "GET /api/v1/status HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    let port = addr.rsplit(':').next().unwrap();
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        "[::1]".to_string(),
+    ] {
+        let answer = status_for(&host);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{host}: {answer}");
+    }
+    for host in [
+        format!("attacker.example:{port}"),
+        "localhost.attacker.example".to_string(),
+    ] {
+        let answer = status_for(&host);
+        assert!(answer.starts_with("HTTP/1.1 421"), "{host}: {answer}");
+        assert!(answer.contains("not a loopback name"), "{answer}");
+    }
 }
 
 /// Reads server-sent events from `path` until one named `name` comes (20 s at most);
@@ -527,6 +686,92 @@ fn rows_of(out: &std::path::Path) -> std::collections::BTreeMap<(String, i64), F
     rows
 }
 
+/// Paths that leave the data roots from inside them: a folder's symlink to a file outside, a
+/// manifest naming a file outside, and a symlink planted in the output folder. Each is refused
+/// at the moment it is opened: the item fails saying why, and nothing of the file outside is
+/// read or written; the rest of the job runs.
+#[test]
+fn files_outside_the_data_roots_fail_as_items_when_opened() {
+    let dir = Scratch::new("escape");
+    let (root, outside) = (dir.path("root"), dir.path("outside"));
+    let folder = root.join("folder");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let clip = repo_file("tests/data/speech_16000_mono_s16.wav");
+    std::fs::copy(&clip, folder.join("inside.wav")).unwrap();
+    std::fs::copy(&clip, outside.join("secret.wav")).unwrap();
+    std::os::unix::fs::symlink(outside.join("secret.wav"), folder.join("zz_escape.wav")).unwrap();
+    std::os::unix::fs::symlink(folder.join("inside.wav"), folder.join("alias.wav")).unwrap();
+    let manifest = root.join("list.csv");
+    std::fs::write(
+        &manifest,
+        format!(
+            "id,path\ninside,{}\nsecret,{}\nclimb,{}/../outside/secret.wav\n",
+            folder.join("inside.wav").display(),
+            outside.join("secret.wav").display(),
+            root.display()
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&[
+        "--data-root",
+        root.to_str().unwrap(),
+        "--state-dir",
+        dir.path("state").to_str().unwrap(),
+    ]);
+    let run = |source: &std::path::Path, out: &str| -> Value {
+        let id = server.submit(&json!({"source": source, "out": root.join(out), "device": "cpu"}));
+        server.wait_job(id, "finished", |j| j["finished"].is_f64())
+    };
+    let failed_ids = |job: &Value| -> Vec<String> {
+        let mut ids: Vec<String> = job["report"]["failures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                let reason = f["reason"].as_str().unwrap();
+                assert!(reason.contains("outside the data roots"), "{f}");
+                f["id"].as_str().unwrap().to_string()
+            })
+            .collect();
+        ids.sort();
+        ids
+    };
+    let job = run(&folder, "out-folder");
+    assert_eq!(job["state"], "succeeded", "{job:#}");
+    assert_eq!(failed_ids(&job), ["zz_escape.wav"], "{job:#}");
+    let rows = rows_of(&root.join("out-folder"));
+    let ids: Vec<&str> = rows.keys().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["alias.wav", "inside.wav"],
+        "a symlink within the root is followed"
+    );
+
+    let job = run(&manifest, "out-manifest");
+    assert_eq!(failed_ids(&job), ["climb", "secret"], "{job:#}");
+    let rows = rows_of(&root.join("out-manifest"));
+    assert_eq!(
+        rows.keys().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
+        ["inside"]
+    );
+
+    // A symlink where the job writes its ledger would carry the write out of the root.
+    let planted = root.join("out-planted/__sonograph");
+    std::fs::create_dir_all(&planted).unwrap();
+    std::os::unix::fs::symlink(outside.join("victim"), planted.join("ledger.sqlite")).unwrap();
+    let job = run(&folder, "out-planted");
+    assert_eq!(job["state"], "failed", "{job:#}");
+    assert!(
+        job["error"].as_str().unwrap().contains("a symlink"),
+        "{job:#}"
+    );
+    assert!(
+        !outside.join("victim").exists(),
+        "nothing was written outside"
+    );
+}
+
 /// A job with a model over speech segments (extract's `--model` and `--vad` options by their
 /// flag names) gives the rows `extract` gives with the same flags, model outputs included;
 /// the model is held to the data roots, and options that would be ignored are refused.
@@ -572,7 +817,7 @@ fn jobs_run_a_model_over_speech_segments_as_extract_does() {
     refused(
         json!({"model": m, "model-batch": 0}),
         400,
-        "model-batch must be 1 to 4096",
+        "model-batch 0 is outside 1..=4096",
     );
     refused(
         json!({"model": m, "model-device": "tpu"}),
@@ -584,18 +829,18 @@ fn jobs_run_a_model_over_speech_segments_as_extract_does() {
     refused(
         json!({"model": m, "model-batch": 1_000_000_000_000u64}),
         400,
-        "model-batch must be 1 to 4096",
+        "model-batch 1000000000000 is outside 1..=4096",
     );
     refused(
-        json!({"prefetch": 1_000_000, "batch-items": 1_000_000}),
+        json!({"prefetch": 1000, "batch-items": 1000}),
         400,
         "at most 65536",
     );
     refused(json!({"threshold": 0.4}), 400, "need \\\"vad\\\": true");
     refused(
-        json!({"vad": true, "max-seconds": 20, "max-speech-s": 30}),
+        json!({"vad": true, "max-seconds": 20, "chunk-seconds": 10, "max-speech-s": 30}),
         400,
-        "--max-seconds",
+        "over max-seconds 20",
     );
 
     let flags = ["--model", m, "--vad", "--min-silence-ms", "150"];
@@ -1019,6 +1264,38 @@ fn gpu_faults_raise_oom_burst_and_device_lost_alerts() {
         assert!(a["message"].as_str().unwrap().contains(says), "{a}");
         assert!(!a["ended"].is_null(), "closed at the job's end: {a}");
     }
+}
+
+/// A panic inside a job fails that job with its message, and the queue goes on: the next job
+/// runs and the server keeps answering. Needs the failpoints build:
+/// `cargo test --features failpoints --test serve panicking_job`.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_panicking_job_fails_alone_and_the_queue_goes_on() {
+    let dir = Scratch::new("job-panic");
+    let src = manifest(&dir.0, 4, 0);
+    let server = Server::start_with(
+        &[
+            "--data-root",
+            dir.str(),
+            "--state-dir",
+            dir.path("state").to_str().unwrap(),
+        ],
+        &[("FAILPOINTS", "server::job_panic=1*panic(boom)")],
+    );
+    let first = server.submit(&json!({"source": src, "out": dir.path("a"), "device": "cpu"}));
+    let second = server.submit(&json!({"source": src, "out": dir.path("b"), "device": "cpu"}));
+    let failed = server.wait_job(first, "finished", |j| j["finished"].is_f64());
+    assert_eq!(failed["state"], "failed", "{failed:#}");
+    let error = failed["error"].as_str().unwrap();
+    assert!(
+        error.contains("internal error") && error.contains("boom"),
+        "{error}"
+    );
+    let done = server.wait_job(second, "finished", |j| j["finished"].is_f64());
+    assert_eq!(done["state"], "succeeded", "the queue went on: {done:#}");
+    assert_eq!(done["progress"]["items_ok"], 4, "{done:#}");
+    assert_eq!(server.call("GET", "/health", None).0, 200);
 }
 
 mod exposition {

@@ -177,6 +177,18 @@ impl Server {
         self.log.lock().unwrap().clone()
     }
 
+    /// The server's peak resident memory so far (VmHWM), in MiB.
+    pub fn rss_mb(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kb: f64 = status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .expect("VmHWM in /proc/PID/status");
+        kb / 1024.0
+    }
+
     pub fn signal(&self, sig: &str) {
         let ok = Command::new("kill")
             .args([sig, &self.child.id().to_string()])

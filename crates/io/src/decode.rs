@@ -14,6 +14,7 @@ use symphonia::core::probe::Hint;
 use symphonia::core::sample::Sample;
 
 use crate::error::DecodeError;
+use crate::roots::Roots;
 
 /// Sample rates under this are taken as a lying header (no audio format goes lower).
 pub const MIN_RATE: u32 = 1_000;
@@ -42,25 +43,38 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// Checks the limits themselves (flags a user set).
+    /// Checks the limits themselves (options a user set), each within [`Limits::BOUNDS`]'s.
     pub fn validate(&self) -> Result<(), String> {
-        if !(self.max_seconds.is_finite() && self.max_seconds > 0.0) {
+        let bounds = Limits::BOUNDS;
+        if !(self.max_seconds > 0.0 && self.max_seconds <= bounds.max_seconds) {
             return Err(format!(
-                "the duration limit {} s must be finite and > 0",
-                self.max_seconds
+                "max-duration {} s is outside (0, {}] s",
+                self.max_seconds, bounds.max_seconds
             ));
         }
-        if self.max_channels == 0 {
-            return Err("the channel limit must be at least 1".into());
-        }
-        if self.max_sample_rate < MIN_RATE {
+        if !(1..=bounds.max_channels).contains(&self.max_channels) {
             return Err(format!(
-                "the sample-rate limit {} Hz is under {MIN_RATE} Hz",
-                self.max_sample_rate
+                "max-channels {} is outside 1..={}",
+                self.max_channels, bounds.max_channels
+            ));
+        }
+        if !(MIN_RATE..=bounds.max_sample_rate).contains(&self.max_sample_rate) {
+            return Err(format!(
+                "max-sample-rate {} Hz is outside {MIN_RATE}..={} Hz",
+                self.max_sample_rate, bounds.max_sample_rate
             ));
         }
         Ok(())
     }
+
+    /// The highest limits a user may set: 30 days of audio (a longer file is streamed in
+    /// pieces, but `features` holds it whole), 1,024 channels (a decoded packet holds each),
+    /// 3.072 MHz (four times the default; the resampler's filters grow with the ratio).
+    pub const BOUNDS: Limits = Limits {
+        max_seconds: 30.0 * 86_400.0,
+        max_channels: 1024,
+        max_sample_rate: 3_072_000,
+    };
 
     /// Why a header's rate and channel count are refused, if they are.
     fn check_format(&self, rate: u32, channels: usize) -> Result<(), String> {
@@ -133,26 +147,37 @@ pub struct AudioReader {
 
 impl AudioReader {
     pub fn open(path: &Path, opts: &DecodeOptions) -> Result<Self, DecodeError> {
-        check_wav_header(path, &opts.limits)?;
+        Self::open_in(&Roots::anywhere(), path, opts)
+    }
+
+    /// [`open`](Self::open), the file opened beneath `roots`.
+    pub fn open_in(roots: &Roots, path: &Path, opts: &DecodeOptions) -> Result<Self, DecodeError> {
+        let open = || {
+            roots.open(path).map_err(|source| DecodeError::Open {
+                path: path.to_path_buf(),
+                source,
+            })
+        };
+        let file = open()?;
+        check_wav_header(&file, path, &opts.limits)?;
         // A seek that fails (a damaged FLAC's search) leaves the reader in no known place:
         // the file is opened again and decoded from the start.
-        match guard(path, || Self::open_unguarded(path, opts, true))? {
+        match guard(path, || Self::open_unguarded(file, path, opts, true))? {
             (reader, true) => Ok(reader),
-            (_, false) => guard(path, || Self::open_unguarded(path, opts, false)).map(|r| r.0),
+            (_, false) => {
+                guard(path, || Self::open_unguarded(open()?, path, opts, false)).map(|r| r.0)
+            }
         }
     }
 
-    /// Opens `path`; with `seek`, reaches the offset by seeking where that is exact. Returns
-    /// the reader and whether it is usable (false: the seek failed).
+    /// Reads `file` (opened from `path`); with `seek`, reaches the offset by seeking where
+    /// that is exact. Returns the reader and whether it is usable (false: the seek failed).
     fn open_unguarded(
+        file: File,
         path: &Path,
         opts: &DecodeOptions,
         seek: bool,
     ) -> Result<(Self, bool), DecodeError> {
-        let file = File::open(path).map_err(|source| DecodeError::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
         if file.metadata().is_ok_and(|m| m.len() == 0) {
             return Err(DecodeError::Empty {
                 path: path.to_path_buf(),
@@ -486,12 +511,18 @@ fn guard<T>(path: &Path, f: impl FnOnce() -> Result<T, DecodeError>) -> Result<T
 
 /// Reads a RIFF/WAVE `fmt ` chunk, if the file is one, and refuses the lies symphonia would
 /// trip over (zero or absurd rates and channel counts). Other formats pass untouched.
-fn check_wav_header(path: &Path, limits: &Limits) -> Result<(), DecodeError> {
-    use std::io::Read;
-    let mut head = Vec::with_capacity(4096);
-    if let Ok(f) = File::open(path) {
-        let _ = f.take(4096).read_to_end(&mut head);
+fn check_wav_header(file: &File, path: &Path, limits: &Limits) -> Result<(), DecodeError> {
+    use std::os::unix::fs::FileExt;
+    // Read at an offset: the file's position stays at its start for the decoder.
+    let mut head = vec![0u8; 4096];
+    let mut got = 0;
+    while got < head.len() {
+        match file.read_at(&mut head[got..], got as u64) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
     }
+    head.truncate(got);
     if head.len() < 12 || &head[..4] != b"RIFF" || &head[8..12] != b"WAVE" {
         return Ok(());
     }

@@ -222,7 +222,7 @@ impl Ledger {
                     )
                     .map_err(self.sql())?;
             } else {
-                let _ = std::fs::remove_file(crate::parquet::part_tmp_path(&path));
+                let _ = std::fs::remove_file(crate::publish::tmp_path(&path));
                 self.conn
                     .execute("DELETE FROM pieces WHERE part = ?1", [part])
                     .map_err(self.sql())?;

@@ -6,7 +6,9 @@ pub mod ledger;
 pub mod manifest;
 pub mod npy;
 pub mod parquet;
+pub mod publish;
 pub mod resample;
+pub mod roots;
 pub mod sigmf;
 pub mod table;
 pub mod transcripts;
@@ -17,6 +19,7 @@ pub use decode::{AudioInfo, AudioReader, ChannelMix, DecodeOptions, Limits};
 pub use error::{DecodeError, StreamError, WriteError};
 pub use npy::{read_npy, read_npy_f32, write_npy};
 pub use resample::StreamResampler;
+pub use roots::Roots;
 pub use sigmf::{IqError, IqReader, IqRecording, IqSource};
 
 /// What a finished stream was.
@@ -205,14 +208,39 @@ impl ItemReader {
 
     /// All the samples (see [`stream`](Self::stream)).
     pub fn read_all(self, rate: u32) -> Result<Vec<f32>, DecodeError> {
-        match self {
-            ItemReader::Audio(r) => decode_reader(r, rate),
-            ItemReader::Iq(mut r) => {
-                // Sized from the data's real length, which the reader checked.
-                let mut all = Vec::with_capacity(2 * r.samples() as usize);
-                while r.read_interleaved(&mut all)? > 0 {}
-                Ok(all)
+        Ok(self
+            .read_up_to(rate, usize::MAX)?
+            .expect("no stream is longer than usize::MAX values"))
+    }
+
+    /// All the samples when there are at most `max_values` of them (an IQ sample is two
+    /// values); `None`, having read no more than that, when the stream goes on past it. What
+    /// holds an item whole reads it so: a header that says "short" and lies costs at most
+    /// `max_values`, never the decode limit.
+    pub fn read_up_to(self, rate: u32, max_values: usize) -> Result<Option<Vec<f32>>, DecodeError> {
+        // Sized from the header, or an IQ recording's real length, where they say: no
+        // reallocation. Capped at 64 MiB of samples, since a header can lie within the limits.
+        let expected = match &self {
+            ItemReader::Audio(r) => r
+                .expected_seconds()
+                .map_or(0, |s| (s * f64::from(rate)).ceil() as usize + 1024),
+            ItemReader::Iq(r) => 2 * r.samples() as usize,
+        };
+        let mut all = Vec::with_capacity(expected.min(max_values).min(1 << 24));
+        #[derive(Debug, thiserror::Error)]
+        #[error("longer than asked")]
+        struct TooLong;
+        let read = self.stream(rate, |chunk| {
+            if all.len() + chunk.len() > max_values {
+                return Err(TooLong);
             }
+            all.extend_from_slice(chunk);
+            Ok(())
+        });
+        match read {
+            Ok(_) => Ok(Some(all)),
+            Err(StreamError::Sink { .. }) => Ok(None),
+            Err(StreamError::Decode(d)) => Err(d),
         }
     }
 }
@@ -224,19 +252,5 @@ pub fn decode_mono(path: &Path, opts: &DecodeOptions, rate: u32) -> Result<Vec<f
 
 /// Decodes what is left of `reader` to mono at `rate`.
 pub fn decode_reader(reader: AudioReader, rate: u32) -> Result<Vec<f32>, DecodeError> {
-    // Sized from the header where it says: no reallocation. Capped (64 MiB of samples), since
-    // a header can lie within the limits; a longer stream grows past it as it decodes.
-    let expected = reader
-        .expected_seconds()
-        .map_or(0, |s| (s * f64::from(rate)).ceil() as usize + 1024);
-    let mut all = Vec::with_capacity(expected.min(1 << 24));
-    stream_reader::<std::convert::Infallible>(reader, rate, |chunk| {
-        all.extend_from_slice(chunk);
-        Ok(())
-    })
-    .map_err(|e| match e {
-        StreamError::Decode(d) => d,
-        StreamError::Sink { source, .. } => match source {},
-    })?;
-    Ok(all)
+    ItemReader::Audio(reader).read_all(rate)
 }

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use thiserror::Error;
 
-use crate::sigmf::{list_recordings, raw_datatype, DataType, IqSource};
+use crate::roots::Roots;
+use crate::sigmf::{list_recordings_in, raw_datatype, DataType, IqSource};
 
 /// File extensions treated as audio when walking a directory.
 pub const AUDIO_EXTENSIONS: &[&str] = &["wav", "wave", "flac", "mp3", "ogg", "oga"];
@@ -67,6 +68,7 @@ pub enum SourceError {
 pub struct Source {
     path: PathBuf,
     kind: SourceKind,
+    roots: Roots,
 }
 
 enum SourceKind {
@@ -75,13 +77,16 @@ enum SourceKind {
     Csv,
 }
 
-/// What [`Source::open_with`] lists besides audio.
-#[derive(Debug, Clone, Copy, Default)]
+/// What [`Source::open_with`] lists besides audio, and where it may read.
+#[derive(Debug, Clone, Default)]
 pub struct SourceOptions {
     /// IQ recordings too (SigMF, `.sigmf` archives, raw IQ files).
     pub iq: bool,
     /// The datatype of raw IQ files whose extension does not say it.
     pub raw: Option<DataType>,
+    /// Where the source and what it lists may be opened from (a manifest, an archive; the
+    /// items' own files are opened beneath them by whoever reads them).
+    pub roots: Roots,
 }
 
 fn is_audio(path: &Path) -> bool {
@@ -134,9 +139,11 @@ impl Source {
     /// file). An archive that cannot be listed is one invalid entry.
     pub fn open_with(path: &Path, options: &SourceOptions) -> Result<Source, SourceError> {
         let iq_entries = || -> Result<Vec<Entry>, SourceError> {
-            let listed = list_recordings(path, options.raw).map_err(|e| SourceError::Format {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
+            let listed = list_recordings_in(&options.roots, path, options.raw).map_err(|e| {
+                SourceError::Format {
+                    path: path.to_path_buf(),
+                    reason: e.to_string(),
+                }
             })?;
             Ok(listed
                 .into_iter()
@@ -152,7 +159,12 @@ impl Source {
                 })
                 .collect())
         };
-        let meta = std::fs::metadata(path);
+        // The source itself beneath the roots, now: a folder swapped for a symlink out of
+        // them since the job was submitted is refused here.
+        let meta = options
+            .roots
+            .check(path)
+            .and_then(|()| std::fs::metadata(path));
         let kind = match meta {
             Ok(m) if m.is_dir() => {
                 let mut entries = walk_dir(path)?;
@@ -188,6 +200,7 @@ impl Source {
         Ok(Source {
             path: path.to_path_buf(),
             kind,
+            roots: options.roots.clone(),
         })
     }
 
@@ -206,7 +219,7 @@ impl Source {
             SourceKind::Dir(entries) => Ok(entries.len()),
             SourceKind::Nemo => {
                 use std::io::BufRead;
-                let file = std::fs::File::open(&self.path).map_err(io)?;
+                let file = self.roots.open(&self.path).map_err(io)?;
                 let mut n = 0;
                 for line in std::io::BufReader::new(file).split(b'\n') {
                     n += usize::from(!line.map_err(io)?.trim_ascii().is_empty());
@@ -214,7 +227,7 @@ impl Source {
                 Ok(n)
             }
             SourceKind::Csv => {
-                let file = std::fs::File::open(&self.path).map_err(io)?;
+                let file = self.roots.open(&self.path).map_err(io)?;
                 let base = PathBuf::new();
                 Ok(parse_csv(std::io::BufReader::new(file), base, "")?.count())
             }
@@ -237,7 +250,7 @@ impl Source {
         match &self.kind {
             SourceKind::Dir(entries) => Ok(Box::new(entries.iter().cloned().map(Ok))),
             SourceKind::Nemo => {
-                let file = std::fs::File::open(&self.path).map_err(io)?;
+                let file = self.roots.open(&self.path).map_err(io)?;
                 let path = self.path.clone();
                 Ok(Box::new(
                     parse_nemo(std::io::BufReader::new(file), base, name).map(move |r| {
@@ -249,7 +262,7 @@ impl Source {
                 ))
             }
             SourceKind::Csv => {
-                let file = std::fs::File::open(&self.path).map_err(io)?;
+                let file = self.roots.open(&self.path).map_err(io)?;
                 Ok(Box::new(
                     parse_csv(std::io::BufReader::new(file), base, &name)?.map(Ok),
                 ))

@@ -1,12 +1,12 @@
 //! NumPy `.npy` (format 1.0) writer for float32 or float16 C-order arrays. The format is a
 //! 10-byte preamble and a Python-literal header; a dependency would add more than it saves.
 
-use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
 use crate::error::WriteError;
 use crate::parquet::Dtype;
+use crate::publish::{Draft, Synced};
 
 /// numpy's `descr` of each storage type.
 fn descr(dtype: Dtype) -> &'static str {
@@ -38,10 +38,7 @@ pub fn write_npy(
         path: path.to_path_buf(),
         source,
     };
-    let mut tmp_name = path.as_os_str().to_owned();
-    tmp_name.push(".tmp");
-    let tmp = Path::new(&tmp_name);
-    let mut file = File::create(tmp).map_err(io)?;
+    let (draft, mut file) = Draft::create(path).map_err(io)?;
     file.write_all(&npy_header(shape, dtype)).map_err(io)?;
     // Converted a block at a time: one write per block, a loop the compiler vectorises.
     let mut bytes = Vec::with_capacity(1 << 16);
@@ -57,8 +54,7 @@ pub fn write_npy(
         }
         file.write_all(&bytes).map_err(io)?;
     }
-    drop(file);
-    std::fs::rename(tmp, path).map_err(io)
+    draft.sync(file).and_then(Synced::publish).map_err(io)
 }
 
 /// Preamble + header dict, space-padded so that the data starts on a 64-byte boundary.

@@ -21,6 +21,7 @@ use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::ColumnPath;
 
 use crate::error::WriteError;
+use crate::publish::{Draft, Synced};
 
 /// Storage type of the `features` column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -290,7 +291,7 @@ type RowGroupEncoding = JoinHandle<Result<Vec<ArrowColumnChunk>, String>>;
 /// they arrive, so memory does not grow with the part.
 pub struct PartWriter {
     path: PathBuf,
-    tmp: PathBuf,
+    draft: Draft,
     schema: Arc<Schema>,
     dtype: Dtype,
     file: SerializedFileWriter<File>,
@@ -307,8 +308,7 @@ pub struct PartWriter {
 
 /// A part whose temporary file is complete and synced, waiting to be renamed into place.
 pub struct ClosedPart {
-    path: PathBuf,
-    tmp: PathBuf,
+    synced: Synced,
     pub bytes: u64,
     pub rows: usize,
 }
@@ -344,8 +344,7 @@ impl PartWriter {
     ) -> Result<Self, WriteError> {
         let other = other_error(path);
         let schema = Arc::new(schema(dtype, meta));
-        let tmp = part_tmp_path(path);
-        let file = File::create(&tmp).map_err(io_error(path))?;
+        let (draft, file) = Draft::create(path).map_err(io_error(path))?;
         let zstd = ZstdLevel::try_new(ZSTD_LEVEL).map_err(|e| other(e.to_string()))?;
         // The features are almost all distinct floats: a dictionary only costs time (and
         // grew the file), min/max statistics of them serve no query. Their bytes split by
@@ -380,7 +379,7 @@ impl PartWriter {
             .map_err(|e| other(e.to_string()))?;
         Ok(PartWriter {
             path: path.to_path_buf(),
-            tmp,
+            draft,
             schema,
             dtype,
             file,
@@ -467,11 +466,10 @@ impl PartWriter {
             .file
             .into_inner()
             .map_err(|e| other_error(&path)(e.to_string()))?;
-        file.sync_all().map_err(io_error(&path))?;
         let bytes = file.metadata().map_err(io_error(&path))?.len();
+        let synced = self.draft.sync(file).map_err(io_error(&path))?;
         Ok(ClosedPart {
-            path: self.path,
-            tmp: self.tmp,
+            synced,
             bytes,
             rows: self.rows,
         })
@@ -481,13 +479,8 @@ impl PartWriter {
 impl ClosedPart {
     /// Renames the part into place, durably.
     pub fn publish(self) -> Result<u64, WriteError> {
-        std::fs::rename(&self.tmp, &self.path).map_err(io_error(&self.path))?;
-        if let Some(dir) = self.path.parent() {
-            // The rename is durable only once the directory is synced.
-            if let Ok(d) = File::open(dir) {
-                let _ = d.sync_all();
-            }
-        }
+        let path = self.synced.path().to_path_buf();
+        self.synced.publish().map_err(io_error(&path))?;
         Ok(self.bytes)
     }
 }
@@ -505,23 +498,6 @@ pub fn write_part(
         part.push(row.clone())?;
     }
     part.close()?.publish()
-}
-
-/// `.name.tmp` beside a part: hidden, so that a dataset reader listing the folder while a part
-/// is being written (or after a crash) never opens half a file.
-pub fn part_tmp_path(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy())
-        .unwrap_or_default();
-    path.with_file_name(format!(".{name}.tmp"))
-}
-
-/// `name.tmp` beside `path`.
-pub fn tmp_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(".tmp");
-    PathBuf::from(s)
 }
 
 /// Reads every row of a part (for tests and tools). f16 values come back as f32.
@@ -714,7 +690,7 @@ mod tests {
                     .contains("has no model outputs"));
             }
             write_part(&path, rows, dtype, &meta).unwrap();
-            assert!(!part_tmp_path(&path).exists());
+            assert!(!crate::publish::tmp_path(&path).exists());
             let (back, meta) = read_part(&path).unwrap();
             assert_eq!(&back, rows);
             assert_eq!(meta.contains_key(META_MODEL), model);

@@ -18,6 +18,8 @@ use sonograph_rf::Complex32;
 use thiserror::Error;
 
 use crate::manifest::{walk_files, Entry, SourceError};
+use crate::publish::{publish_bytes, Draft, Synced};
+use crate::roots::Roots;
 
 /// Why an IQ recording could not be read or written. One line, naming the file.
 #[derive(Debug, Error)]
@@ -261,8 +263,8 @@ fn file_len(f: &File, path: &Path) -> Result<u64, IqError> {
         })
 }
 
-fn open_file(path: &Path) -> Result<File, IqError> {
-    File::open(path).map_err(|source| IqError::Open {
+fn open_file(roots: &Roots, path: &Path) -> Result<File, IqError> {
+    roots.open(path).map_err(|source| IqError::Open {
         path: path.to_path_buf(),
         source,
     })
@@ -342,14 +344,24 @@ impl IqReader {
         sample_rate: Option<f64>,
         max_samples: u64,
     ) -> Result<Self, IqError> {
+        Self::open_in(&Roots::anywhere(), source, sample_rate, max_samples)
+    }
+
+    /// [`open`](Self::open), its files opened beneath `roots`.
+    pub fn open_in(
+        roots: &Roots,
+        source: &IqSource,
+        sample_rate: Option<f64>,
+        max_samples: u64,
+    ) -> Result<Self, IqError> {
         match source {
             IqSource::Sigmf { id, meta } => {
-                let mut mf = open_file(meta)?;
+                let mut mf = open_file(roots, meta)?;
                 let meta_len = file_len(&mf, meta)?;
                 let parsed = read_meta(&mut mf, meta_len, meta)?;
                 let base = meta.to_string_lossy();
                 let path = PathBuf::from(format!("{}.sigmf-data", strip_sigmf(&base)));
-                let file = open_file(&path)?;
+                let file = open_file(roots, &path)?;
                 let len = file_len(&file, &path)?;
                 Self::sigmf(id, parsed, Data { path, file, len }, max_samples)
             }
@@ -364,7 +376,7 @@ impl IqReader {
                     path: inner.clone(),
                     reason: format!("the archive has no {}.sigmf-data", strip_sigmf(&meta.name)),
                 })?;
-                let mut file = open_file(archive)?;
+                let mut file = open_file(roots, archive)?;
                 let total = file_len(&file, archive)?;
                 // The archive was listed before it is read: it may have changed since.
                 for m in [meta, data] {
@@ -404,7 +416,7 @@ impl IqReader {
                         reason: format!("sample rate {fs} is not positive"),
                     });
                 }
-                let file = open_file(path)?;
+                let file = open_file(roots, path)?;
                 let len = file_len(&file, path)?;
                 let data = Data {
                     path: path.clone(),
@@ -673,7 +685,16 @@ fn tar_members(f: &mut File, path: &Path) -> Result<Vec<TarMember>, IqError> {
 /// with ids `id/member`: found from the tar headers alone (every size checked against the
 /// archive's length), each read when it is opened.
 pub fn archive_recordings(path: &Path, id: &str) -> Result<Vec<IqSource>, IqError> {
-    let mut f = open_file(path)?;
+    archive_recordings_in(&Roots::anywhere(), path, id)
+}
+
+/// [`archive_recordings`], the archive opened beneath `roots`.
+pub fn archive_recordings_in(
+    roots: &Roots,
+    path: &Path,
+    id: &str,
+) -> Result<Vec<IqSource>, IqError> {
+    let mut f = open_file(roots, path)?;
     let members = tar_members(&mut f, path)?;
     let out: Vec<IqSource> = members
         .iter()
@@ -706,10 +727,20 @@ pub type Listed = (String, Result<IqSource, IqError>);
 /// `(id, recording)`, or `(id, why)` for an archive that cannot be listed — one item that
 /// fails, where a job goes on with the others.
 pub fn list_recordings(path: &Path, raw: Option<DataType>) -> Result<Vec<Listed>, IqError> {
+    list_recordings_in(&Roots::anywhere(), path, raw)
+}
+
+/// [`list_recordings`], archives opened beneath `roots` (a recording is read beneath them
+/// too, when it is opened).
+pub fn list_recordings_in(
+    roots: &Roots,
+    path: &Path,
+    raw: Option<DataType>,
+) -> Result<Vec<Listed>, IqError> {
     let mut out = Vec::new();
     for source in list_sources(path, raw)? {
         match &source {
-            IqSource::Archive { id, path } => match archive_recordings(path, id) {
+            IqSource::Archive { id, path } => match archive_recordings_in(roots, path, id) {
                 Ok(members) => out.extend(members.into_iter().map(|m| (m.id().to_string(), Ok(m)))),
                 Err(e) => out.push((id.clone(), Err(e))),
             },
@@ -762,12 +793,13 @@ pub fn write_sigmf(
             source,
         }
     };
-    let tmp = crate::parquet::part_tmp_path(&data_path);
+    // The data is published (synced, renamed, its folder synced) before the metadata is
+    // written: a recording whose metadata exists has all its data, even after a power cut.
+    let (draft, file) = Draft::create(&data_path).map_err(werr(&data_path))?;
     let mut hasher = Sha512::new();
     let mut clipped = 0u64;
-    {
-        let mut w =
-            BufWriter::with_capacity(1 << 20, File::create(&tmp).map_err(werr(&data_path))?);
+    let file = {
+        let mut w = BufWriter::with_capacity(1 << 20, file);
         let mut bytes = Vec::with_capacity(8 * 8192);
         for chunk in iq.chunks(8192) {
             bytes.clear();
@@ -791,9 +823,13 @@ pub fn write_sigmf(
             hasher.update(&bytes);
             w.write_all(&bytes).map_err(werr(&data_path))?;
         }
-        w.flush().map_err(werr(&data_path))?;
-    }
-    std::fs::rename(&tmp, &data_path).map_err(werr(&data_path))?;
+        w.into_inner()
+            .map_err(|e| werr(&data_path)(e.into_error()))?
+    };
+    draft
+        .sync(file)
+        .and_then(Synced::publish)
+        .map_err(werr(&data_path))?;
     meta.global.datatype = dtype.datatype().name().into();
     meta.global.sha512 = Some(
         hasher
@@ -802,9 +838,7 @@ pub fn write_sigmf(
             .map(|b| format!("{b:02x}"))
             .collect(),
     );
-    let tmp = crate::parquet::part_tmp_path(&meta_path);
-    std::fs::write(&tmp, meta.to_json()).map_err(werr(&meta_path))?;
-    std::fs::rename(&tmp, &meta_path).map_err(werr(&meta_path))?;
+    publish_bytes(&meta_path, meta.to_json().as_bytes()).map_err(werr(&meta_path))?;
     Ok(clipped)
 }
 

@@ -17,7 +17,8 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 use crate::error::WriteError;
-use crate::parquet::{list_offsets, part_tmp_path};
+use crate::parquet::list_offsets;
+use crate::publish::{Draft, Synced};
 
 /// One column's values.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,11 +98,11 @@ pub fn write_table(
         .collect::<Result<Vec<_>, _>>()
         .map_err(other)?;
     let batch = RecordBatch::try_new(schema.clone(), arrays).map_err(|e| other(e.to_string()))?;
-    let tmp = part_tmp_path(path);
-    let file = File::create(&tmp).map_err(|source| WriteError::Io {
+    let io = |source| WriteError::Io {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    let (draft, file) = Draft::create(path).map_err(io)?;
     let zstd = ZstdLevel::try_new(3).map_err(|e| other(e.to_string()))?;
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(zstd))
@@ -116,15 +117,8 @@ pub fn write_table(
         ArrowWriter::try_new(file, schema, Some(props)).map_err(|e| other(e.to_string()))?;
     writer.write(&batch).map_err(|e| other(e.to_string()))?;
     let file = writer.into_inner().map_err(|e| other(e.to_string()))?;
-    file.sync_all().map_err(|source| WriteError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
     let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
-    std::fs::rename(&tmp, path).map_err(|source| WriteError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    draft.sync(file).and_then(Synced::publish).map_err(io)?;
     Ok(bytes)
 }
 

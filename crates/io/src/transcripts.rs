@@ -14,7 +14,8 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 use crate::error::WriteError;
-use crate::parquet::{io_error, other_error, part_tmp_path};
+use crate::parquet::{io_error, other_error};
+use crate::publish::{Draft, Synced};
 
 /// One transcribed segment.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,7 +49,7 @@ pub fn transcript_schema() -> Schema {
 /// A Parquet file of transcripts being written.
 pub struct TranscriptWriter {
     path: PathBuf,
-    tmp: PathBuf,
+    draft: Draft,
     schema: Arc<Schema>,
     writer: ArrowWriter<File>,
     buffer: Vec<TranscriptRow>,
@@ -59,8 +60,7 @@ impl TranscriptWriter {
     pub fn create(path: &Path) -> Result<Self, WriteError> {
         let other = other_error(path);
         let schema = Arc::new(transcript_schema());
-        let tmp = part_tmp_path(path);
-        let file = File::create(&tmp).map_err(io_error(path))?;
+        let (draft, file) = Draft::create(path).map_err(io_error(path))?;
         let zstd = ZstdLevel::try_new(3).map_err(|e| other(e.to_string()))?;
         let props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(zstd))
@@ -69,7 +69,7 @@ impl TranscriptWriter {
             .map_err(|e| other(e.to_string()))?;
         Ok(TranscriptWriter {
             path: path.to_path_buf(),
-            tmp,
+            draft,
             schema,
             writer,
             buffer: Vec::new(),
@@ -135,8 +135,10 @@ impl TranscriptWriter {
             .writer
             .into_inner()
             .map_err(|e| other_error(&path)(e.to_string()))?;
-        file.sync_all().map_err(io_error(&path))?;
-        std::fs::rename(&self.tmp, &self.path).map_err(io_error(&self.path))
+        self.draft
+            .sync(file)
+            .and_then(Synced::publish)
+            .map_err(io_error(&path))
     }
 }
 

@@ -413,7 +413,7 @@ fn extract_sources_list_iq_recordings_beside_audio_when_asked() {
     std::fs::write(dir.join("pack.sigmf"), &tar).unwrap();
     let iq = SourceOptions {
         iq: true,
-        raw: None,
+        ..Default::default()
     };
     let ids = |s: &Source| -> Vec<(String, bool)> {
         s.entries()

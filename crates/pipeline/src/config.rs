@@ -6,6 +6,7 @@ use sonograph_dsp::{FeatureSpec, Precision};
 use sonograph_io::decode::{ChannelMix, Limits};
 use sonograph_io::parquet::Dtype;
 use sonograph_io::sigmf::{DataType, DEFAULT_MAX_SAMPLES};
+use sonograph_io::Roots;
 
 use sonograph_model::{VadParams, VadSegmenter};
 
@@ -48,6 +49,9 @@ pub struct JobConfig {
     pub vad: Option<VadParams>,
     /// The onnxruntime library (for a model or VAD), where it is not found by itself.
     pub ort_lib: Option<PathBuf>,
+    /// Where the job may open files (the source, what it lists, every item) and write its
+    /// output: anywhere for the CLI and Python; beneath the data roots for the service.
+    pub roots: Roots,
 }
 
 /// The model stage of a job.
@@ -94,7 +98,8 @@ impl JobConfig {
             precision: Precision::default(),
             mix: ChannelMix::Mean,
             limits: Limits::default(),
-            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            workers: std::thread::available_parallelism()
+                .map_or(1, |n| n.get().min(*bounds::WORKERS.end())),
             prefetch: 4,
             batch_items: 16,
             max_seconds: 60.0,
@@ -108,52 +113,59 @@ impl JobConfig {
             model: None,
             vad: None,
             ort_lib: None,
+            roots: Roots::anywhere(),
         }
     }
 
-    /// Checks every setting before anything runs.
+    /// Checks every setting before anything runs: each size within its bounds (see
+    /// [`bounds`]), and what the job may hold in memory at once within the machine's.
     pub fn check(&self) -> Result<(), JobError> {
         let config = self;
         let bad = |m: &str| Err(JobError::Config(m.to_string()));
-        if config.workers == 0 {
-            return bad("--workers must be at least 1");
-        }
-        if config.prefetch == 0 || config.batch_items == 0 {
-            return bad("--prefetch and --batch-items must be at least 1");
-        }
-        // Queues are sized from these and allocated whole: a request of the jobs API must not
-        // abort the server with an allocation of petabytes.
-        if config.prefetch.saturating_mul(config.batch_items) > 65_536 {
-            return bad(
-                "--prefetch × --batch-items (the prefetch queue's items) may be at most 65536",
-            );
+        within("workers", config.workers, bounds::WORKERS)?;
+        within("prefetch", config.prefetch, bounds::PREFETCH)?;
+        within("batch-items", config.batch_items, bounds::BATCH_ITEMS)?;
+        // Queues are sized from these and allocated whole.
+        if config.prefetch * config.batch_items > bounds::PREFETCHED_ITEMS {
+            return Err(JobError::Config(format!(
+                "prefetch × batch-items (the prefetch queue's items) may be at most {}",
+                bounds::PREFETCHED_ITEMS
+            )));
         }
         if let Some(m) = &config.model {
-            if !(1..=4096).contains(&m.batch) || m.threads > 1024 {
-                return bad("--model-batch must be 1 to 4096 and --model-threads at most 1024");
-            }
+            within("model-batch", m.batch, bounds::MODEL_BATCH)?;
+            within("model-threads", m.threads, bounds::MODEL_THREADS)?;
         }
-        if !(config.chunk_seconds.is_finite()
-            && config.max_seconds.is_finite()
-            && config.chunk_seconds > 0.0
-            && config.max_seconds >= config.chunk_seconds)
-        {
-            return bad("--chunk-seconds must be finite, > 0 and not above --max-seconds");
+        within("max-seconds", config.max_seconds, bounds::MAX_SECONDS)?;
+        within("chunk-seconds", config.chunk_seconds, bounds::CHUNK_SECONDS)?;
+        if config.chunk_seconds > config.max_seconds {
+            return bad("chunk-seconds may not be above max-seconds");
         }
-        if config.part_mb == 0 {
-            return bad("--part-mb must be at least 1");
+        let hop = config.spec.hop_length as f64 / f64::from(config.spec.sample_rate);
+        if config.chunk_seconds < hop {
+            return Err(JobError::Config(format!(
+                "chunk-seconds {} is shorter than one hop of the spec ({hop} s)",
+                config.chunk_seconds
+            )));
         }
-        if config.shard_count == 0 || config.shard_index >= config.shard_count {
-            return bad("--shard-index must be below --shard-count");
+        within("part-mb", config.part_mb, bounds::PART_MB)?;
+        within("shard-count", config.shard_count, bounds::SHARD_COUNT)?;
+        if config.shard_index >= config.shard_count {
+            return bad("shard-index must be below shard-count");
         }
+        config.limits.validate().map_err(JobError::Config)?;
+        if let Some(rate) = config.iq.sample_rate {
+            within("sample-rate", rate, bounds::IQ_SAMPLE_RATE)?;
+        }
+        within("max-samples", config.iq.max_samples, bounds::IQ_MAX_SAMPLES)?;
         config
             .spec
             .validate()
             .map_err(|e| JobError::Config(e.to_string()))?;
         if let Some(vad) = &config.vad {
-            let bad = |m: String| Err(JobError::Config(format!("--vad: {m}")));
+            let bad = |m: String| Err(JobError::Config(format!("vad: {m}")));
             vad.validate()
-                .map_err(|e| JobError::Config(format!("--vad: {e}")))?;
+                .map_err(|e| JobError::Config(format!("vad: {e}")))?;
             if config.spec.is_complex() {
                 return bad("voice activity is for audio, and the spec takes IQ".into());
             }
@@ -167,11 +179,108 @@ impl JobConfig {
             if vad.max_speech_duration_s.is_nan() || vad.max_speech_duration_s > config.max_seconds
             {
                 return bad(format!(
-                    "segments may be up to {} s, over --max-seconds {}: give --max-speech-s at most that",
+                    "segments may be up to {} s, over max-seconds {}: give max-speech-s at most that",
                     vad.max_speech_duration_s, config.max_seconds
                 ));
             }
         }
+        self.check_memory(crate::host::memory_bytes())
+    }
+
+    /// The bytes one item (or piece) holds at its longest: its samples and the features
+    /// computed from them.
+    pub fn item_bytes(&self, seconds: f64) -> u64 {
+        let spec = &self.spec;
+        let values_per_sample = if spec.is_complex() { 2.0 } else { 1.0 };
+        let samples = seconds * f64::from(spec.sample_rate);
+        let frames = samples / spec.hop_length as f64 + 1.0;
+        let bytes = 4.0 * (samples * values_per_sample + frames * spec.n_bins() as f64);
+        bytes.min(u64::MAX as f64) as u64
+    }
+
+    /// What the job holds outside its memory budget at most, in bytes: an item at its longest
+    /// in every decode worker, and the rows in the writer's queue. (Items handed on to the
+    /// executors are held to [`memory_budget`](Self::memory_budget).)
+    pub fn memory_in_flight(&self) -> u64 {
+        self.item_bytes(self.max_seconds)
+            .saturating_mul(self.workers as u64 + crate::writer::QUEUE as u64)
+    }
+
+    /// The bytes the items between the decoders and the writer may hold at once: a quarter
+    /// of the machine's memory (4 GiB where it is not known), and no more than the prefetch
+    /// queue and a batch per executor could hold at their longest.
+    pub fn memory_budget(&self, machine: Option<u64>) -> u64 {
+        let queued = (self.prefetch * self.batch_items + 4 * self.batch_items) as u64;
+        let most = self.item_bytes(self.max_seconds).saturating_mul(queued);
+        machine.map_or(4 << 30, |m| m / 4).min(most)
+    }
+
+    fn check_memory(&self, machine: Option<u64>) -> Result<(), JobError> {
+        let Some(machine) = machine else {
+            return Ok(());
+        };
+        let need = self.memory_in_flight();
+        if need > machine / 2 {
+            let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+            return Err(JobError::Config(format!(
+                "the job could hold {:.1} GiB in flight (an item of up to max-seconds {} s at \
+                 {} Hz and its features in each of {} workers), over half of this machine's \
+                 {:.1} GiB: lower workers or max-seconds",
+                gib(need),
+                self.max_seconds,
+                self.spec.sample_rate,
+                self.workers,
+                gib(machine)
+            )));
+        }
         Ok(())
     }
+}
+
+/// The bounds of every size a job's options set, inclusive. Each is far beyond what a real job
+/// needs and far below what would take a machine down: an option a request, a flag or a
+/// Python call sets never decides an allocation that the job cannot make.
+pub mod bounds {
+    use std::ops::RangeInclusive;
+
+    /// Decode threads.
+    pub const WORKERS: RangeInclusive<usize> = 1..=1024;
+    /// Depth of the prefetch queue, in batches.
+    pub const PREFETCH: RangeInclusive<usize> = 1..=1024;
+    /// Items per executor batch.
+    pub const BATCH_ITEMS: RangeInclusive<usize> = 1..=4096;
+    /// Items the prefetch queue holds (prefetch × batch-items).
+    pub const PREFETCHED_ITEMS: usize = 65_536;
+    pub const MODEL_BATCH: RangeInclusive<usize> = 1..=4096;
+    /// onnxruntime threads (0: one per core).
+    pub const MODEL_THREADS: RangeInclusive<usize> = 0..=1024;
+    /// Seconds above which an item is cut into pieces (an item under it is held whole).
+    pub const MAX_SECONDS: RangeInclusive<f64> = 1e-6..=3600.0;
+    /// Seconds of one piece of a long item (IQ at MS/s is cut in milliseconds; a piece must
+    /// also hold a hop of samples, which the check adds).
+    pub const CHUNK_SECONDS: RangeInclusive<f64> = 1e-6..=3600.0;
+    /// MiB of features per Parquet part.
+    pub const PART_MB: RangeInclusive<usize> = 1..=16_384;
+    pub const SHARD_COUNT: RangeInclusive<usize> = 1..=1_000_000;
+    /// Hz of raw IQ recordings (up to 100 GHz: IQ is recorded at any rate).
+    pub const IQ_SAMPLE_RATE: RangeInclusive<f64> = 1.0..=1e11;
+    /// Complex samples of one IQ recording read whole.
+    pub const IQ_MAX_SAMPLES: RangeInclusive<u64> = 1..=1 << 36;
+}
+
+/// `value` within `range`, or the job's one-line refusal naming the option (NaN is within no
+/// range).
+fn within<T: PartialOrd + std::fmt::Display>(
+    name: &str,
+    value: T,
+    range: std::ops::RangeInclusive<T>,
+) -> Result<(), JobError> {
+    if range.contains(&value) {
+        return Ok(());
+    }
+    Err(JobError::Config(format!(
+        "{name} {value} is outside {}..={}",
+        range.start(),
+        range.end()
+    )))
 }

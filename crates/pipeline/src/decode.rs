@@ -16,6 +16,7 @@ use sonograph_io::{ItemReader, StreamError};
 use sonograph_model::{Runtime, Segment, VadSegmenter};
 use thiserror::Error;
 
+use crate::budget::{BytesHeld, MemoryBudget};
 use crate::config::JobConfig;
 use crate::error::panic_text;
 use crate::executor::{Permit, Unit};
@@ -27,12 +28,15 @@ use crate::writer::{RowMsg, WriterMsg};
 /// Decodes items; short ones go to the prefetch queue, long ones too in pieces (or, when all
 /// executors are CPUs, they are streamed here).
 /// Returns the seconds spent busy (not counting time blocked on a full queue).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn decode_worker(
     config: &JobConfig,
     work: Receiver<Entry>,
     units: Sender<Unit>,
     writer: Sender<WriterMsg>,
     long_items: LongItems,
+    budget: &Arc<MemoryBudget>,
+    executors_running: &Weak<()>,
     live: &LiveJob,
 ) -> f64 {
     let spec = Arc::new(config.spec.clone());
@@ -92,6 +96,8 @@ pub(crate) fn decode_worker(
                             units: &units,
                             writer: &writer,
                             live,
+                            budget,
+                            executors_running,
                         },
                         &long_items,
                         &mut blocked,
@@ -135,6 +141,22 @@ struct Outputs<'a> {
     units: &'a Sender<Unit>,
     writer: &'a Sender<WriterMsg>,
     live: &'a LiveJob,
+    /// Room for the units handed on; waited for before each is sent.
+    budget: &'a Arc<MemoryBudget>,
+    /// Dead once every executor has ended: nothing will give room back then.
+    executors_running: &'a Weak<()>,
+}
+
+impl Outputs<'_> {
+    /// Room in the budget for a unit of `samples` (and the features computed from them);
+    /// `None` when the job stops while waiting.
+    fn room_for(&self, config: &JobConfig, samples: usize) -> Option<BytesHeld> {
+        let values_per_sample = if config.spec.is_complex() { 2.0 } else { 1.0 };
+        let seconds = samples as f64 / values_per_sample / f64::from(config.spec.sample_rate);
+        self.budget.acquire(config.item_bytes(seconds), || {
+            self.live.is_canceled() || self.executors_running.strong_count() == 0
+        })
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -151,6 +173,7 @@ fn decode_item(
         units,
         writer,
         live,
+        ..
     } = outputs;
     let item = &work.item;
     let source = item.path.display().to_string();
@@ -161,7 +184,7 @@ fn decode_item(
         offset_s: item.offset_s,
         duration_s: item.duration_s,
     };
-    let reader = open_item(config, item, work.iq.as_ref(), &opts).map_err(fail)?;
+    let mut reader = open_item(config, item, work.iq.as_ref(), &opts).map_err(fail)?;
     if let Some(vad) = vad {
         let vad = vad.as_mut().map_err(|e| fail(e.clone()))?;
         let LongItems::ToExecutors(executors_running) = long_items else {
@@ -183,25 +206,43 @@ fn decode_item(
         .expected_seconds()
         .is_some_and(|s| s <= config.max_seconds);
     if short {
-        let samples = reader
-            .read_all(config.spec.sample_rate)
-            .map_err(|e| fail(e.to_string()))?;
-        let wait = Instant::now();
-        let sent = units.send(Unit {
-            id: item.id.clone(),
-            source,
-            offset_s: item.offset_s,
-            samples,
-            piece: None,
-            _permit: None,
-        });
-        *blocked += wait.elapsed().as_secs_f64();
-        // A closed queue means the job is stopping; the item stays undone for a resume.
-        return Ok(if sent.is_ok() {
-            Flow::Continue
-        } else {
-            Flow::Stop
-        });
+        // Held whole only as far as max-seconds: a header that says "short" and lies costs
+        // no more than an honest one, and the item goes on as a long one.
+        let rate = config.spec.sample_rate;
+        let values_per_sample = if config.spec.is_complex() { 2.0 } else { 1.0 };
+        let most = (config.max_seconds * f64::from(rate)).ceil() * values_per_sample;
+        // A second of slack: the resampler's output rounds, and an item at the bound is short.
+        let most = most as usize + rate as usize;
+        match reader.read_up_to(rate, most) {
+            Err(e) => return Err(fail(e.to_string())),
+            Ok(Some(samples)) => {
+                let wait = Instant::now();
+                let Some(room) = outputs.room_for(config, samples.len()) else {
+                    return Ok(Flow::Stop); // the item stays undone for a resume
+                };
+                let sent = units.send(Unit {
+                    id: item.id.clone(),
+                    source,
+                    offset_s: item.offset_s,
+                    samples,
+                    piece: None,
+                    _permit: None,
+                    _bytes: Some(room),
+                });
+                *blocked += wait.elapsed().as_secs_f64();
+                // A closed queue means the job is stopping; the item stays undone for a
+                // resume.
+                return Ok(if sent.is_ok() {
+                    Flow::Continue
+                } else {
+                    Flow::Stop
+                });
+            }
+            Ok(None) => {
+                tracing::debug!(id = %item.id, "its header said under max-seconds; streamed in pieces");
+                reader = open_item(config, item, work.iq.as_ref(), &opts).map_err(fail)?;
+            }
+        }
     }
     if let (LongItems::ToExecutors(live_executors), false) =
         (long_items, config.spec.output == OutputKind::Psd)
@@ -262,7 +303,7 @@ fn open_item(
     let path = item.path.display();
     match (iq, spec.is_complex()) {
         (None, false) => Ok(ItemReader::Audio(
-            AudioReader::open(&item.path, opts).map_err(|e| e.to_string())?,
+            AudioReader::open_in(&config.roots, &item.path, opts).map_err(|e| e.to_string())?,
         )),
         (None, true) => Err(format!(
             "{path}: an audio file, and the spec takes complex IQ input (\"input\": \"complex\"): \
@@ -273,8 +314,13 @@ fn open_item(
              (iq-spectrogram, iq-power) or a spec with \"input\": \"complex\""
         )),
         (Some(source), true) => {
-            let reader = IqReader::open(source, config.iq.sample_rate, config.iq.max_samples)
-                .map_err(|e| e.to_string())?;
+            let reader = IqReader::open_in(
+                &config.roots,
+                source,
+                config.iq.sample_rate,
+                config.iq.max_samples,
+            )
+            .map_err(|e| e.to_string())?;
             let rate = reader.sample_rate();
             if rate != f64::from(spec.sample_rate) {
                 return Err(format!(
@@ -292,8 +338,10 @@ fn open_item(
 /// At most `--batch-items` pieces of the item are queued or being computed at a time: a
 /// decoder outruns the executors, and the queue would otherwise fill with pieces of one file.
 struct PieceSender<'a> {
+    config: &'a JobConfig,
     item: &'a SourceItem,
     source: String,
+    outputs: Outputs<'a>,
     units: &'a Sender<Unit>,
     live: &'a LiveJob,
     executors_running: &'a Weak<()>,
@@ -304,7 +352,7 @@ struct PieceSender<'a> {
 
 impl<'a> PieceSender<'a> {
     fn new(
-        config: &JobConfig,
+        config: &'a JobConfig,
         item: &'a SourceItem,
         outputs: Outputs<'a>,
         executors_running: &'a Weak<()>,
@@ -312,8 +360,10 @@ impl<'a> PieceSender<'a> {
     ) -> Self {
         let (permits, taken) = bounded::<()>(config.batch_items);
         PieceSender {
+            config,
             item,
             source: item.path.display().to_string(),
+            outputs,
             units: outputs.units,
             live: outputs.live,
             executors_running,
@@ -340,13 +390,19 @@ impl<'a> PieceSender<'a> {
                 return Err(WriterGone);
             }
         }
+        let permit = Permit(self.taken.clone());
+        let room = self
+            .outputs
+            .room_for(self.config, samples.len())
+            .ok_or(WriterGone)?;
         let sent = self.units.send(Unit {
             id: self.item.id.clone(),
             source: self.source.clone(),
             offset_s: self.item.offset_s,
             samples,
             piece: Some(plan),
-            _permit: Some(Permit(self.taken.clone())),
+            _permit: Some(permit),
+            _bytes: Some(room),
         });
         *self.blocked += wait.elapsed().as_secs_f64();
         sent.map_err(|_| WriterGone)
@@ -585,10 +641,13 @@ mod tests {
         let reader = ItemReader::Audio(reader);
         let (writer, _) = bounded::<WriterMsg>(1);
         let live = LiveJob::default();
+        let budget = crate::budget::MemoryBudget::new(1 << 30);
         let outputs = Outputs {
             units: &units,
             writer: &writer,
             live: &live,
+            budget: &budget,
+            executors_running: &running,
         };
         let flow = send_pieces(&config, &item, reader, outputs, &running, &mut 0.0).unwrap();
         assert!(matches!(flow, Flow::Stop));

@@ -47,7 +47,7 @@ impl JobError {
 }
 
 /// The message of a caught panic.
-pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
         .map(|s| s.to_string())

@@ -13,6 +13,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use sonograph_dsp::{AudioBatch, CpuBackend, Extractor, FeatureBatch, Precision};
 
 use crate::batcher::{AdaptiveBatcher, BatcherConfig};
+use crate::budget::BytesHeld;
 use crate::segment::PiecePlan;
 use sonograph_io::parquet::FeatureRow;
 
@@ -32,6 +33,8 @@ pub struct Unit {
     pub piece: Option<PiecePlan>,
     /// Held while the unit is queued or computed (pieces of long items).
     pub(crate) _permit: Option<Permit>,
+    /// The unit's room in the job's memory budget, held while it is queued or computed.
+    pub(crate) _bytes: Option<BytesHeld>,
 }
 
 /// One of the slots that bound the pieces of a long item in flight: frees its slot when the
@@ -265,6 +268,7 @@ mod tests {
                 samples: s.clone(),
                 piece: None,
                 _permit: None,
+                _bytes: None,
             })
             .unwrap();
         }

@@ -110,6 +110,7 @@ fn run_stages(
     let options = sonograph_io::manifest::SourceOptions {
         iq: true,
         raw: config.iq.raw,
+        roots: config.roots.clone(),
     };
     let source = ShardSource::open(
         &config.source,
@@ -119,7 +120,16 @@ fn run_stages(
     )?;
     source.check_unique_ids()?;
     let layout = OutputLayout::new(&config.out, config.shard_index, config.shard_count);
+    layout.confine(&config.roots)?;
     std::fs::create_dir_all(&layout.meta_dir).map_err(io_err(&layout.meta_dir))?;
+    layout.confine(&config.roots)?;
+    if let Some(model) = &config.model {
+        // onnxruntime opens the model by its path: checked beneath the roots just before.
+        config
+            .roots
+            .check(&model.path)
+            .map_err(|e| JobError::Config(format!("model: {e}")))?;
+    }
     check_job_shape(&layout, config, &spec_id)?;
     // One process per shard: a second one (a requeued task, a duplicate pod) would write the
     // same part numbers.
@@ -183,7 +193,7 @@ fn run_stages(
     let (unit_tx, unit_rx) = bounded::<Unit>(config.prefetch * config.batch_items);
     // Rows are up to a piece of features each (about 1 MB for 30 s of Whisper): a short queue
     // keeps a fast producer from holding many of them while a part is being written.
-    let (writer_tx, writer_rx) = bounded::<WriterMsg>(8);
+    let (writer_tx, writer_rx) = bounded::<WriterMsg>(crate::writer::QUEUE);
     live.set_capacity(Queue::Work, config.workers * 2);
     live.set_capacity(Queue::Prefetch, config.prefetch * config.batch_items);
     live.set_capacity(Queue::Writer, 8);
@@ -272,8 +282,11 @@ fn run_stages(
         drop(executors_running);
         weak
     };
+    let budget =
+        crate::budget::MemoryBudget::new(config.memory_budget(crate::host::memory_bytes()));
     let worker_handles: Vec<_> = (0..config.workers)
         .map(|i| {
+            let budget = budget.clone();
             let (work, units, writer_tx) = (work_rx.clone(), unit_tx.clone(), writer_tx.clone());
             let config = config.clone();
             let running = executors_running.clone();
@@ -286,7 +299,9 @@ fn run_stages(
                     } else {
                         LongItems::Stream
                     };
-                    decode_worker(&config, work, units, writer_tx, long_items, &live)
+                    decode_worker(
+                        &config, work, units, writer_tx, long_items, &budget, &running, &live,
+                    )
                 })
         })
         .collect::<Result<_, _>>()
@@ -387,8 +402,11 @@ fn run_stages(
             "{undone} items were left undone (see the log); run the same command again to finish them"
         )));
     }
-    std::fs::write(&layout.done_marker, format!("{}\n", report.spec_id))
-        .map_err(io_err(&layout.done_marker))?;
+    sonograph_io::publish::publish_bytes(
+        &layout.done_marker,
+        format!("{}\n", report.spec_id).as_bytes(),
+    )
+    .map_err(io_err(&layout.done_marker))?;
     Ok(JobOutcome::Finished(report))
 }
 
@@ -618,6 +636,7 @@ mod tests {
                         samples: unit.samples.clone(),
                         piece: unit.piece,
                         _permit: None,
+                        _bytes: None,
                     });
                 }
                 out.push(unit);

@@ -42,6 +42,38 @@ impl OutputLayout {
     }
 }
 
+impl OutputLayout {
+    /// Where a confined job (the service's) writes: the output folder beneath the roots
+    /// now, and none of the files and folders it writes by name a symlink, which would carry
+    /// the write wherever it points. Parts and other files are created under fresh temporary
+    /// names that no symlink can stand in for (see `sonograph_io::publish`).
+    pub(crate) fn confine(&self, roots: &sonograph_io::Roots) -> Result<(), JobError> {
+        if !roots.is_confined() {
+            return Ok(());
+        }
+        roots
+            .check(&self.out)
+            .map_err(|e| JobError::Config(format!("out: {e}")))?;
+        for path in [
+            &self.out,
+            &self.meta_dir,
+            &self.ledger,
+            &self.report,
+            &self.done_marker,
+            &self.job,
+        ] {
+            if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(JobError::Config(format!(
+                    "{}: a symlink, where the job writes; a job of the service writes real \
+                     files beneath its data roots only",
+                    path.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Name of the folder inside the output that holds everything but the parts.
 pub const META_DIR: &str = "__sonograph";
 
@@ -82,31 +114,32 @@ pub(crate) fn check_job_shape(
         shape["onnxruntime"] = library.to_string_lossy().into_owned().into();
     }
     let text = format!("{shape}\n");
-    // Written whole under a unique name, then linked into place: `job.json` either does not
-    // exist or is complete, whatever instant a process dies at.
-    let tmp = layout
-        .meta_dir
-        .join(format!(".job-{}.json.tmp", std::process::id()));
-    std::fs::write(&tmp, &text).map_err(io_err(&tmp))?;
-    let linked = std::fs::hard_link(&tmp, &layout.job);
-    let _ = std::fs::remove_file(&tmp);
-    match linked {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let found = std::fs::read_to_string(&layout.job).map_err(io_err(&layout.job))?;
-            let found: serde_json::Value = serde_json::from_str(&found).map_err(|e| {
-                JobError::Config(format!("{}: unreadable: {e}", layout.job.display()))
-            })?;
-            if found == shape {
-                return Ok(());
-            }
-            Err(JobError::Config(format!(
-                "{}: this output folder belongs to another job ({found}); this run is {shape}; use another folder or the same settings",
-                layout.out.display()
-            )))
-        }
-        Err(e) => Err(io_err(&layout.job)(e)),
+    // Linked into place only where no job.json is: `job.json` either does not exist or is
+    // complete and on the disk, whatever instant a process dies at, and two shards racing to
+    // write it see one.
+    if std::fs::metadata(&layout.job).is_ok_and(|m| m.len() == 0) {
+        // Only a torn write of an older version left an empty one: it recorded nothing.
+        std::fs::remove_file(&layout.job).map_err(io_err(&layout.job))?;
     }
+    let publish = || -> std::io::Result<bool> {
+        use std::io::Write;
+        let (draft, mut file) = sonograph_io::publish::Draft::create(&layout.job)?;
+        file.write_all(text.as_bytes())?;
+        draft.sync(file)?.publish_new()
+    };
+    if publish().map_err(io_err(&layout.job))? {
+        return Ok(());
+    }
+    let found = std::fs::read_to_string(&layout.job).map_err(io_err(&layout.job))?;
+    let found: serde_json::Value = serde_json::from_str(&found)
+        .map_err(|e| JobError::Config(format!("{}: unreadable: {e}", layout.job.display())))?;
+    if found == shape {
+        return Ok(());
+    }
+    Err(JobError::Config(format!(
+        "{}: this output folder belongs to another job ({found}); this run is {shape}; use another folder or the same settings",
+        layout.out.display()
+    )))
 }
 
 pub(crate) fn io_err(path: &Path) -> impl Fn(std::io::Error) -> JobError + '_ {
@@ -121,9 +154,7 @@ pub(crate) fn read_report(path: &Path) -> Option<Report> {
 }
 
 pub(crate) fn write_json_atomically(path: &Path, report: &Report) -> Result<(), JobError> {
-    let tmp = sonograph_io::parquet::tmp_path(path);
     let text =
         serde_json::to_string_pretty(report).map_err(|e| JobError::Internal(e.to_string()))?;
-    std::fs::write(&tmp, text).map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))
+    sonograph_io::publish::publish_bytes(path, text.as_bytes()).map_err(io_err(path))
 }

@@ -12,10 +12,12 @@
 
 pub mod alerts;
 pub mod batcher;
+mod budget;
 mod config;
 mod decode;
 mod error;
 mod executor;
+pub mod host;
 mod job;
 mod layout;
 pub mod live;
@@ -32,8 +34,8 @@ mod writer;
 pub use batcher::{
     AdaptiveBatcher, BatchDevice, BatchError, BatchInput, BatchOutput, BatchStats, BatcherConfig,
 };
-pub use config::{IqOptions, JobConfig, ModelConfig};
-pub use error::JobError;
+pub use config::{bounds, IqOptions, JobConfig, ModelConfig};
+pub use error::{panic_text, JobError};
 pub use executor::Unit;
 pub use job::{run, run_live, run_with, JobOutcome};
 pub use layout::{OutputLayout, META_DIR};

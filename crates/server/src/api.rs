@@ -48,14 +48,19 @@ async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "no such endpoint")
 }
 
-/// Equal in time whatever the first difference (a token compared byte by byte early-out
-/// would leak its prefix through timing).
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Equal in time whatever the token and whatever the first difference: the two are hashed
+/// first, so neither a prefix nor the length shows in the time taken.
+fn same(offered: &str, token: &str) -> bool {
+    use sha2::{Digest, Sha256};
+    use subtle::ConstantTimeEq;
+    Sha256::digest(offered.as_bytes())
+        .ct_eq(&Sha256::digest(token.as_bytes()))
+        .into()
 }
 
-/// The token of a request: `Authorization: Bearer`, the dashboard's cookie, or `?token=`
-/// (which the dashboard's first load uses; EventSource cannot send headers).
+/// The tokens a request offers, decoded: `Authorization: Bearer`, the dashboard's cookie
+/// (percent-encoded, as the server sets it), or `?token=` (form-encoded; the dashboard's first
+/// load uses it, and EventSource cannot send headers).
 fn presented(headers: &HeaderMap, query: Option<&str>) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(v) = headers
@@ -66,27 +71,65 @@ fn presented(headers: &HeaderMap, query: Option<&str>) -> Vec<String> {
             out.push(t.trim().to_string());
         }
     }
-    for cookie in headers.get_all(header::COOKIE) {
-        if let Ok(c) = cookie.to_str() {
-            for part in c.split(';') {
-                if let Some(t) = part.trim().strip_prefix("sonograph_token=") {
-                    out.push(t.to_string());
+    for header in headers.get_all(header::COOKIE) {
+        if let Ok(text) = header.to_str() {
+            for cookie in cookie::Cookie::split_parse_encoded(text).flatten() {
+                if cookie.name() == TOKEN_COOKIE {
+                    out.push(cookie.value().to_string());
                 }
             }
         }
     }
-    if let Some(q) = query {
-        for pair in q.split('&') {
-            if let Some(t) = pair.strip_prefix("token=") {
-                out.push(t.to_string());
-            }
-        }
-    }
+    out.extend(query_token(query));
     out
+}
+
+/// The dashboard's cookie.
+const TOKEN_COOKIE: &str = "sonograph_token";
+
+/// `?token=`, decoded.
+fn query_token(query: Option<&str>) -> Option<String> {
+    form_urlencoded::parse(query?.as_bytes())
+        .find(|(k, _)| k == "token")
+        .map(|(_, v)| v.into_owned())
+}
+
+/// A name that only this machine answers to: `localhost` (and its subdomains, RFC 6761), a
+/// 127.0.0.0/8 address or `[::1]`, with or without a port.
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((addr, port)) if port.is_empty() || port.starts_with(':') => addr,
+            _ => return false,
+        },
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 async fn authorize(State(app): Shared, request: Request, next: Next) -> Response {
     let Some(token) = app.token.clone() else {
+        // Without a token the server is on loopback, and answers only requests addressed to
+        // a loopback name: a page elsewhere whose name was made to resolve to 127.0.0.1 (DNS
+        // rebinding) must not reach the jobs API through the user's browser.
+        if let Some(host) = request.headers().get(header::HOST) {
+            let host = host.to_str().unwrap_or("");
+            if !is_loopback_host(host) {
+                return ApiError::new(
+                    StatusCode::MISDIRECTED_REQUEST,
+                    format!(
+                        "Host {host:?} is not a loopback name: a server without --token answers \
+                         localhost, 127.0.0.1 and [::1] only"
+                    ),
+                )
+                .into_response();
+            }
+        }
         return next.run(request).await;
     };
     let path = request.uri().path();
@@ -94,7 +137,7 @@ async fn authorize(State(app): Shared, request: Request, next: Next) -> Response
         return next.run(request).await;
     }
     let offered = presented(request.headers(), request.uri().query());
-    if !offered.iter().any(|t| same(t.as_bytes(), token.as_bytes())) {
+    if !offered.iter().any(|t| same(t, &token)) {
         let mut r = ApiError::new(
             StatusCode::UNAUTHORIZED,
             "a token is needed: Authorization: Bearer TOKEN",
@@ -104,16 +147,16 @@ async fn authorize(State(app): Shared, request: Request, next: Next) -> Response
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         return r;
     }
-    let from_query = request
-        .uri()
-        .query()
-        .is_some_and(|q| q.split('&').any(|p| p.starts_with("token=")));
+    let from_query = query_token(request.uri().query()).is_some();
     let mut response = next.run(request).await;
     if from_query {
         // The dashboard opened with ?token= keeps it in a cookie for its API calls.
-        if let Ok(v) = HeaderValue::from_str(&format!(
-            "sonograph_token={token}; HttpOnly; SameSite=Strict; Path=/"
-        )) {
+        let cookie = cookie::Cookie::build((TOKEN_COOKIE, token))
+            .http_only(true)
+            .same_site(cookie::SameSite::Strict)
+            .path("/")
+            .build();
+        if let Ok(v) = HeaderValue::from_str(&cookie.encoded().to_string()) {
             response.headers_mut().insert(header::SET_COOKIE, v);
         }
     }
@@ -386,4 +429,59 @@ async fn events(
             }
         });
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_names_and_no_others() {
+        for host in [
+            "localhost",
+            "localhost:8080",
+            "LOCALHOST.",
+            "app.localhost:1",
+            "127.0.0.1",
+            "127.1.2.3:9",
+            "[::1]",
+            "[::1]:8080",
+        ] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "evil.example:8080",
+            "localhost.evil.example",
+            "127.0.0.1.evil.example",
+            "10.0.0.1",
+            "[::2]:80",
+            "[::1]x",
+            "",
+        ] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
+    }
+
+    #[test]
+    fn tokens_are_decoded_before_they_are_compared() {
+        let token = "a b+c/d%e;f=g&h";
+        let query = form_urlencoded::Serializer::new(String::new())
+            .append_pair("x", "1")
+            .append_pair("token", token)
+            .finish();
+        assert_eq!(query_token(Some(&query)).as_deref(), Some(token));
+        let cookie = cookie::Cookie::new(TOKEN_COOKIE, token)
+            .encoded()
+            .to_string();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("other=1; {cookie}")).unwrap(),
+        );
+        assert_eq!(presented(&headers, None), vec![token.to_string()]);
+        assert!(same(token, token));
+        assert!(!same(token, "a b+c/d%e;f=g&i"));
+        assert!(!same(token, ""));
+    }
 }

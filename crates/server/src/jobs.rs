@@ -734,6 +734,8 @@ fn progress_of(total: u64, ok: u64, failed: u64, resumed: u64, audio_seconds: f6
 /// What the worker needs from the server: where to open devices, the telemetry to attach the
 /// job to, and whom to tell about job events.
 pub trait Runner: Send + Sync {
+    /// Where jobs may open files: every file of a job is opened beneath these.
+    fn roots(&self) -> sonograph_io::Roots;
     /// Opens the job's devices.
     fn open(&self, plan: &Plan) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String>;
     /// The job has ended: its devices are free again.
@@ -778,20 +780,36 @@ fn run_one(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobRequest)
     runner.job_event(id, JobState::Running);
     let live = LiveJob::new();
     *store.running.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, live.clone()));
-    let outcome = (|| -> Result<JobOutcome, (JobState, String)> {
-        let plan = request.plan("auto").map_err(|e| (JobState::Failed, e))?;
+    let mut opened = false;
+    let run = std::panic::AssertUnwindSafe(|| -> Result<JobOutcome, (JobState, String)> {
+        let mut plan = request.plan("auto").map_err(|e| (JobState::Failed, e))?;
+        plan.config.roots = runner.roots();
         let devices = runner.open(&plan).map_err(|e| (JobState::Failed, e))?;
+        opened = true;
         let telemetry = runner.telemetry();
         telemetry.attach_job(&id.to_string(), live.clone());
+        fail::fail_point!("server::job_panic");
         let result =
             sonograph_pipeline::run_live(&plan.config, devices, Stages::default(), live.clone());
         telemetry.detach_job();
         runner.release();
+        opened = false;
         result.map_err(|e| match e {
             JobError::Canceled { .. } => (JobState::Canceled, e.to_string()),
             e => (JobState::Failed, e.to_string()),
         })
-    })();
+    });
+    // A bug tripped by one job fails that job, with its message; the queue goes on (the
+    // worker thread would otherwise end, and every later job wait forever).
+    let outcome = std::panic::catch_unwind(run).unwrap_or_else(|payload| {
+        let text = sonograph_pipeline::panic_text(&*payload);
+        tracing::error!("job {id}: internal error: {text}");
+        Err((JobState::Failed, format!("internal error: {text}")))
+    });
+    if opened {
+        runner.telemetry().detach_job();
+        runner.release();
+    }
     store.save_progress(id, &live);
     // A job that stopped early still wrote its report: the record keeps it.
     let written_report = || -> Option<Report> {

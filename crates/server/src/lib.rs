@@ -70,6 +70,8 @@ pub(crate) struct Event {
 pub(crate) struct App {
     pub addr: SocketAddr,
     pub data_roots: Vec<PathBuf>,
+    /// The same folders, opened: every file a job opens is opened beneath them.
+    pub roots: sonograph_io::Roots,
     pub token: Option<String>,
     pub default_device: String,
     pub state_dir: Option<PathBuf>,
@@ -122,6 +124,9 @@ impl App {
 }
 
 impl jobs::Runner for App {
+    fn roots(&self) -> sonograph_io::Roots {
+        self.roots.clone()
+    }
     fn open(&self, plan: &jobs::Plan) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String> {
         self.devices.open(plan)
     }
@@ -174,8 +179,15 @@ fn app(
 ) -> Arc<App> {
     let (events, _) = broadcast::channel(1024);
     let (shutdown, _) = watch::channel(false);
+    // Opened once: the roots were just canonicalised, so only a folder removed since fails,
+    // and a server whose roots cannot be opened confines its jobs to none.
+    let roots = sonograph_io::Roots::beneath(&data_roots).unwrap_or_else(|e| {
+        tracing::error!("the data roots: {e}; jobs can open no file");
+        sonograph_io::Roots::beneath(&[]).expect("no folder to open")
+    });
     let app = Arc::new(App {
         addr,
+        roots,
         data_roots,
         token,
         default_device,
