@@ -22,13 +22,15 @@ if [ "${#missing[@]}" -gt 0 ]; then
   exit 0
 fi
 cargo build --locked --bin sonograph || exit 1
-wheels=target/python-wheels
+# The build directory may be anywhere (CARGO_TARGET_DIR): ask cargo where it is.
+target=$(cargo metadata --format-version 1 --no-deps --locked | "$python" -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])') || exit 1
+wheels=$target/python-wheels
 rm -rf "$wheels"
-(cd python && "$python" -m maturin build --locked --profile dev --out "../$wheels") || exit 1
+(cd python && "$python" -m maturin build --locked --profile dev --out "$wheels") || exit 1
 "$python" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps \
   "$wheels"/sonograph-*.whl || exit 1
 report=$(mktemp)
-SONOGRAPH_BIN=$PWD/target/debug/sonograph "$python" -m pytest -q -p no:cacheprovider \
+SONOGRAPH_BIN=$target/debug/sonograph "$python" -m pytest -q -p no:cacheprovider \
   --junitxml="$report" python/tests
 status=$?
 # The totals as cargo prints them, from pytest's own report.

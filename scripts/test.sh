@@ -17,6 +17,31 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# The Python packages the tests use (scripts/requirements-test.txt, and onnxruntime's and
+# silero-vad's wheels, which carry the model runtime and the VAD model the model tests load), in a
+# venv of their own in the build directory, made once per set of pins and put first on PATH.
+# Without PyPI the tests that need them say they skipped (CI sets SONOGRAPH_REQUIRE_*=1, which
+# fails them instead). What needs root: `apt-get install mesa-vulkan-drivers` (lavapipe, for
+# the GPU tests), chromium (the dashboard's browser test) and prometheus (promtool); .ci/run
+# installs them.
+target_dir=$(cargo metadata --format-version 1 --no-deps --locked |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+venv="$target_dir/test-venv"
+ort_wheels=(onnxruntime==1.31.1 silero-vad==6.2.3)
+pins=$(cat scripts/requirements-test.txt python/requirements-test.txt scripts/requirements-rf.txt;
+  echo "${ort_wheels[*]}")
+if [ "$(cat "$venv/.pins" 2>/dev/null)" != "$pins" ]; then
+  echo "+ python3 -m venv $venv (the tests' pinned Python packages)"
+  rm -rf "$venv"
+  if python3 -m venv "$venv" &&
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r scripts/requirements-test.txt &&
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps "${ort_wheels[@]}"; then
+    printf '%s' "$pins" >"$venv/.pins"
+  else
+    echo "warning: the tests' Python packages could not be installed; their tests skip" >&2
+  fi
+fi
+[ -x "$venv/bin/python3" ] && export PATH="$venv/bin:$PATH"
 # Mesa's device-select layer only reorders adapters (sonograph scores them itself) and prints
 # "XDG_RUNTIME_DIR is invalid" on every headless GPU test; the CLI sets this for itself too.
 export NODEVICE_SELECT=1
@@ -32,17 +57,31 @@ step() {
   fi
 }
 
+# A step that picks tests by name must run at least one: a renamed test would otherwise leave
+# its filter matching nothing, and the step passing on nothing.
+named_step() {
+  local before ran
+  before=$(wc -l <"$log")
+  step "$@"
+  ran=$(tail -n "+$((before + 1))" "$log" | awk '/^test result:/ { n += $4 + $6 } END { print n + 0 }')
+  if [ "$ran" -eq 0 ]; then
+    failed_steps+=("$* (ran no test)")
+  fi
+}
+
 step cargo test --workspace --locked --no-fail-fast
 step bash python/test.sh
 step cargo test --locked --no-fail-fast -p sonograph-gpu --features failpoints --test faults
 step cargo test --locked --no-fail-fast -p sonograph-model --features failpoints --test faults
-step cargo test --locked -p sonograph --features failpoints --test extract killed_at_random
+named_step cargo test --locked -p sonograph --features failpoints --test extract killed_at_random
+named_step cargo test --locked -p sonograph --features failpoints --test extract crash_at_any_step
+named_step cargo test --locked -p sonograph --features failpoints --test rf_cli crash_at_any_step
 step cargo test --locked -p sonograph --features failpoints --test extract_model
-step cargo test --locked -p sonograph --features failpoints --test cli probe
-step cargo test --locked -p sonograph --features failpoints --test serve gpu_faults
-step cargo test --locked -p sonograph --features failpoints --test serve panicking_job
+named_step cargo test --locked -p sonograph --features failpoints --test cli probe
+named_step cargo test --locked -p sonograph --features failpoints --test serve gpu_faults
+named_step cargo test --locked -p sonograph --features failpoints --test serve panicking_job
 step cargo test --locked -p sonograph --no-default-features --test cli
-step cargo test --locked -p sonograph-model --features cuda --test asr gpu_model_device
+named_step cargo test --locked -p sonograph-model --features cuda --test asr gpu_model_device
 
 read -r passed failed ignored < <(awk '/^test result:/ { p += $4; f += $6; i += $8 }
   END { printf "%d %d %d\n", p, f, i }' "$log")

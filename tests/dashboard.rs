@@ -1,7 +1,8 @@
 //! The dashboard in a real browser: Debian's headless Chromium, driven through its DevTools
 //! protocol, opens `/` of a server running a job. The page must load, draw its charts from
 //! the job's real telemetry (the values it plots are the server's own samples), and show the
-//! alert the job raises. A screenshot is written to target/dashboard.png, and to
+//! alert the job raises. A screenshot is written to dashboard.png in cargo's temporary folder
+//! for integration tests (CARGO_TARGET_TMPDIR, wherever the build directory is), and to
 //! docs/dashboard.png with `SONOGRAPH_UPDATE_SCREENSHOT=1`.
 
 #[path = "shared/serving.rs"]
@@ -223,7 +224,11 @@ fn the_dashboard_draws_a_running_job_and_its_alert_in_chromium() {
         .unwrap();
     assert_eq!(&png[..4], b"\x89PNG");
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    std::fs::write(root.join("target/dashboard.png"), &png).unwrap();
+    std::fs::write(
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png"),
+        &png,
+    )
+    .unwrap();
     if update {
         std::fs::write(root.join("docs/dashboard.png"), &png).unwrap();
     }

@@ -352,6 +352,102 @@ fn killed_at_random_moments_and_resumed_equals_a_clean_run() {
     assert_eq!(ledger(&resumed).done_items, good);
 }
 
+/// A crash (as kill -9 or a power cut, by failpoint) at each step of publishing each file of
+/// a job — job.json, every part, the report, the done marker — and the same command run again
+/// finishes it: every item exactly once, no temporary file left or taken as a part, and the
+/// dataset a clean run gives. Needs the failpoints build:
+/// `cargo test --features failpoints --test extract crash_at_any_step`.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_crash_at_any_step_of_any_publish_loses_and_doubles_nothing() {
+    use sonograph_io::ledger::Ledger;
+    use std::os::unix::process::ExitStatusExt;
+
+    let tmp = Tmp::new("publish-crash");
+    let corpus = tmp.path("corpus");
+    let (good, bad) = make_corpus(&corpus, 12);
+    let job = |out: &Path, failpoints: &str| {
+        bin()
+            .args(["extract", corpus.to_str().unwrap(), "--out"])
+            .arg(out)
+            .args([
+                "--preset",
+                "whisper",
+                "--part-mb",
+                "1",
+                "--batch-items",
+                "2",
+            ])
+            .args(["--workers", "2", "--device", "cpu", "--no-progress"])
+            .env("FAILPOINTS", failpoints)
+            .output()
+            .unwrap()
+    };
+    let clean = tmp.path("clean");
+    let o = job(&clean, "");
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let spec_id = FeatureSpec::preset("whisper").unwrap().spec_id();
+    let expect = read_dataset(&clean, &spec_id);
+    let mut crashes = 0;
+    for point in [
+        "publish-before-sync",
+        "publish-before-rename",
+        "publish-before-dir-sync",
+    ] {
+        // The k-th publish of the run crashes; the first run that publishes fewer ends.
+        for k in 0.. {
+            let out = tmp.path(&format!("{point}-{k}"));
+            let o = job(&out, &format!("{point}={k}*off->return"));
+            if o.status.code() == Some(3) {
+                // job.json, the report, the done marker and the parts.
+                assert!(k >= 5, "{point}: only {k} publishes");
+                break;
+            }
+            assert_eq!(o.status.signal(), Some(6), "{point} #{k}: {}", stderr(&o));
+            crashes += 1;
+            let o = job(&out, "");
+            // 3: finished, with the corpus's bad items; 0: already complete (the crash came
+            // after the done marker took its name).
+            assert!(
+                matches!(o.status.code(), Some(3) | Some(0)),
+                "{point} #{k}, resumed: {}",
+                stderr(&o)
+            );
+            let got = read_dataset(&out, &spec_id);
+            assert!(got == expect, "{point} #{k}: the resumed dataset differs");
+            let state = Ledger::inspect(&out.join("__sonograph/ledger.sqlite")).unwrap();
+            assert_eq!(state.done_items, good as u64, "{point} #{k}");
+            let report = report(&out, "report.json");
+            assert_eq!(
+                (report.items_ok, report.items_failed),
+                (good as u64, bad as u64),
+                "{point} #{k}"
+            );
+            let left: Vec<String> = walk_names(&out)
+                .into_iter()
+                .filter(|n| n.ends_with(".tmp"))
+                .collect();
+            assert!(left.is_empty(), "{point} #{k}: left behind {left:?}");
+        }
+    }
+    assert!(crashes >= 12, "{crashes} crashes");
+}
+
+/// Every file name under `dir`, recursively.
+#[cfg(feature = "failpoints")]
+fn walk_names(dir: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            names.extend(walk_names(&p));
+        } else {
+            names.push(p.file_name().unwrap().to_string_lossy().into_owned());
+        }
+    }
+    names
+}
+
 #[test]
 fn shards_union_equals_one_run_and_finished_shards_exit_at_once() {
     let tmp = Tmp::new("shards");

@@ -91,6 +91,59 @@ fn synth_iq_is_identical_for_any_workers_shards_and_resume() {
     assert_eq!(files(&sharded), reference, "resumed");
 }
 
+/// A crash (by failpoint, as kill -9 or a power cut) at each step of publishing each file —
+/// a recording's data, its metadata, dataset.json — and the same command run again gives the
+/// dataset of a clean run, byte for byte, with no temporary file left: a recording whose
+/// metadata exists is never a torn one. Needs the failpoints build:
+/// `cargo test --features failpoints --test rf_cli crash_at_any_step`.
+#[cfg(feature = "failpoints")]
+#[test]
+fn synth_iq_after_a_crash_at_any_step_of_any_publish_equals_a_clean_run() {
+    use std::os::unix::process::ExitStatusExt;
+    let tmp = Tmp::new("rf-publish-crash");
+    let run = |out: &Path, failpoints: &str| {
+        bin()
+            .args([
+                "synth-iq",
+                "--count",
+                "3",
+                "--samples",
+                "4096",
+                "--seed",
+                "7",
+            ])
+            .arg("--out")
+            .arg(out)
+            .env("FAILPOINTS", failpoints)
+            .output()
+            .unwrap()
+    };
+    let clean = tmp.path("clean");
+    assert!(run(&clean, "").status.success());
+    let reference = files(&clean);
+    let mut crashes = 0;
+    for point in [
+        "publish-before-sync",
+        "publish-before-rename",
+        "publish-before-dir-sync",
+    ] {
+        for k in 0.. {
+            let out = tmp.path(&format!("{point}-{k}"));
+            let o = run(&out, &format!("{point}={k}*off->return"));
+            if o.status.success() {
+                assert_eq!(k, 7, "{point}: dataset.json and 3 × (data, metadata)");
+                break;
+            }
+            assert_eq!(o.status.signal(), Some(6), "{point} #{k}: {}", stderr(&o));
+            crashes += 1;
+            let o = run(&out, "");
+            assert!(o.status.success(), "{point} #{k}: {}", stderr(&o));
+            assert_eq!(files(&out), reference, "{point} #{k}");
+        }
+    }
+    assert_eq!(crashes, 21);
+}
+
 #[cfg(feature = "gpu")]
 #[test]
 fn synth_iq_on_the_gpu_writes_the_cpus_bytes() {

@@ -29,3 +29,11 @@ pub fn runtime_or_skip() -> Option<&'static sonograph_model::Runtime> {
 pub fn skip(why: &str) {
     gpu_skip::skip_unless_required("SONOGRAPH_REQUIRE_ORT", why);
 }
+
+/// A CUDA device that refused to open (no NVIDIA GPU, the CPU wheel of onnxruntime, a build
+/// without `cuda`): counted as a skip. Fails under `SONOGRAPH_REQUIRE_CUDA=1` (set where a GPU
+/// and onnxruntime-gpu are, bench/gpu/model_cuda.sh).
+#[allow(dead_code)]
+pub fn skip_cuda(why: &str) {
+    gpu_skip::skip_unless_required("SONOGRAPH_REQUIRE_CUDA", why);
+}
