@@ -72,6 +72,27 @@ pub fn open(
     Ok(opened.executors)
 }
 
+/// Opens a job's devices (`--device`, `--gpu-memory`) for its spec: a device named outright
+/// that cannot open is a usage error (exit 2), a kernel that does not compile a bug (exit 1).
+pub fn open_job(
+    device: &str,
+    gpu_memory: Option<&str>,
+    config: &sonograph_pipeline::JobConfig,
+) -> Result<Vec<Box<dyn Extractor>>> {
+    let devices = sonograph_gpu::JobDevices::parse(device, gpu_memory).map_err(user)?;
+    let disabled = sonograph_gpu::disabled_devices();
+    let opened = devices
+        .open(&config.spec, config.precision, &disabled)
+        .map_err(|e| match e {
+            OpenError::Kernel(_) => anyhow::Error::new(e),
+            e => user(e.to_string()),
+        })?;
+    for note in &opened.notes {
+        eprintln!("sonograph: warning: {note}");
+    }
+    Ok(opened.executors)
+}
+
 /// `--gpu-memory`, parsed.
 pub fn budget(text: Option<&str>) -> Result<Option<Budget>> {
     text.map(|t| Budget::parse(t).map_err(|e| user(format!("--gpu-memory: {e}"))))
@@ -171,8 +192,8 @@ pub fn features(
         spec.sample_rate,
     )
     .map_err(|e| user(e.to_string()))?;
-    let mut cpu =
-        CpuBackend::new(spec, args.spec.precision_for(spec)).map_err(|e| user(e.to_string()))?;
+    let mut cpu = CpuBackend::new(spec, args.spec.precision.for_spec(spec))
+        .map_err(|e| user(e.to_string()))?;
     let mut batcher = AdaptiveBatcher::new(BatcherConfig {
         initial: 1,
         max: 1,
@@ -254,7 +275,7 @@ pub fn bench(args: &BenchArgs, device: &str) -> Result<()> {
     };
     let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
     let seconds = batch.samples().len() as f64 / f64::from(spec.sample_rate);
-    let precision = args.spec.precision_for(&spec);
+    let precision = args.spec.precision.for_spec(&spec);
     let options = OpenOptions {
         precision,
         budget: budget(args.gpu_memory.as_deref())?,

@@ -20,10 +20,8 @@ mod rf_cli;
 mod serve_cli;
 
 use anyhow::{Context, Result};
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use sonograph_dsp::{
-    AudioBatch, CpuBackend, CpuExtractor, Extractor, FeatureBatch, FeatureSpec, Precision,
-};
+use clap::{Args, Parser, Subcommand};
+use sonograph_dsp::{AudioBatch, CpuBackend, CpuExtractor, Extractor, FeatureBatch, FeatureSpec};
 use sonograph_io::{ChannelMix, DecodeOptions, Limits, StreamError};
 
 #[derive(Parser)]
@@ -64,84 +62,15 @@ enum Command {
     Serve(serve_cli::ServeArgs),
 }
 
-#[derive(Args)]
-pub(crate) struct SpecArgs {
-    /// Named preset (see `sonograph presets`).
-    #[arg(long, env = "SONOGRAPH_PRESET", conflicts_with = "spec")]
-    pub(crate) preset: Option<String>,
-    /// A FeatureSpec in JSON or TOML (by extension).
-    #[arg(long, env = "SONOGRAPH_SPEC")]
-    pub(crate) spec: Option<PathBuf>,
-    /// Override the number of mel bands.
-    #[arg(long, env = "SONOGRAPH_N_MELS")]
-    pub(crate) n_mels: Option<usize>,
-    /// Arithmetic of the spectral core, on the CPU and on GPUs with f64 in shaders (others
-    /// compute in f32 and say so); outputs are f32 either way. `auto`: f32 for Whisper's
-    /// presets (Whisper computes in f32; the golden suite holds), f64 for every other spec.
-    #[arg(long, env = "SONOGRAPH_PRECISION", value_enum, default_value_t = PrecisionArg::Auto)]
-    pub(crate) precision: PrecisionArg,
-}
-
-impl SpecArgs {
-    /// The precision to compute `spec` in.
-    pub(crate) fn precision_for(&self, spec: &FeatureSpec) -> Precision {
-        match self.precision {
-            PrecisionArg::Auto => spec.default_precision(),
-            PrecisionArg::F32 => Precision::F32,
-            PrecisionArg::F64 => Precision::F64,
-        }
-    }
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub(crate) enum PrecisionArg {
-    Auto,
-    F32,
-    F64,
-}
+/// The feature of `features` and `bench`: `extract`'s `--preset`, `--spec`, `--n-mels` and
+/// `--precision`, from the pipeline's one definition.
+pub(crate) type SpecArgs = sonograph_pipeline::SpecChoice;
 
 /// Resource limits against hostile files, for every command that decodes.
-#[derive(Args)]
-pub(crate) struct LimitArgs {
-    /// Longest file accepted, in seconds of audio; a header that declares more is refused
-    /// before anything is decoded, and a stream that runs longer stops with an error.
-    #[arg(long, env = "SONOGRAPH_MAX_DURATION", default_value_t = 86_400.0)]
-    max_duration: f64,
-    /// Most channels accepted.
-    #[arg(long, env = "SONOGRAPH_MAX_CHANNELS", default_value_t = 64)]
-    max_channels: usize,
-    /// Highest sample rate accepted, in Hz.
-    #[arg(long, env = "SONOGRAPH_MAX_SAMPLE_RATE", default_value_t = 768_000)]
-    max_sample_rate: u32,
-}
-
-impl LimitArgs {
-    pub(crate) fn limits(&self) -> Result<Limits> {
-        let limits = Limits {
-            max_seconds: self.max_duration,
-            max_channels: self.max_channels,
-            max_sample_rate: self.max_sample_rate,
-        };
-        limits.validate().map_err(user)?;
-        Ok(limits)
-    }
-}
+pub(crate) type LimitArgs = sonograph_pipeline::LimitOptions;
 
 /// Storage type of written features (computed in f32 either way).
-#[derive(Clone, Copy, ValueEnum)]
-pub(crate) enum DtypeArg {
-    F32,
-    F16,
-}
-
-impl From<DtypeArg> for sonograph_io::parquet::Dtype {
-    fn from(d: DtypeArg) -> Self {
-        match d {
-            DtypeArg::F32 => Self::F32,
-            DtypeArg::F16 => Self::F16,
-        }
-    }
-}
+pub(crate) type DtypeArg = sonograph_pipeline::DtypeChoice;
 
 #[derive(Args)]
 struct FeaturesArgs {
@@ -153,7 +82,7 @@ struct FeaturesArgs {
     #[arg(long, env = "SONOGRAPH_OUT")]
     out: PathBuf,
     /// Storage type of the .npy (f16 halves the file; values round to the nearest f16).
-    #[arg(long, env = "SONOGRAPH_DTYPE", value_enum, default_value_t = DtypeArg::F32)]
+    #[arg(long, env = "SONOGRAPH_DTYPE", value_enum, default_value_t)]
     dtype: DtypeArg,
     /// Use one channel (0-based) instead of the mean of all channels.
     #[arg(long, env = "SONOGRAPH_CHANNEL")]
@@ -297,31 +226,18 @@ fn quiet_decoder_panics() {
 }
 
 pub(crate) fn load_spec(args: &SpecArgs) -> Result<FeatureSpec> {
-    let mut spec = match (&args.preset, &args.spec) {
-        (Some(_), Some(_)) => return Err(user("--preset and --spec are exclusive")),
-        (Some(name), None) => FeatureSpec::preset(name).map_err(|e| user(e.to_string()))?,
-        (None, Some(path)) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| user(format!("{}: cannot read spec: {e}", path.display())))?;
-            let parsed = match path.extension().and_then(|e| e.to_str()) {
-                Some("toml") => FeatureSpec::from_toml(&text),
-                _ => FeatureSpec::from_json(&text),
-            };
-            parsed.map_err(|e| user(format!("{}: {e}", path.display())))?
-        }
-        (None, None) => FeatureSpec::preset("whisper").expect("whisper is a preset"),
-    };
-    if let Some(n) = args.n_mels {
-        spec.n_mels = n;
-    }
-    spec.validate().map_err(|e| user(e.to_string()))?;
-    Ok(spec)
+    Ok(args.resolve().map_err(user)?.0)
+}
+
+/// The limits of `--max-duration`, `--max-channels` and `--max-sample-rate`, checked.
+pub(crate) fn limits(args: &LimitArgs) -> Result<Limits> {
+    args.limits().map_err(user)
 }
 
 fn decode_options(channel: Option<usize>, limits: &LimitArgs) -> Result<DecodeOptions> {
     Ok(DecodeOptions {
         mix: channel.map_or(ChannelMix::Mean, ChannelMix::Select),
-        limits: limits.limits()?,
+        limits: crate::limits(limits)?,
         ..Default::default()
     })
 }
@@ -340,7 +256,7 @@ fn features(args: &FeaturesArgs) -> Result<()> {
     }
     if !request.cpu_only() {
         let options = sonograph_gpu::OpenOptions {
-            precision: args.spec.precision_for(&spec),
+            precision: args.spec.precision.for_spec(&spec),
             budget: gpu_cli::budget(args.gpu_memory.as_deref())?,
             cpu_threads: None,
         };
@@ -351,7 +267,7 @@ fn features(args: &FeaturesArgs) -> Result<()> {
             return gpu_cli::features(args, &spec, gpu);
         }
     }
-    let mut extractor = CpuExtractor::with_precision(&spec, args.spec.precision_for(&spec))
+    let mut extractor = CpuExtractor::with_precision(&spec, args.spec.precision.for_spec(&spec))
         .map_err(|e| user(e.to_string()))?;
     let opts = decode_options(args.channel, &args.limits)?;
     // The header's length (when it has one) sizes the rows at once.
@@ -458,7 +374,7 @@ fn bench(args: &BenchArgs) -> Result<()> {
         let seconds =
             clips.iter().map(|c| c.len()).sum::<usize>() as f64 / f64::from(spec.sample_rate);
         let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
-        let precision = args.spec.precision_for(&spec);
+        let precision = args.spec.precision.for_spec(&spec);
         // The same backend `extract` runs, on a pool of `--threads` workers.
         let mut backend = CpuBackend::with_threads(&spec, precision, args.threads)
             .map_err(|e| user(e.to_string()))?;

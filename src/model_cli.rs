@@ -345,7 +345,7 @@ const VAD_CHUNK: usize = 256;
 
 pub(crate) fn vad(args: &VadArgs) -> Result<()> {
     let params = args.vad.params()?;
-    args.input.limits.limits()?;
+    crate::limits(&args.input.limits)?;
     let rt = args.input.runtime()?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(args.jobs)
@@ -569,7 +569,7 @@ pub(crate) fn transcribe(args: &TranscribeArgs) -> Result<u8> {
     spec.n_mels = n_mels;
     spec.validate()
         .map_err(|e| user(format!("{}: {e}", args.model.display())))?;
-    args.input.limits.limits()?;
+    crate::limits(&args.input.limits)?;
     let mut sink = Sink::open(&args.out)?;
     let mut tr = Transcriber {
         model: &mut model,

@@ -398,24 +398,8 @@ fn write_iq_part(
     Ok(())
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-pub enum RawFormat {
-    Cf32,
-    Ci16,
-    Cu8,
-    Ci8,
-}
-
-impl RawFormat {
-    pub fn datatype(self) -> DataType {
-        match self {
-            RawFormat::Cf32 => DataType::Cf32Le,
-            RawFormat::Ci16 => DataType::Ci16Le,
-            RawFormat::Cu8 => DataType::Cu8,
-            RawFormat::Ci8 => DataType::Ci8,
-        }
-    }
-}
+/// The sample type of raw IQ files, as `extract --format` takes it.
+pub type RawFormat = sonograph_pipeline::IqFormat;
 
 #[derive(Args)]
 pub struct FeaturesArgs {

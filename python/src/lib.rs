@@ -3,82 +3,73 @@
 //! options by name). Computation runs with the GIL released; errors are `ValueError`s that say
 //! what was wrong, in one line.
 
+mod errors;
 mod loader;
 
 use std::path::{Path, PathBuf};
 
 use numpy::{AllowTypeChange, IntoPyArray, PyArray2, PyArrayLike1, PyArrayMethods};
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use sonograph_dsp::{CpuExtractor, FeatureSpec, Precision};
 use sonograph_io::resample::StreamResampler;
-use sonograph_server::JobRequest;
+use sonograph_pipeline::{JobOptions, Plan, SpecChoice};
 
-pub(crate) fn value_error(e: impl std::fmt::Display) -> PyErr {
-    PyValueError::new_err(e.to_string())
+pub(crate) use errors::{input_error, options_error};
+
+/// A Python value as serde sees it: a numpy scalar as the Python number it holds, a path
+/// (`os.PathLike`) as its string.
+fn plain<'py>(py: Python<'py>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    if value.hasattr("dtype")? && value.hasattr("item")? {
+        return value.call_method0("item");
+    }
+    if value.hasattr("__fspath__")? {
+        return py.import("os")?.call_method1("fspath", (value,));
+    }
+    Ok(value.clone())
 }
 
-/// A Python object as JSON, through Python's own `json` (numbers, strings, lists, dicts;
-/// paths as strings; numpy scalars as numbers), or a `ValueError` naming `what`.
-fn to_json(py: Python<'_>, what: &str, value: &Bound<'_, PyAny>) -> PyResult<serde_json::Value> {
-    let value = if value.hasattr("dtype")? {
-        // A numpy scalar, as the Python number it holds.
-        value
-            .call_method0("item")
-            .map_err(|e| value_error(format!("{what}: {}", e.value(py))))?
-    } else {
-        value.clone()
-    };
-    let kwargs = PyDict::new(py);
-    kwargs.set_item("default", py.import("os")?.getattr("fspath")?)?;
-    kwargs.set_item("allow_nan", false)?;
-    let text: String = py
-        .import("json")?
-        .call_method("dumps", (value,), Some(&kwargs))
-        .map_err(|e| value_error(format!("{what}: {}", e.value(py))))?
-        .extract()?;
-    serde_json::from_str(&text).map_err(|e| value_error(format!("{what}: {e}")))
+/// `T` from a Python object (a dict of options by their Python names), converted directly
+/// (pythonize); an error names the option as Python spells it.
+fn convert<'py, T: serde::de::DeserializeOwned>(value: &Bound<'py, PyAny>) -> PyResult<T> {
+    let mut de = pythonize::Depythonizer::from_object(value);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let option = python_names(&e.path().to_string());
+        let reason = python_names(&e.inner().to_string());
+        match option.as_str() {
+            "." => options_error(reason),
+            _ => options_error(format!("{option}: {reason}")),
+        }
+    })
 }
 
 fn from_json<'py>(py: Python<'py>, value: &str) -> PyResult<Bound<'py, PyAny>> {
     py.import("json")?.call_method1("loads", (value,))
 }
 
-/// The spec (a preset by name, or a spec as `preset()` returns it; Whisper's when neither) and
-/// the precision to compute it in (`auto`: the spec's own).
-pub(crate) fn spec_of(
-    py: Python<'_>,
+/// The spec (a preset by name, or a spec as `preset()` returns it or a spec file's path;
+/// Whisper's when neither) and the precision to compute it in: what `extract`'s options and
+/// the CLI's `--preset`, `--spec` and `--precision` choose, chosen the same way.
+pub(crate) fn spec_of<'py>(
+    py: Python<'py>,
     preset: Option<&str>,
-    spec: Option<&Bound<'_, PyAny>>,
+    spec: Option<&Bound<'py, PyAny>>,
     precision: &str,
 ) -> PyResult<(FeatureSpec, Precision)> {
-    let spec = match (preset, spec) {
-        (Some(_), Some(_)) => return Err(value_error("give preset or spec, not both")),
-        (Some(name), None) => FeatureSpec::preset(name).map_err(value_error)?,
-        (None, Some(s)) => {
-            let json = to_json(py, "spec", s)?.to_string();
-            FeatureSpec::from_json(&json).map_err(|e| value_error(format!("spec: {e}")))?
-        }
-        (None, None) => FeatureSpec::preset("whisper").map_err(value_error)?,
-    };
-    spec.validate()
-        .map_err(|e| value_error(format!("spec: {e}")))?;
+    if preset.is_some() && spec.is_some() {
+        return Err(options_error("give preset or spec, not both"));
+    }
+    let choice = PyDict::new(py);
+    choice.set_item("preset", preset)?;
+    choice.set_item("spec", spec.map(|s| plain(py, s)).transpose()?)?;
+    choice.set_item("precision", precision)?;
+    let choice: SpecChoice = convert(choice.as_any())?;
+    let (spec, precision) = choice.resolve().map_err(options_error)?;
     if spec.is_complex() {
-        return Err(value_error(
+        return Err(options_error(
             "an IQ spec takes complex recordings, not audio: run extract on them",
         ));
     }
-    let precision = match precision {
-        "auto" => spec.default_precision(),
-        "f32" => Precision::F32,
-        "f64" => Precision::F64,
-        other => {
-            return Err(value_error(format!(
-                "precision {other:?}: auto, f32 or f64"
-            )))
-        }
-    };
     Ok((spec, precision))
 }
 
@@ -111,7 +102,7 @@ fn presets() -> Vec<&'static str> {
 /// back, changed or not.
 #[pyfunction]
 fn preset<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
-    let spec = FeatureSpec::preset(name).map_err(value_error)?;
+    let spec = FeatureSpec::preset(name).map_err(options_error)?;
     from_json(py, &spec.to_json())
 }
 
@@ -133,7 +124,7 @@ fn features<'py>(
     check_rate(sample_rate)?;
     if let Ok(kind) = samples.getattr("dtype").and_then(|d| d.getattr("kind")) {
         if matches!(kind.extract::<String>()?.as_str(), "i" | "u" | "b") {
-            return Err(value_error(format!(
+            return Err(input_error(format!(
                 "samples of dtype {}: give floats in [-1, 1] (PCM / 32768 for int16)",
                 samples.getattr("dtype")?
             )));
@@ -145,7 +136,7 @@ fn features<'py>(
             let shape = samples
                 .getattr("shape")
                 .map_or_else(|_| "no array".to_string(), |s| s.to_string());
-            value_error(format!(
+            input_error(format!(
                 "samples: one channel of audio, a 1-D array of numbers; got shape {shape}"
             ))
         })?
@@ -169,7 +160,7 @@ fn features<'py>(
             };
             compute(&spec, precision, &samples)
         })
-        .map_err(value_error)?;
+        .map_err(input_error)?;
     to_array(py, rows, bins)
 }
 
@@ -193,7 +184,7 @@ fn load<'py>(
                 .map_err(|e| named(e.to_string()))?;
             compute(&spec, precision, &samples).map_err(named)
         })
-        .map_err(value_error)?;
+        .map_err(input_error)?;
     to_array(py, rows, bins)
 }
 
@@ -220,7 +211,7 @@ fn decode(
             sonograph_io::decode_mono(&path, &opts, sample_rate)
                 .map_err(|e| named_error(&path, e.to_string()))
         })
-        .map_err(value_error)?;
+        .map_err(input_error)?;
     Ok(samples.into_pyarray(py))
 }
 
@@ -230,7 +221,7 @@ fn check_rate(sample_rate: u32) -> PyResult<()> {
     if (1000..=most).contains(&sample_rate) {
         Ok(())
     } else {
-        Err(value_error(format!(
+        Err(options_error(format!(
             "sample_rate {sample_rate}: from 1000 to {most} Hz"
         )))
     }
@@ -244,6 +235,49 @@ pub(crate) fn named_error(path: &Path, reason: String) -> String {
     } else {
         format!("{name}: {reason}")
     }
+}
+
+/// The job `extract` would run with these arguments: its options from the keyword arguments
+/// (by their Python names, converted directly), planned as the CLI plans them (the shard of a
+/// Kubernetes Indexed Job or a Slurm array from the environment).
+fn plan_of(
+    py: Python<'_>,
+    source: PathBuf,
+    out: PathBuf,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Plan> {
+    // The keyword arguments by their options' names (`batch_items` is `batch-items`).
+    let named = PyDict::new(py);
+    for (key, value) in options.into_iter().flat_map(|o| o.iter()) {
+        let key: String = key.extract()?;
+        named.set_item(key.replace('_', "-"), plain(py, &value)?)?;
+    }
+    // Placeholders, replaced below by the paths as given (which may not be UTF-8).
+    named.set_item("source", ".")?;
+    named.set_item("out", ".")?;
+    let mut options: JobOptions = convert(named.as_any())?;
+    options.source = source;
+    options.out = out;
+    options
+        .plan(|k| std::env::var(k).ok())
+        .map_err(|e| options_error(python_names(&e.to_string())))
+}
+
+/// The job `extract(source, out, **options)` would run, as a dict: every default filled in
+/// and every option resolved (what `sonograph extract --plan` prints and the service's
+/// `POST /api/v1/plan` answers for the same options). Nothing runs.
+#[pyfunction]
+#[pyo3(signature = (source, out, **options))]
+fn plan<'py>(
+    py: Python<'py>,
+    source: PathBuf,
+    out: PathBuf,
+    options: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let plan = plan_of(py, source, out, options)?;
+    sonograph_gpu::JobDevices::parse(&plan.device, plan.gpu_memory.as_deref())
+        .map_err(|e| options_error(python_names(&e)))?;
+    from_json(py, &plan.describe().to_string())
 }
 
 /// Runs an extract job: `source` (a folder, a manifest, a SigMF recording) to sharded Parquet
@@ -261,27 +295,9 @@ fn extract<'py>(
     out: PathBuf,
     options: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let mut request = serde_json::Map::new();
-    for (key, value) in options.into_iter().flat_map(|o| o.iter()) {
-        let key: String = key.extract()?;
-        let json = to_json(py, &key, &value)?;
-        request.insert(key.replace('_', "-"), json);
-    }
-    // Placeholders, replaced below by the paths as given (which may not be UTF-8).
-    request.insert("source".into(), ".".into());
-    request.insert("out".into(), ".".into());
-    let mut request: JobRequest =
-        serde_path_to_error::deserialize(serde_json::Value::Object(request)).map_err(|e| {
-            let option = e.path().to_string().replace('-', "_");
-            let reason = python_names(&e.inner().to_string());
-            match option.as_str() {
-                "." => value_error(reason),
-                _ => value_error(format!("{option}: {reason}")),
-            }
-        })?;
-    request.source = source;
-    request.out = out;
-    let plan = request.plan("auto").map_err(value_error)?;
+    let plan = plan_of(py, source, out, options)?;
+    let devices = sonograph_gpu::JobDevices::parse(&plan.device, plan.gpu_memory.as_deref())
+        .map_err(|e| options_error(python_names(&e)))?;
     let disabled = sonograph_gpu::disabled_devices();
     // The job runs on its own thread; this one checks for Ctrl-C every tenth of a second and
     // then cancels the job at its next batch boundary (its output resumable, as a server's).
@@ -289,17 +305,24 @@ fn extract<'py>(
     let job_live = live.clone();
     let job = std::thread::Builder::new()
         .name("sonograph-extract".into())
-        .spawn(move || -> Result<String, (bool, String)> {
-            let (devices, _, notes) = plan.open(&disabled).map_err(|e| (true, e))?;
-            for note in notes {
+        .spawn(move || -> Result<String, PyErr> {
+            let config = &plan.config;
+            let opened = devices
+                .open(&config.spec, config.precision, &disabled)
+                .map_err(errors::device_error)?;
+            for note in opened.notes {
                 eprintln!("sonograph: warning: {note}");
             }
-            let outcome =
-                sonograph_pipeline::run_live(&plan.config, devices, Default::default(), job_live)
-                    .map_err(|e| (e.is_usage(), e.to_string()))?;
-            serde_json::to_string(outcome.report()).map_err(|e| (false, e.to_string()))
+            let outcome = sonograph_pipeline::run_live(
+                config,
+                opened.executors,
+                Default::default(),
+                job_live,
+            )
+            .map_err(errors::job_error)?;
+            serde_json::to_string(outcome.report()).map_err(errors::error)
         })
-        .map_err(value_error)?;
+        .map_err(errors::error)?;
     while !job.is_finished() {
         py.detach(|| std::thread::sleep(std::time::Duration::from_millis(100)));
         if let Err(interrupt) = py.check_signals() {
@@ -309,29 +332,43 @@ fn extract<'py>(
         }
     }
     let report = match job.join() {
-        Ok(Ok(report)) => report,
-        Ok(Err((true, usage))) => return Err(value_error(usage)),
-        Ok(Err((false, failure))) => return Err(PyRuntimeError::new_err(failure)),
-        Err(_) => return Err(PyRuntimeError::new_err("internal error: the job panicked")),
+        Ok(result) => result?,
+        Err(_) => return Err(errors::error("internal error: the job panicked")),
     };
     from_json(py, &report)
 }
 
-/// serde's "unknown field" message with the option names between backticks as Python spells
-/// them (`batch_items`, not `batch-items`); any other message as it is (its backticks may
-/// quote a value).
-fn python_names(text: &str) -> String {
-    if !text.starts_with("unknown field") {
-        return text.to_string();
+/// `text` with the options named as Python spells them (`batch_items`, not `batch-items`):
+/// each of [`JobOptions`]' names, where it stands as a word.
+pub(crate) fn python_names(text: &str) -> String {
+    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        let fields = serde_json::to_value(JobOptions::default()).expect("options serialise");
+        let mut names: Vec<String> = fields
+            .as_object()
+            .expect("a struct")
+            .keys()
+            .filter(|k| k.contains('-'))
+            .cloned()
+            .collect();
+        // Longer first: `max-speech-s` before a name it contains.
+        names.sort_by_key(|n| std::cmp::Reverse(n.len()));
+        names
+    });
+    let mut out = text.to_string();
+    for name in names {
+        let mut from = 0;
+        while let Some(at) = out[from..].find(name.as_str()) {
+            let (start, end) = (from + at, from + at + name.len());
+            let word =
+                |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '-' || c == '_');
+            if !word(out[..start].chars().next_back()) && !word(out[end..].chars().next()) {
+                out.replace_range(start..end, &name.replace('-', "_"));
+            }
+            from = end;
+        }
     }
-    text.split('`')
-        .enumerate()
-        .map(|(i, part)| match i % 2 {
-            1 => part.replace('-', "_"),
-            _ => part.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join("`")
+    out
 }
 
 #[pymodule]
@@ -343,6 +380,8 @@ fn sonograph(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(decode, m)?)?;
     m.add_function(wrap_pyfunction!(extract, m)?)?;
+    m.add_function(wrap_pyfunction!(plan, m)?)?;
     m.add_class::<loader::Loader>()?;
+    errors::register(m)?;
     Ok(())
 }

@@ -20,7 +20,9 @@ use sonograph_dsp::{CpuExtractor, FeatureSpec, Precision};
 use sonograph_io::decode::DecodeOptions;
 use sonograph_io::manifest::{Entry, SourceItem};
 
-use crate::{spec_of, value_error};
+use sonograph_pipeline::bounds;
+
+use crate::{input_error, options_error, spec_of};
 
 /// An item's features (rows of `bins` values), or why it has none.
 type Features = Result<Vec<f32>, String>;
@@ -77,14 +79,29 @@ impl Loader {
         drop_last: bool,
     ) -> PyResult<Loader> {
         let (spec, precision) = spec_of(py, preset, spec.as_ref(), precision)?;
-        if batch_size == 0 || prefetch == 0 || workers == Some(0) {
-            return Err(value_error(
-                "batch_size, prefetch and workers must be at least 1",
-            ));
+        // The job's bounds: a loader of a billion threads or items in flight is refused.
+        let bounds = [
+            ("batch_size", batch_size, bounds::BATCH_ITEMS),
+            ("prefetch", prefetch, bounds::PREFETCH),
+            ("workers", workers.unwrap_or(1), bounds::WORKERS),
+        ];
+        for (name, value, range) in bounds {
+            if !range.contains(&value) {
+                return Err(options_error(format!(
+                    "{name} {value} is outside {}..={}",
+                    range.start(),
+                    range.end()
+                )));
+            }
         }
-        let workers =
-            workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let mut order = py.detach(|| list(&source)).map_err(value_error)?;
+        if batch_size * prefetch > bounds::PREFETCHED_ITEMS {
+            return Err(options_error(format!(
+                "batch_size × prefetch (the items ahead) may be at most {}",
+                bounds::PREFETCHED_ITEMS
+            )));
+        }
+        let workers = workers.unwrap_or_else(sonograph_pipeline::defaults::workers);
+        let mut order = py.detach(|| list(&source)).map_err(input_error)?;
         if shuffle {
             order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed));
         }
@@ -106,7 +123,7 @@ impl Loader {
                     .spawn(move || worker(&spec, precision, &order, &work, &finished, &stop))
             })
             .collect::<Result<Vec<_>, _>>()
-            .map_err(value_error)?;
+            .map_err(crate::errors::error)?;
         let mut loader = Loader {
             bins: spec.n_bins(),
             batch_size,
@@ -206,7 +223,7 @@ impl Loader {
                     continue;
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                    return Err(value_error("the loader's workers stopped"));
+                    return Err(crate::errors::error("the loader's workers stopped"));
                 }
             };
             if i == index {

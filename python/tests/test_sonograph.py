@@ -122,8 +122,8 @@ def test_extract_runs_the_clis_job_and_resumes(tmp_path):
 def test_extract_refuses_what_it_would_ignore(tmp_path):
     cases = [
         (dict(bogus=1), "unknown field `bogus`"),
-        (dict(batch_items="four"), "batch_items: invalid type"),
-        (dict(max_seconds=float("nan")), "max_seconds: "),
+        (dict(batch_items="four"), "batch_items: TypeError"),
+        (dict(max_seconds=float("nan")), "max_seconds NaN is outside"),
         (dict(preset=object()), "preset: "),
         (dict(batch_items=1000, prefetch=1000), "at most 65536"),
         (dict(model_batch=4), "need a model"),

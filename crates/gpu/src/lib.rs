@@ -74,7 +74,8 @@ pub use extractor::GpuBackend;
 pub use nvml::GpuTelemetry;
 pub use pool::{Budget, MemoryPool, MemoryStats};
 pub use set::{
-    disabled_devices, Choice, DeviceRequest, DeviceSet, OpenError, OpenOptions, Opened, ProbePolicy,
+    disabled_devices, Choice, DeviceRequest, DeviceSet, JobDevices, OpenError, OpenOptions, Opened,
+    OpenedJob, ProbePolicy,
 };
 
 /// How to open the GPU backend.

@@ -483,3 +483,85 @@ mod tests {
         assert!(set.err().unwrap().to_string().contains("CPU"));
     }
 }
+
+/// A job's devices as its options give them (`device`, `gpu-memory`), parsed: what every door
+/// checks before it accepts a job, and opens when it runs it.
+#[derive(Debug, Clone)]
+pub struct JobDevices {
+    text: String,
+    request: DeviceRequest,
+    budget: Option<Budget>,
+}
+
+/// A job's devices, opened: an executor per device, their ids (`cpu`, `gpu:N`), and what the
+/// selection has to say (a device that failed its probe, a fallback).
+pub struct OpenedJob {
+    pub executors: Vec<Box<dyn Extractor>>,
+    pub ids: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+impl JobDevices {
+    /// `device` and `gpu-memory`, parsed; the error names the option.
+    pub fn parse(device: &str, gpu_memory: Option<&str>) -> Result<Self, String> {
+        let request = device.parse().map_err(|e| format!("device: {e}"))?;
+        let budget = gpu_memory
+            .map(Budget::parse)
+            .transpose()
+            .map_err(|e| format!("gpu-memory: {e}"))?;
+        Ok(JobDevices {
+            text: device.to_string(),
+            request,
+            budget,
+        })
+    }
+
+    /// Opens the devices for `spec`, leaving out `disabled` ones. A device named outright that
+    /// cannot open is the job's failure ([`OpenError::Device`], with what the probe found); a
+    /// kernel that does not compile is a bug ([`OpenError::Kernel`]).
+    pub fn open(
+        &self,
+        spec: &FeatureSpec,
+        precision: Precision,
+        disabled: &[String],
+    ) -> Result<OpenedJob, OpenError> {
+        let device = &self.text;
+        let set = DeviceSet::resolve(&self.request, disabled, ProbePolicy::default())
+            .map_err(|e| OpenError::Device(format!("device {device}: {e}")))?;
+        let options = OpenOptions {
+            precision,
+            budget: self.budget,
+            cpu_threads: None,
+        };
+        let opened = set.open(spec, &options).map_err(|e| match e {
+            OpenError::Device(why) => {
+                // What the selection found (a device that failed its probe) explains it.
+                let mut why = format!("device {device}: {why}");
+                for note in set.notes() {
+                    why.push_str(&format!(" ({note})"));
+                }
+                OpenError::Device(why)
+            }
+            e => e,
+        })?;
+        let ids = set
+            .chosen()
+            .iter()
+            .map(|c| match c.device {
+                Selected::Cpu => "cpu".to_string(),
+                Selected::Gpu(i) => format!("gpu:{i}"),
+            })
+            .collect();
+        let notes = set
+            .notes()
+            .iter()
+            .chain(&opened.notes)
+            .map(|n| n.to_string())
+            .collect();
+        Ok(OpenedJob {
+            executors: opened.executors,
+            ids,
+            notes,
+        })
+    }
+}

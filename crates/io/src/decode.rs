@@ -34,11 +34,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            max_seconds: 24.0 * 3600.0,
-            max_channels: 64,
-            max_sample_rate: 768_000,
-        }
+        Limits::DEFAULT
     }
 }
 
@@ -66,6 +62,13 @@ impl Limits {
         }
         Ok(())
     }
+
+    /// 24 hours, 64 channels, 768 kHz.
+    pub const DEFAULT: Limits = Limits {
+        max_seconds: 24.0 * 3600.0,
+        max_channels: 64,
+        max_sample_rate: 768_000,
+    };
 
     /// The highest limits a user may set: 30 days of audio (a longer file is streamed in
     /// pieces, but `features` holds it whole), 1,024 channels (a decoded packet holds each),

@@ -32,6 +32,14 @@ pub enum Dtype {
 }
 
 impl Dtype {
+    /// Its name: "f32", "f16".
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::F16 => "f16",
+        }
+    }
+
     /// Bytes per stored value.
     pub fn bytes(self) -> usize {
         match self {

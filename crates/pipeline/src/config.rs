@@ -11,6 +11,7 @@ use sonograph_io::Roots;
 use sonograph_model::{VadParams, VadSegmenter};
 
 use crate::error::JobError;
+use crate::options::defaults;
 
 /// Everything a job needs to know.
 #[derive(Debug, Clone)]
@@ -98,16 +99,15 @@ impl JobConfig {
             precision: Precision::default(),
             mix: ChannelMix::Mean,
             limits: Limits::default(),
-            workers: std::thread::available_parallelism()
-                .map_or(1, |n| n.get().min(*bounds::WORKERS.end())),
-            prefetch: 4,
-            batch_items: 16,
-            max_seconds: 60.0,
-            chunk_seconds: 30.0,
+            workers: defaults::workers(),
+            prefetch: defaults::PREFETCH,
+            batch_items: defaults::BATCH_ITEMS,
+            max_seconds: defaults::MAX_SECONDS,
+            chunk_seconds: defaults::CHUNK_SECONDS,
             shard_index: 0,
             shard_count: 1,
             dtype: Dtype::F32,
-            part_mb: 64,
+            part_mb: defaults::PART_MB,
             progress: false,
             iq: IqOptions::default(),
             model: None,
@@ -270,7 +270,7 @@ pub mod bounds {
 
 /// `value` within `range`, or the job's one-line refusal naming the option (NaN is within no
 /// range).
-fn within<T: PartialOrd + std::fmt::Display>(
+pub(crate) fn within<T: PartialOrd + std::fmt::Display>(
     name: &str,
     value: T,
     range: std::ops::RangeInclusive<T>,

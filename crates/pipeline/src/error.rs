@@ -13,6 +13,9 @@ use thiserror::Error;
 pub enum JobError {
     #[error("{0}")]
     Config(String),
+    /// A model (or the runtime it needs) that cannot load, or cannot take the job's features.
+    #[error("{0}")]
+    Model(String),
     #[error(transparent)]
     Source(#[from] SourceError),
     #[error(transparent)]
@@ -38,6 +41,7 @@ impl JobError {
         matches!(
             self,
             JobError::Config(_)
+                | JobError::Model(_)
                 | JobError::Source(_)
                 | JobError::Ledger(
                     LedgerError::SpecMismatch { .. } | LedgerError::ShardMismatch { .. }

@@ -22,6 +22,7 @@ mod job;
 mod layout;
 pub mod live;
 pub mod model;
+pub mod options;
 mod report;
 pub mod segment;
 mod source;
@@ -41,6 +42,10 @@ pub use job::{run, run_live, run_with, JobOutcome};
 pub use layout::{OutputLayout, META_DIR};
 pub use live::LiveJob;
 pub use model::{FeatureRows, ModelStage, NoFallback};
+pub use options::{
+    defaults, DtypeChoice, IqFormat, JobOptions, LimitOptions, Plan, PrecisionChoice, SpecChoice,
+    SpecSource,
+};
 pub use report::{DepthSample, DeviceReport, Failure, ModelReport, Report, StageTimes};
 pub use stage::{RowOut, RowStage, Stages, UnitStage};
 pub use writer::RowMsg;

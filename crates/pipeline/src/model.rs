@@ -240,10 +240,10 @@ impl ModelStage {
         report: Arc<Mutex<ModelReport>>,
         live: Option<Arc<LiveJob>>,
     ) -> Result<Self, JobError> {
-        let bad = |m: String| JobError::Config(format!("--model {}: {m}", config.path.display()));
+        let bad = |m: String| JobError::Model(format!("model {}: {m}", config.path.display()));
         let device = ModelDevice::parse(&config.device).map_err(|e| bad(e.to_string()))?;
         if config.batch == 0 {
-            return Err(bad("--model-batch must be at least 1".into()));
+            return Err(bad("model-batch must be at least 1".into()));
         }
         let rt = Runtime::get(ort_lib).map_err(|e| bad(e.to_string()))?;
         // A model that declares its mel bins is opened as it is, so that a mismatch is told

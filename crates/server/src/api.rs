@@ -17,8 +17,9 @@ use serde_json::{json, Value};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::error::ApiError;
-use crate::jobs::{resolve_under, JobRequest, JobState};
+use crate::jobs::{resolve_under, JobState};
 use crate::{metrics, App, BODY_LIMIT};
+use sonograph_pipeline::JobOptions;
 
 type Shared = State<Arc<App>>;
 
@@ -34,6 +35,7 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route("/metrics", get(metrics_text))
         .route("/api/v1/status", get(status))
         .route("/api/v1/jobs", get(list_jobs).post(submit_job))
+        .route("/api/v1/plan", axum::routing::post(plan_job))
         .route("/api/v1/jobs/{id}", get(get_job).delete(cancel_job))
         .route("/api/v1/alerts", get(alerts))
         .route("/api/v1/telemetry", get(telemetry))
@@ -297,19 +299,24 @@ async fn cancel_job(State(app): Shared, Path(id): Path<i64>) -> Result<Response,
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
 }
 
-async fn submit_job(State(app): Shared, body: Bytes) -> Result<Response, ApiError> {
-    jobs_of(&app)?;
-    if app.stopping.load(std::sync::atomic::Ordering::SeqCst) {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the server is shutting down and takes no new job",
-        ));
+/// A job's options as a request gives them, planned and held to the data roots: what
+/// `POST /api/v1/jobs` queues and `POST /api/v1/plan` shows. The paths in the options are
+/// resolved (symlinks and all) beneath a root; the plan holds them so.
+fn accept(app: &App, body: &[u8]) -> Result<(JobOptions, crate::jobs::Planned), ApiError> {
+    let bad = |e: String| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid job: {e}"));
+    let mut value: Value = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
+    if let Some(o) = value.as_object_mut() {
+        // The server's default device for a job that names none.
+        o.entry("device")
+            .or_insert(app.default_device.clone().into());
     }
-    let mut request: JobRequest = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid job: {e}")))?;
-    request
-        .plan(&app.default_device)
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid job: {e}")))?;
+    let mut request: JobOptions = serde_path_to_error::deserialize(value).map_err(|e| {
+        match e.path().to_string().as_str() {
+            "." => bad(e.inner().to_string()),
+            option => bad(format!("{option}: {}", e.inner())),
+        }
+    })?;
+    crate::jobs::plan(&request).map_err(bad)?;
     if app.data_roots.is_empty() {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -346,11 +353,34 @@ async fn submit_job(State(app): Shared, body: Bytes) -> Result<Response, ApiErro
         }
         request.model = Some(resolved);
     }
+    if let Some(sonograph_pipeline::SpecSource::File(path)) = &request.spec {
+        // A spec file is read by the server: beneath the roots like any other.
+        let resolved =
+            resolve_under(path, &app.data_roots).ok_or_else(|| forbidden("spec", path))?;
+        request.spec = Some(sonograph_pipeline::SpecSource::File(resolved));
+    }
     request.source = source;
     request.out = out;
-    if request.device.is_none() {
-        request.device = Some(app.default_device.clone());
+    let planned = crate::jobs::plan(&request).map_err(bad)?;
+    Ok((request, planned))
+}
+
+/// `POST /api/v1/plan`: the job a request describes, every default filled in and every
+/// option resolved, as `extract --plan` prints it; nothing is queued.
+async fn plan_job(State(app): Shared, body: Bytes) -> Result<Response, ApiError> {
+    let (_, planned) = accept(&app, &body)?;
+    Ok(Json(planned.plan.describe()).into_response())
+}
+
+async fn submit_job(State(app): Shared, body: Bytes) -> Result<Response, ApiError> {
+    jobs_of(&app)?;
+    if app.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the server is shutting down and takes no new job",
+        ));
     }
+    let (request, _) = accept(&app, &body)?;
     let id = tokio::task::spawn_blocking(move || {
         let jobs = jobs_of(&app)?;
         let id = jobs.submit(&request)?;

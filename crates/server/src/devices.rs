@@ -8,7 +8,7 @@ use std::time::Duration;
 use sonograph_gpu::{DeviceInfo, DeviceRegistry};
 use sonograph_pipeline::telemetry::{DeviceProbe, DeviceReading};
 
-use crate::jobs::Plan;
+use crate::jobs::Planned;
 
 /// How long the startup health probe may take per adapter.
 const PROBE_DEADLINE: Duration = Duration::from_secs(5);
@@ -55,8 +55,16 @@ impl Devices {
 
     /// Opens the devices of a job's plan (a device named outright that cannot open is the
     /// job's failure, with the reason).
-    pub fn open(&self, plan: &Plan) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String> {
-        let (executors, ids, notes) = plan.open(&self.disabled)?;
+    pub fn open(&self, job: &Planned) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String> {
+        let config = &job.plan.config;
+        let sonograph_gpu::OpenedJob {
+            executors,
+            ids,
+            notes,
+        } = job
+            .devices
+            .open(&config.spec, config.precision, &self.disabled)
+            .map_err(|e| e.to_string())?;
         for note in notes {
             tracing::warn!("{note}");
         }

@@ -9,257 +9,24 @@ use std::sync::{Arc, Condvar, Mutex};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sonograph_dsp::{FeatureSpec, Precision};
-use sonograph_io::decode::{ChannelMix, Limits};
-use sonograph_io::parquet::Dtype;
-use sonograph_model::{ModelDevice, VadParams};
-use sonograph_pipeline::{JobConfig, JobError, JobOutcome, LiveJob, ModelConfig, Report, Stages};
+use sonograph_pipeline::{JobError, JobOptions, JobOutcome, LiveJob, Plan, Report, Stages};
 
 use crate::error::ServerError;
 
-/// An extract job as `POST /api/v1/jobs` takes it: `extract`'s options by their flag names.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct JobRequest {
-    pub source: PathBuf,
-    pub out: PathBuf,
-    pub preset: Option<String>,
-    /// A FeatureSpec as JSON (what `sonograph presets NAME` prints).
-    pub spec: Option<Value>,
-    pub n_mels: Option<usize>,
-    pub precision: Option<PrecisionName>,
-    pub device: Option<String>,
-    pub gpu_memory: Option<String>,
-    pub workers: Option<usize>,
-    pub prefetch: Option<usize>,
-    pub batch_items: Option<usize>,
-    pub max_seconds: Option<f64>,
-    pub chunk_seconds: Option<f64>,
-    pub shard_index: Option<usize>,
-    pub shard_count: Option<usize>,
-    pub dtype: Option<DtypeName>,
-    pub part_mb: Option<usize>,
-    pub channel: Option<usize>,
-    pub max_duration: Option<f64>,
-    pub max_channels: Option<usize>,
-    pub max_sample_rate: Option<u32>,
-    /// An ONNX model run on every row's features (`extract --model`); resolved under a
-    /// --data-root like `source`. The server's onnxruntime is the one `extract` would find
-    /// (SONOGRAPH_ORT_LIB in its environment): a request cannot name a library to load.
-    pub model: Option<PathBuf>,
-    pub model_device: Option<String>,
-    pub model_batch: Option<usize>,
-    pub model_threads: Option<usize>,
-    /// Cut items at their speech segments (`extract --vad`), with the VAD options below.
-    pub vad: Option<bool>,
-    pub threshold: Option<f64>,
-    pub neg_threshold: Option<f64>,
-    pub min_speech_ms: Option<f64>,
-    pub max_speech_s: Option<f64>,
-    pub min_silence_ms: Option<f64>,
-    pub speech_pad_ms: Option<f64>,
-    pub min_silence_at_max_speech_ms: Option<f64>,
-    pub use_max_poss_sil_at_max_speech: Option<bool>,
+/// What the worker runs: a job's plan and its devices, parsed.
+pub struct Planned {
+    pub plan: Plan,
+    pub devices: sonograph_gpu::JobDevices,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PrecisionName {
-    Auto,
-    F32,
-    F64,
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DtypeName {
-    F32,
-    F16,
-}
-
-/// What a job runs: its configuration, and where and how its devices open.
-pub struct Plan {
-    pub config: JobConfig,
-    pub device: String,
-    pub options: sonograph_gpu::OpenOptions,
-}
-
-/// A plan's devices, opened: an executor per device, the devices' ids (`cpu`, `gpu:N`), and
-/// what the selection has to say (a device that failed its probe, a fallback).
-pub type OpenedDevices = (
-    Vec<Box<dyn sonograph_dsp::Extractor>>,
-    Vec<String>,
-    Vec<String>,
-);
-
-impl Plan {
-    /// Opens the plan's devices, leaving out `disabled` ones (a device named outright that
-    /// cannot open is the job's failure, with the reason).
-    pub fn open(&self, disabled: &[String]) -> Result<OpenedDevices, String> {
-        use sonograph_gpu::{DeviceRequest, DeviceSet, ProbePolicy, Selected};
-        let request: DeviceRequest = self.device.parse().map_err(|e| format!("device: {e}"))?;
-        let set = DeviceSet::resolve(&request, disabled, ProbePolicy::default())
-            .map_err(|e| format!("device {}: {e}", self.device))?;
-        // What the selection found (a device that failed its probe) explains a failure to open.
-        let found: Vec<String> = set.notes().iter().map(|n| n.to_string()).collect();
-        let opened = set.open(&self.config.spec, &self.options).map_err(|e| {
-            let mut why = format!("device {}: {e}", self.device);
-            for note in &found {
-                why.push_str(&format!(" ({note})"));
-            }
-            why
-        })?;
-        let ids = set
-            .chosen()
-            .iter()
-            .map(|c| match c.device {
-                Selected::Cpu => "cpu".to_string(),
-                Selected::Gpu(i) => format!("gpu:{i}"),
-            })
-            .collect();
-        let notes = set
-            .notes()
-            .iter()
-            .chain(&opened.notes)
-            .map(|n| n.to_string())
-            .collect();
-        Ok((opened.executors, ids, notes))
-    }
-}
-
-impl JobRequest {
-    /// The job's configuration, checked as `extract` checks its flags (the paths are checked
-    /// by [`resolve_under`]).
-    pub fn plan(&self, default_device: &str) -> Result<Plan, String> {
-        let mut spec = match (&self.preset, &self.spec) {
-            (Some(_), Some(_)) => return Err("preset and spec are exclusive".into()),
-            (Some(name), None) => FeatureSpec::preset(name).map_err(|e| e.to_string())?,
-            (None, Some(v)) => {
-                FeatureSpec::from_json(&v.to_string()).map_err(|e| format!("spec: {e}"))?
-            }
-            (None, None) => FeatureSpec::preset("whisper").map_err(|e| e.to_string())?,
-        };
-        if let Some(n) = self.n_mels {
-            spec.n_mels = n;
-        }
-        spec.validate().map_err(|e| format!("spec: {e}"))?;
-        let precision = match self.precision.unwrap_or(PrecisionName::Auto) {
-            PrecisionName::Auto => spec.default_precision(),
-            PrecisionName::F32 => Precision::F32,
-            PrecisionName::F64 => Precision::F64,
-        };
-        let mut config = JobConfig::new(self.source.clone(), self.out.clone(), spec);
-        config.precision = precision;
-        config.mix = self.channel.map_or(ChannelMix::Mean, ChannelMix::Select);
-        let defaults = Limits::default();
-        config.limits = Limits {
-            max_seconds: self.max_duration.unwrap_or(defaults.max_seconds),
-            max_channels: self.max_channels.unwrap_or(defaults.max_channels),
-            max_sample_rate: self.max_sample_rate.unwrap_or(defaults.max_sample_rate),
-        };
-        config.limits.validate().map_err(|e| e.to_string())?;
-        let set = |target: &mut usize, v: Option<usize>| {
-            if let Some(v) = v {
-                *target = v;
-            }
-        };
-        set(&mut config.workers, self.workers);
-        set(&mut config.prefetch, self.prefetch);
-        set(&mut config.batch_items, self.batch_items);
-        set(&mut config.part_mb, self.part_mb);
-        set(&mut config.shard_index, self.shard_index);
-        set(&mut config.shard_count, self.shard_count);
-        config.max_seconds = self.max_seconds.unwrap_or(config.max_seconds);
-        config.chunk_seconds = self.chunk_seconds.unwrap_or(config.chunk_seconds);
-        config.dtype = match self.dtype.unwrap_or(DtypeName::F32) {
-            DtypeName::F32 => Dtype::F32,
-            DtypeName::F16 => Dtype::F16,
-        };
-        config.model = self.model_config()?;
-        config.vad = self.vad_params(config.max_seconds)?;
-        config.check().map_err(|e| e.to_string())?;
-        let device = self
-            .device
-            .clone()
-            .unwrap_or_else(|| default_device.to_string());
-        device
-            .parse::<sonograph_gpu::DeviceRequest>()
-            .map_err(|e| format!("device: {e}"))?;
-        let budget = self
-            .gpu_memory
-            .as_deref()
-            .map(sonograph_gpu::Budget::parse)
-            .transpose()
-            .map_err(|e| format!("gpu-memory: {e}"))?;
-        Ok(Plan {
-            config,
-            device,
-            options: sonograph_gpu::OpenOptions {
-                precision,
-                budget,
-                cpu_threads: None,
-            },
-        })
-    }
-}
-
-impl JobRequest {
-    /// `extract --model`'s settings, with its defaults; the model options without a model
-    /// are refused rather than ignored.
-    fn model_config(&self) -> Result<Option<ModelConfig>, String> {
-        let Some(path) = &self.model else {
-            if self.model_device.is_some()
-                || self.model_batch.is_some()
-                || self.model_threads.is_some()
-            {
-                return Err("model-device, model-batch and model-threads need a model".into());
-            }
-            return Ok(None);
-        };
-        let device = self.model_device.clone().unwrap_or_else(|| "cpu".into());
-        ModelDevice::parse(&device).map_err(|e| format!("model-device: {e}"))?;
-        Ok(Some(ModelConfig {
-            path: path.clone(),
-            device,
-            batch: self.model_batch.unwrap_or(16),
-            threads: self.model_threads.unwrap_or(0),
-        }))
-    }
-
-    /// `extract --vad`'s parameters: `max-speech-s` defaults to the job's max-seconds, as
-    /// there. VAD options without `vad: true` are refused rather than ignored.
-    fn vad_params(&self, max_seconds: f64) -> Result<Option<VadParams>, String> {
-        let options_given = self.threshold.is_some()
-            || self.neg_threshold.is_some()
-            || self.min_speech_ms.is_some()
-            || self.max_speech_s.is_some()
-            || self.min_silence_ms.is_some()
-            || self.speech_pad_ms.is_some()
-            || self.min_silence_at_max_speech_ms.is_some()
-            || self.use_max_poss_sil_at_max_speech.is_some();
-        if self.vad != Some(true) {
-            return if options_given {
-                Err("the VAD options need \"vad\": true".into())
-            } else {
-                Ok(None)
-            };
-        }
-        let d = VadParams::default();
-        Ok(Some(VadParams {
-            threshold: self.threshold.unwrap_or(d.threshold),
-            neg_threshold: self.neg_threshold.or(d.neg_threshold),
-            min_speech_duration_ms: self.min_speech_ms.unwrap_or(d.min_speech_duration_ms),
-            max_speech_duration_s: self.max_speech_s.unwrap_or(max_seconds),
-            min_silence_duration_ms: self.min_silence_ms.unwrap_or(d.min_silence_duration_ms),
-            speech_pad_ms: self.speech_pad_ms.unwrap_or(d.speech_pad_ms),
-            min_silence_at_max_speech_ms: self
-                .min_silence_at_max_speech_ms
-                .unwrap_or(d.min_silence_at_max_speech_ms),
-            use_max_poss_sil_at_max_speech: self
-                .use_max_poss_sil_at_max_speech
-                .unwrap_or(d.use_max_poss_sil_at_max_speech),
-        }))
-    }
+/// Plans a job of the jobs API: `extract`'s options (the same [`JobOptions`] as the CLI and
+/// Python), checked as they check them, and its devices (the server's default where it names
+/// none). A request never reads the server's environment (no shard from its variables). The
+/// paths are checked by [`resolve_under`].
+pub fn plan(options: &JobOptions) -> Result<Planned, String> {
+    let plan = options.plan(|_| None).map_err(|e| e.to_string())?;
+    let devices = sonograph_gpu::JobDevices::parse(&plan.device, plan.gpu_memory.as_deref())?;
+    Ok(Planned { plan, devices })
 }
 
 /// `path` (relative ones taken from the first root) with every symlink resolved, when it lies
@@ -448,7 +215,7 @@ impl JobStore {
     }
 
     /// Queues a job; returns its id.
-    pub fn submit(&self, request: &JobRequest) -> Result<i64, ServerError> {
+    pub fn submit(&self, request: &JobOptions) -> Result<i64, ServerError> {
         let json = serde_json::to_string(request).map_err(|e| ServerError::State(e.to_string()))?;
         let db = self.db();
         db.execute(
@@ -639,7 +406,7 @@ impl JobStore {
     }
 
     /// The oldest queued job, marked running.
-    fn claim(&self) -> Result<Option<(i64, JobRequest)>, ServerError> {
+    fn claim(&self) -> Result<Option<(i64, JobOptions)>, ServerError> {
         let db = self.db();
         let next: Option<(i64, String)> = db
             .query_row(
@@ -737,7 +504,7 @@ pub trait Runner: Send + Sync {
     /// Where jobs may open files: every file of a job is opened beneath these.
     fn roots(&self) -> sonograph_io::Roots;
     /// Opens the job's devices.
-    fn open(&self, plan: &Plan) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String>;
+    fn open(&self, job: &Planned) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String>;
     /// The job has ended: its devices are free again.
     fn release(&self);
     fn telemetry(&self) -> &sonograph_pipeline::telemetry::Telemetry;
@@ -776,21 +543,25 @@ pub fn work(store: Arc<JobStore>, runner: Arc<dyn Runner>) {
     }
 }
 
-fn run_one(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobRequest) {
+fn run_one(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobOptions) {
     runner.job_event(id, JobState::Running);
     let live = LiveJob::new();
     *store.running.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, live.clone()));
     let mut opened = false;
     let run = std::panic::AssertUnwindSafe(|| -> Result<JobOutcome, (JobState, String)> {
-        let mut plan = request.plan("auto").map_err(|e| (JobState::Failed, e))?;
-        plan.config.roots = runner.roots();
-        let devices = runner.open(&plan).map_err(|e| (JobState::Failed, e))?;
+        let mut job = plan(request).map_err(|e| (JobState::Failed, e))?;
+        job.plan.config.roots = runner.roots();
+        let devices = runner.open(&job).map_err(|e| (JobState::Failed, e))?;
         opened = true;
         let telemetry = runner.telemetry();
         telemetry.attach_job(&id.to_string(), live.clone());
         fail::fail_point!("server::job_panic");
-        let result =
-            sonograph_pipeline::run_live(&plan.config, devices, Stages::default(), live.clone());
+        let result = sonograph_pipeline::run_live(
+            &job.plan.config,
+            devices,
+            Stages::default(),
+            live.clone(),
+        );
         telemetry.detach_job();
         runner.release();
         opened = false;

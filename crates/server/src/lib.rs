@@ -33,7 +33,7 @@ use tokio::sync::{broadcast, watch};
 
 pub use devices::Devices;
 pub use error::{ApiError, ServerError};
-pub use jobs::{JobRecord, JobRequest, JobState, JobStore};
+pub use jobs::{JobRecord, JobState, JobStore};
 
 /// From SIGTERM to exit, at most: the running job stops at its next batch boundary well
 /// within it; one that does not is left `running` in the queue and resumes at the next start,
@@ -127,8 +127,8 @@ impl jobs::Runner for App {
     fn roots(&self) -> sonograph_io::Roots {
         self.roots.clone()
     }
-    fn open(&self, plan: &jobs::Plan) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String> {
-        self.devices.open(plan)
+    fn open(&self, job: &jobs::Planned) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String> {
+        self.devices.open(job)
     }
     fn release(&self) {
         self.devices.release();

@@ -1,0 +1,212 @@
+"""One engine behind three doors: the same options given to the CLI (`extract --plan`), the
+service (`POST /api/v1/plan`) and Python (`sonograph.plan`) plan the same job, every option of
+`extract` included; and a job run through each writes the same job.json.
+
+Run by python/test.sh (which builds and installs the package); SONOGRAPH_BIN names the CLI.
+"""
+
+import json
+import os
+import queue
+import shutil
+import subprocess
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import sonograph
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
+BIN = os.environ.get("SONOGRAPH_BIN", str(ROOT / "target" / "debug" / "sonograph"))
+
+# Every option of a job, none at its default: (the option's Python name, its value).
+EVERY_OPTION = {
+    "preset": "nemo",
+    "n_mels": 64,
+    "precision": "f32",
+    "device": "cpu",
+    "gpu_memory": "1GiB",
+    "workers": 3,
+    "prefetch": 2,
+    "batch_items": 5,
+    "max_seconds": 20.0,
+    "chunk_seconds": 10.0,
+    "shard_index": 1,
+    "shard_count": 3,
+    "dtype": "f16",
+    "part_mb": 7,
+    "channel": 0,
+    "max_duration": 3600.0,
+    "max_channels": 8,
+    "max_sample_rate": 96000,
+    "sample_rate": 48000.0,
+    "format": "ci16",
+    "max_samples": 1000000,
+    "model_device": "cpu",
+    "model_batch": 4,
+    "model_threads": 2,
+    "vad": True,
+    "threshold": 0.4,
+    "neg_threshold": 0.2,
+    "min_speech_ms": 100.0,
+    "max_speech_s": 15.0,
+    "min_silence_ms": 50.0,
+    "speech_pad_ms": 10.0,
+    "min_silence_at_max_speech_ms": 80.0,
+    "use_max_poss_sil_at_max_speech": False,
+}
+
+
+def flag(name, value):
+    """The CLI's spelling of an option."""
+    return [f"--{name.replace('_', '-')}", str(value).lower() if isinstance(value, bool) else str(value)]
+
+
+class Server:
+    """`sonograph serve` on a free loopback port with one data root."""
+
+    def __init__(self, root, state):
+        self.proc = subprocess.Popen(
+            [BIN, "serve", "--addr", "127.0.0.1:0", "--data-root", str(root),
+             "--state-dir", str(state), "--device", "cpu"],
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        lines = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(l) for l in self.proc.stderr], daemon=True).start()
+        while True:
+            line = lines.get(timeout=60)
+            if "serving on http://" in line:
+                self.base = "http://" + line.split("serving on http://", 1)[1].strip()
+                break
+
+    def post(self, path, body):
+        request = urllib.request.Request(self.base + path, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    def get(self, path):
+        with urllib.request.urlopen(self.base + path, timeout=60) as r:
+            return json.loads(r.read())
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def root(tmp_path):
+    root = (tmp_path / "root").resolve()
+    (root / "corpus").mkdir(parents=True)
+    for name in ["speech_16000_mono_s16.wav", "sample.flac"]:
+        shutil.copy(DATA / name, root / "corpus" / name)
+    shutil.copy(ROOT / "crates/model/tests/data/asr/ctc/model.onnx", root / "model.onnx")
+    return root
+
+
+@pytest.fixture
+def server(root, tmp_path):
+    s = Server(root, tmp_path / "state")
+    yield s
+    s.close()
+
+
+def three_plans(server, source, out, options):
+    """The plan of the same options through the CLI, the service and Python."""
+    args = [BIN, "extract", str(source), "--out", str(out), "--plan"]
+    for name, value in options.items():
+        if name == "spec":
+            continue
+        if isinstance(value, bool):
+            if value:
+                args.append(f"--{name.replace('_', '-')}")
+            else:
+                args += flag(name, value)
+        else:
+            args += flag(name, value)
+    if "spec" in options:
+        args += ["--spec", str(options["spec"])]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SONOGRAPH_", "SLURM_", "JOB_COMPLETION"))}
+    cli = subprocess.run(args, check=True, capture_output=True, text=True, env=env)
+    status, api = server.post("/api/v1/plan", {"source": str(source), "out": str(out),
+                                               **{k.replace("_", "-"): (str(v) if k == "spec" else v)
+                                                  for k, v in options.items()}})
+    assert status == 200, api
+    python = sonograph.plan(source, out, **options)
+    return json.loads(cli.stdout), api, python
+
+
+def test_every_option_plans_the_same_job_through_the_three_doors(root, server):
+    options = dict(EVERY_OPTION, model=str(root / "model.onnx"))
+    cli, api, python = three_plans(server, root / "corpus", root / "out", options)
+    assert cli == api == python
+    # Every option made it through, none fell back to its default.
+    assert cli["workers"] == 3 and cli["batch_items"] == 5 and cli["part_mb"] == 7
+    assert (cli["shard_index"], cli["shard_count"]) == (1, 3)
+    assert cli["spec"]["n_mels"] == 64 and cli["precision"] == "f32" and cli["dtype"] == "f16"
+    assert cli["iq"] == {"sample_rate": 48000.0, "format": "ci16_le", "max_samples": 1000000}
+    assert cli["model"]["batch"] == 4 and cli["model"]["threads"] == 2
+    assert cli["vad"]["threshold"] == 0.4 and cli["vad"]["use_max_poss_sil_at_max_speech"] is False
+    assert (cli["max_duration"], cli["max_channels"], cli["max_sample_rate"]) == (3600.0, 8, 96000)
+    assert cli["channel"] == 0 and cli["gpu_memory"] == "1GiB"
+
+
+def test_a_spec_file_and_the_defaults_plan_the_same_job_through_the_three_doors(root, server):
+    spec = sonograph.preset("kaldi")
+    spec["n_mels"] = 23
+    (root / "spec.json").write_text(json.dumps(spec))
+    cli, api, python = three_plans(server, root / "corpus", root / "out",
+                                   {"spec": root / "spec.json", "device": "cpu", "workers": 2})
+    assert cli == api == python
+    assert cli["spec"]["n_mels"] == 23
+    # Defaults, written once in the pipeline, are the same through each door.
+    assert (cli["prefetch"], cli["batch_items"], cli["max_seconds"], cli["part_mb"]) == (4, 16, 60.0, 64)
+    # The spec inline (a dict in Python, a JSON object in a request) is the same spec.
+    inline = sonograph.plan(root / "corpus", root / "out", spec=spec, device="cpu", workers=2)
+    assert inline == python
+
+
+def test_a_job_run_through_each_door_writes_the_same_job_json(root, server):
+    options = {"preset": "kaldi", "device": "cpu", "batch_items": 3, "dtype": "f16", "max_seconds": 40.0}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SONOGRAPH_")}
+    args = [BIN, "extract", str(root / "corpus"), "--out", str(root / "cli"), "--no-progress"]
+    for name, value in options.items():
+        args += flag(name, value)
+    subprocess.run(args, check=True, capture_output=True, env=env)
+    status, job = server.post("/api/v1/jobs", {"source": str(root / "corpus"), "out": str(root / "api"),
+                                               **{k.replace("_", "-"): v for k, v in options.items()}})
+    assert status == 201, job
+    for _ in range(600):
+        record = server.get(f"/api/v1/jobs/{job['id']}")
+        if record["state"] not in ("queued", "running"):
+            break
+        threading.Event().wait(0.1)
+    assert record["state"] == "succeeded", record
+    sonograph.extract(root / "corpus", root / "python", **options)
+    shapes = [json.loads((root / door / "__sonograph" / "job.json").read_text())
+              for door in ("cli", "api", "python")]
+    assert shapes[0] == shapes[1] == shapes[2]
+    assert shapes[0]["dtype"].lower() == "f16"
+
+
+def test_the_errors_are_a_family_and_name_the_option_as_python_spells_it(tmp_path):
+    with pytest.raises(sonograph.OptionsError) as e:
+        sonograph.extract(DATA, tmp_path / "out", batch_items=10**6)
+    assert "batch_items 1000000 is outside" in str(e.value), str(e.value)
+    assert isinstance(e.value, sonograph.Error) and isinstance(e.value, ValueError)
+    with pytest.raises(sonograph.InputError) as e:
+        sonograph.load(tmp_path / "missing.wav")
+    assert "missing.wav" in str(e.value) and isinstance(e.value, ValueError)
+    with pytest.raises(sonograph.DeviceError):
+        sonograph.extract(DATA, tmp_path / "out", device="gpu:99")
+    assert issubclass(sonograph.ModelError, sonograph.Error)
+    with pytest.raises(sonograph.ModelError) as e:
+        (tmp_path / "bad.onnx").write_bytes(b"not a model")
+        sonograph.extract(DATA, tmp_path / "out2", preset="nemo", model=tmp_path / "bad.onnx", device="cpu")
+    assert "bad.onnx" in str(e.value)
