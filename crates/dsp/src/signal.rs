@@ -14,33 +14,46 @@ pub fn scale_and_preemphasize(
     prev: f32,
     dst: &mut Vec<f32>,
 ) -> f32 {
+    let start = dst.len();
+    dst.resize(start + samples.len(), 0.0);
+    scale_and_preemphasize_into(spec, samples, at_start, prev, &mut dst[start..])
+}
+
+/// [`scale_and_preemphasize`] into `dst`, exactly as long as `samples`.
+pub fn scale_and_preemphasize_into(
+    spec: &FeatureSpec,
+    samples: &[f32],
+    at_start: bool,
+    prev: f32,
+    dst: &mut [f32],
+) -> f32 {
+    debug_assert_eq!(samples.len(), dst.len());
     let scale = spec.input_scale;
     let c = if spec.preemphasis_scope == PreemphasisScope::Signal {
         spec.preemphasis
     } else {
         0.0
     };
-    dst.reserve(samples.len());
     let Some(&last) = samples.last() else {
         return prev;
     };
     if c == 0.0 && scale == 1.0 {
-        dst.extend_from_slice(samples);
+        dst.copy_from_slice(samples);
         return last;
     }
-    let mut rest = samples;
+    let (mut rest, mut out) = (samples, &mut dst[..]);
     let mut prev = prev;
     if at_start {
         prev = samples[0] * scale;
-        dst.push(prev);
+        out[0] = prev;
         rest = &samples[1..];
+        out = &mut out[1..];
     }
-    dst.extend(rest.iter().map(|&s| {
+    for (y, &s) in out.iter_mut().zip(rest) {
         let x = s * scale;
-        let y = x - c * prev;
+        *y = x - c * prev;
         prev = x;
-        y
-    }));
+    }
     prev
 }
 

@@ -7,7 +7,7 @@
 use std::ops::Range;
 
 use crate::error::ItemError;
-use crate::signal::{reflects, scale_and_preemphasize};
+use crate::signal::{reflects, scale_and_preemphasize_into};
 use crate::spec::{FeatureSpec, OutputKind, PreemphasisScope};
 
 /// Frames `first_frame..first_frame + frames` of an item, from the window of its samples that
@@ -161,21 +161,34 @@ pub fn prepared_window<'a>(
     span: &Span,
     dst: &'a mut Vec<f32>,
 ) -> Result<(&'a [f32], usize), ItemError> {
+    let (base, _) = check_prepared(spec, window, span)?;
+    Ok((prepared_checked(spec, window, span, dst), base))
+}
+
+/// [`prepared_window`] of a span [`check_prepared`] has passed: the window itself where the
+/// spec neither scales nor pre-emphasises the signal (no copy), else its prepared copy in
+/// `dst`.
+pub fn prepared_checked<'a>(
+    spec: &FeatureSpec,
+    window: &'a [f32],
+    span: &Span,
+    dst: &'a mut Vec<f32>,
+) -> &'a [f32] {
     let plain = spec.input_scale == 1.0
         && (spec.preemphasis == 0.0 || spec.preemphasis_scope == PreemphasisScope::Frame);
-    if !plain {
-        dst.clear();
-        let base = prepare_span(spec, window, span, dst)?;
-        return Ok((dst.as_slice(), base));
-    }
-    check_span(spec, window.len(), span)?;
-    check_finite(window, span.sample_start, 1)?;
     // A later piece's first sample is only pre-emphasis context, as in `prepare_span`.
-    Ok(if span.sample_start == 0 {
-        (window, 0)
+    let len = if span.sample_start == 0 {
+        window.len()
     } else {
-        (&window[1..], span.sample_start + 1)
-    })
+        window.len() - 1
+    };
+    if plain {
+        return &window[window.len() - len..];
+    }
+    dst.clear();
+    dst.resize(len, 0.0);
+    prepare_span_into(spec, window, span, dst);
+    dst
 }
 
 /// Appends a span's window to `dst` as the spectral core sees it (scaled, and pre-emphasised
@@ -187,16 +200,39 @@ pub fn prepare_span(
     span: &Span,
     dst: &mut Vec<f32>,
 ) -> Result<usize, ItemError> {
+    let (base, len) = check_prepared(spec, window, span)?;
+    let start = dst.len();
+    dst.resize(start + len, 0.0);
+    prepare_span_into(spec, window, span, &mut dst[start..]);
+    Ok(base)
+}
+
+/// Checks a span's window as [`prepare_span`] does; returns the signal index of the first
+/// prepared sample and how many there are, so that a caller can lay items out before it
+/// writes any (the GPU path writes them straight into its staging memory, in parallel).
+pub fn check_prepared(
+    spec: &FeatureSpec,
+    window: &[f32],
+    span: &Span,
+) -> Result<(usize, usize), ItemError> {
     check_span(spec, window.len(), span)?;
     check_finite(window, span.sample_start, 1)?;
-    if span.sample_start == 0 {
-        scale_and_preemphasize(spec, window, true, 0.0, dst);
-        Ok(0)
+    Ok(if span.sample_start == 0 {
+        (0, window.len())
     } else {
         // The window's first sample is context: the previous input of its second.
+        (span.sample_start + 1, window.len() - 1)
+    })
+}
+
+/// Writes a checked span's window into `dst` (exactly as long as [`check_prepared`] said) as
+/// the spectral core sees it.
+pub fn prepare_span_into(spec: &FeatureSpec, window: &[f32], span: &Span, dst: &mut [f32]) {
+    if span.sample_start == 0 {
+        scale_and_preemphasize_into(spec, window, true, 0.0, dst);
+    } else {
         let prev = window[0] * spec.input_scale;
-        scale_and_preemphasize(spec, &window[1..], false, prev, dst);
-        Ok(span.sample_start + 1)
+        scale_and_preemphasize_into(spec, &window[1..], false, prev, dst);
     }
 }
 

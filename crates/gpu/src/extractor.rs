@@ -14,7 +14,7 @@ use bytemuck::{Pod, Zeroable};
 use rayon::prelude::*;
 use sonograph_dsp::dct::Dct;
 use sonograph_dsp::mel::MelBank;
-use sonograph_dsp::span::{prepare_span, Span};
+use sonograph_dsp::span::{check_prepared, prepared_checked, Span};
 use sonograph_dsp::spec::{FeatureSpec, OutputKind, PadMode, PreemphasisScope};
 use sonograph_dsp::window::window;
 use sonograph_dsp::{AudioBatch, DeviceError, Extractor, FeatureBatch, ItemError, Precision};
@@ -23,6 +23,7 @@ use wgpu::util::DeviceExt;
 use crate::context::{self, GpuDevice};
 use crate::plan::{batch_buffers, finish_item, gpu_row_width, log_params, scalar_bytes, uses_mel};
 use crate::pool::{human_bytes, BlockAllocator, BlockKind, MemoryPool, MemoryStats, PoolBlock};
+use crate::transfer::{StagingRing, TransferStats, RING_DEPTH};
 use crate::GpuOptions;
 
 const COMMON: &str = include_str!("../kernels/common.wgsl");
@@ -31,6 +32,11 @@ const FRAME: &str = include_str!("../kernels/frame.wgsl");
 const DFT: &str = include_str!("../kernels/dft.wgsl");
 const FUSED: &str = include_str!("../kernels/fused.wgsl");
 const MEL: &str = include_str!("../kernels/mel.wgsl");
+
+/// Samples per chunk sent to the device, in bytes: big enough that a chunk's submission costs
+/// little beside its work, small enough that a batch of 64 × 30 s clips goes through in several
+/// chunks whose transfers and kernels overlap.
+const DEFAULT_CHUNK_BYTES: usize = 16 << 20;
 
 /// Mirrors `Params` in kernels/common.wgsl.
 #[repr(C)]
@@ -152,6 +158,10 @@ pub struct GpuBackend {
     dct: Option<Dct>,
     /// How long one batch may take before the device counts as lost.
     deadline: Duration,
+    /// Staging memory, made once and reused by every batch.
+    ring: StagingRing,
+    /// Items go to the device in chunks of about this many bytes of samples.
+    chunk_bytes: usize,
 }
 
 /// The kernels of one spec.
@@ -305,6 +315,8 @@ impl GpuBackend {
             mel_bufs,
             pool: MemoryPool::new(allocator, budget),
             deadline: Duration::from_secs(60),
+            ring: StagingRing::new(),
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
             gpu,
         })
     }
@@ -365,16 +377,20 @@ impl GpuBackend {
         }
     }
 
-    /// Runs the kernels over a prepared batch; returns the rows (`frames × gpu_row_width`).
-    fn run(
-        &mut self,
-        samples: &[f32],
-        records: &[ItemRecord],
-        frame_item: &[u32],
-        n_items: usize,
-    ) -> Result<Vec<f32>, DeviceError> {
-        let spec = &self.spec;
-        let total = frame_item.len();
+    /// Runs a batch's items on the device, chunk by chunk through the staging ring; returns
+    /// each laid-out item's rows, finished, in order.
+    fn run(&mut self, batch: &AudioBatch, laid: &[Laid]) -> Result<Vec<ItemRows>, DeviceError> {
+        let chunks = chunks(laid, self.chunk_bytes);
+        let n_items = laid.len();
+        let total: usize = laid.iter().map(|l| l.frames).sum();
+        // The device buffers of the largest chunk: chunks run one after another on the
+        // device, so one set serves them all.
+        let largest = |f: fn(&Chunk) -> usize| chunks.iter().map(f).max().unwrap_or(0);
+        let (items, samples, frames) = (
+            largest(|c| c.items.len()),
+            largest(|c| c.samples),
+            largest(|c| c.frames),
+        );
         let max_dim = self.gpu.limits.max_compute_workgroups_per_dimension.max(1);
         let max_binding = self.gpu.limits.max_storage_buffer_binding_size;
         let too_big = |what: &str, bytes: u64| {
@@ -387,20 +403,19 @@ impl GpuBackend {
             ))
         };
         let buffers = batch_buffers(
-            spec,
+            &self.spec,
             self.precision,
             self.fused(),
-            records.len(),
-            samples.len(),
-            total,
+            items,
+            samples,
+            frames,
         );
-        let kind = |what: &str| match what {
-            "readback" => BlockKind::Readback,
-            _ => BlockKind::Storage,
-        };
-        let mut sizes = buffers
-            .map(|(what, bytes)| (what, bytes, kind(what)))
-            .to_vec();
+        // The rows come back through the ring, not a pooled buffer.
+        let mut sizes: Vec<(&str, u64, BlockKind)> = buffers
+            .iter()
+            .filter(|(what, _)| *what != "readback")
+            .map(|&(what, bytes)| (what, bytes, BlockKind::Storage))
+            .collect();
         sizes.push((
             "params",
             std::mem::size_of::<Params>() as u64,
@@ -414,13 +429,11 @@ impl GpuBackend {
                 return Err(too_big(what, bytes));
             }
         }
-        let wgs = total.div_ceil(64) as u64;
-        let frame_x = wgs.min(u64::from(max_dim)) as u32;
-        let frame_y = wgs.div_ceil(u64::from(frame_x)) as u32;
-        let grid_y = (total as u64).min(u64::from(max_dim)) as u32;
-        let grid_z = (total as u64).div_ceil(u64::from(grid_y)) as u32;
-        if frame_y > max_dim || grid_z > max_dim {
-            return Err(too_big("dispatch grid", 4 * total as u64));
+        let wgs = frames.div_ceil(64) as u64;
+        if wgs.div_ceil(u64::from(max_dim)) > u64::from(max_dim)
+            || (frames as u64).div_ceil(u64::from(max_dim)) > u64::from(max_dim)
+        {
+            return Err(too_big("dispatch grid", 4 * frames as u64));
         }
         let mut blocks: Vec<PoolBlock<wgpu::Buffer>> = Vec::with_capacity(sizes.len());
         for &(what, bytes, kind) in &sizes {
@@ -429,50 +442,211 @@ impl GpuBackend {
                 Err(e) => return Err(self.give_back_oom(blocks, &format!("{what}: {e}"), n_items)),
             }
         }
-        let result = self.encode_and_read(
-            &blocks,
-            &sizes.iter().map(|s| s.1).collect::<Vec<_>>(),
-            samples,
-            records,
-            frame_item,
-            (grid_y, grid_z, frame_x, frame_y),
-        );
+        let device = DeviceBuffers {
+            blocks: &blocks,
+            sizes: sizes.iter().map(|s| s.1).collect(),
+        };
+        let result = self.pipeline(batch, laid, &chunks, &device);
         for b in blocks {
             self.pool.free(b);
+        }
+        if result.is_err() {
+            // A slot may be mapped or in flight: the next batch starts with a fresh ring.
+            self.ring.reset();
         }
         result
     }
 
-    fn give_back_oom(
+    /// The chunks through the ring: chunk k is filled while the device runs chunk k − 1 and
+    /// the host finishes chunk k − RING_DEPTH's rows.
+    fn pipeline(
         &mut self,
-        blocks: Vec<PoolBlock<wgpu::Buffer>>,
-        msg: &str,
-        n_items: usize,
-    ) -> DeviceError {
-        for b in blocks {
-            self.pool.free(b);
+        batch: &AudioBatch,
+        laid: &[Laid],
+        chunks: &[Chunk],
+        device: &DeviceBuffers,
+    ) -> Result<Vec<ItemRows>, DeviceError> {
+        let mut rows: Vec<ItemRows> = Vec::with_capacity(laid.len());
+        for k in 0..chunks.len() {
+            if k >= RING_DEPTH {
+                rows.extend(
+                    self.collect(k - RING_DEPTH, &laid[chunks[k - RING_DEPTH].items.clone()])?,
+                );
+            }
+            self.send(batch, &laid[chunks[k].items.clone()], &chunks[k], k, device)?;
         }
-        DeviceError::OutOfMemory(format!(
-            "{msg}; a batch of {n_items} items; {}",
-            next_step(n_items)
-        ))
+        for k in chunks.len().saturating_sub(RING_DEPTH)..chunks.len() {
+            rows.extend(self.collect(k, &laid[chunks[k].items.clone()])?);
+        }
+        Ok(rows)
     }
 
-    fn encode_and_read(
-        &self,
-        blocks: &[PoolBlock<wgpu::Buffer>],
-        sizes: &[u64],
-        samples: &[f32],
-        records: &[ItemRecord],
-        frame_item: &[u32],
-        (grid_y, grid_z, frame_x, frame_y): (u32, u32, u32, u32),
-    ) -> Result<Vec<f32>, DeviceError> {
+    /// Fills chunk `k`'s slot with its items (their windows as the kernels read them, on
+    /// several threads straight into the mapped staging memory), its item table and its
+    /// parameters, and submits it: copies into the device buffers, kernels, rows into the
+    /// slot's readback buffer.
+    fn send(
+        &mut self,
+        batch: &AudioBatch,
+        items: &[Laid],
+        chunk: &Chunk,
+        k: usize,
+        device: &DeviceBuffers,
+    ) -> Result<(), DeviceError> {
         let spec = &self.spec;
-        let total = frame_item.len();
+        let frames = chunk.frames;
+        let max_dim = self.gpu.limits.max_compute_workgroups_per_dimension.max(1);
+        let wgs = frames.div_ceil(64) as u64;
+        let frame_x = wgs.min(u64::from(max_dim)).max(1) as u32;
+        let frame_y = wgs.div_ceil(u64::from(frame_x)).max(1) as u32;
+        let grid_y = (frames as u64).min(u64::from(max_dim)).max(1) as u32;
+        let grid_z = (frames as u64).div_ceil(u64::from(grid_y)).max(1) as u32;
+        let params = self.params(frames, grid_y, frame_x * 64);
+        let mut records = Vec::with_capacity(items.len());
+        let (mut next_sample, mut next_frame) = (0usize, 0usize);
+        for l in items {
+            let first_start = i32::try_from(spec.frame_start(l.span.first_frame) - l.base as isize);
+            let fields = [
+                next_sample,
+                l.len,
+                next_frame,
+                l.frames,
+                l.span.signal_len - l.base,
+                l.span.first_frame + l.frames,
+            ]
+            .map(u32::try_from);
+            let (
+                [Ok(sample_offset), Ok(n_samples), Ok(frame_offset), Ok(n_frames), Ok(signal_len), Ok(_)],
+                Ok(first_start),
+            ) = (fields, first_start)
+            else {
+                return Err(DeviceError::OutOfMemory(format!(
+                    "a batch of {} items holds more than 2^32 samples or frames; {}",
+                    batch.len(),
+                    next_step(batch.len())
+                )));
+            };
+            records.push(ItemRecord {
+                sample_offset,
+                n_samples,
+                frame_offset,
+                n_frames,
+                first_start,
+                signal_len,
+                first_frame: l.span.first_frame as u32,
+                _pad: 0,
+            });
+            // Each item starts 8-byte aligned (see the staging layout below).
+            next_sample += l.len.next_multiple_of(2);
+            next_frame += l.frames;
+        }
+        // The slot's staging layout: params, item records, frame table, then each item's
+        // samples at an offset of a multiple of 8 bytes (where a mapped range may start, so
+        // that each item is written through a view of its own, on its own thread).
+        let params_bytes = std::mem::size_of::<Params>();
+        let records_bytes = std::mem::size_of_val(records.as_slice());
+        let table_bytes = 4 * frames;
+        let samples_at = (params_bytes + records_bytes + table_bytes).next_multiple_of(8);
+        let samples_bytes = 4 * chunk.samples;
+        let upload = (samples_at + samples_bytes) as u64;
+        let result_bytes = self.result_bytes(frames);
+        self.ring
+            .ready(&self.gpu, k, upload, result_bytes.max(4))
+            .map_err(|e| DeviceError::OutOfMemory(format!("staging memory: {e}")))?;
+        let fill_started = Instant::now();
+        let buffer = self.ring.upload(k);
+        let mapped = |range: std::ops::Range<u64>| {
+            buffer
+                .slice(range)
+                .get_mapped_range_mut()
+                .map_err(|e| DeviceError::DeviceLost(format!("{}: {e}", self.label)))
+        };
+        {
+            let mut head = mapped(0..samples_at as u64)?;
+            let (mut part, rest) = head.slice(..).split_at(params_bytes);
+            part.copy_from_slice(bytemuck::bytes_of(&params));
+            let (mut part, rest) = rest.split_at(records_bytes);
+            part.copy_from_slice(bytemuck::cast_slice(&records));
+            let (table, _) = rest.split_at(table_bytes);
+            table.write_iter(
+                records
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(i, r)| std::iter::repeat_n(i as u32, r.n_frames as usize))
+                    .flat_map(u32::to_le_bytes),
+            );
+        }
+        // Straight from the decoded items into the mapped staging memory, side by side
+        // (through a scratch copy only where the spec scales or pre-emphasises them).
+        let starts: Vec<u64> = records
+            .iter()
+            .map(|r| (samples_at + 4 * r.sample_offset as usize) as u64)
+            .collect();
+        items
+            .par_iter()
+            .zip(starts)
+            .try_for_each_init(Vec::new, |scratch, (l, at)| {
+                let window = prepared_checked(spec, batch.item(l.item), &l.span, scratch);
+                let mut view = mapped(at..at + 4 * window.len() as u64)?;
+                view.copy_from_slice(bytemuck::cast_slice(window));
+                Ok::<(), DeviceError>(())
+            })?;
+        self.ring.upload(k).unmap();
+        if k > 0 && self.ring.busy(&self.gpu, k - 1) {
+            self.ring.stats.chunks_filled_while_busy += 1;
+        }
+        let filled = Instant::now();
+        let offsets = UploadOffsets {
+            records: params_bytes as u64,
+            table: (params_bytes + records_bytes) as u64,
+            samples: samples_at as u64,
+            end: upload,
+        };
+        let grid = (grid_y, grid_z, frame_x, frame_y);
+        let index = self.submit(k, device, frames, grid, result_bytes, offsets)?;
+        self.ring.submitted(&self.gpu, k, index, result_bytes);
+        tracing::debug!(
+            chunk = k,
+            items = items.len(),
+            frames,
+            fill_ms = (filled - fill_started).as_secs_f64() * 1e3,
+            encode_and_submit_ms = filled.elapsed().as_secs_f64() * 1e3,
+            upload_bytes = upload,
+            read_bytes = result_bytes,
+            "gpu chunk sent"
+        );
+        Ok(())
+    }
+
+    /// Bytes of the rows a chunk of `frames` frames gives back.
+    fn result_bytes(&self, frames: usize) -> u64 {
+        let per_value = if spectrum_is_f64(&self.spec, self.precision) {
+            8
+        } else {
+            4
+        };
+        per_value * (frames * gpu_row_width(&self.spec)) as u64
+    }
+
+    /// Encodes and submits chunk `k`: its staging copied into the device buffers, the kernels,
+    /// its rows copied into its readback buffer.
+    fn submit(
+        &self,
+        k: usize,
+        device: &DeviceBuffers,
+        frames: usize,
+        (grid_y, grid_z, frame_x, frame_y): (u32, u32, u32, u32),
+        result_bytes: u64,
+        offsets: UploadOffsets,
+    ) -> Result<wgpu::SubmissionIndex, DeviceError> {
+        let spec = &self.spec;
         let d = &self.gpu.device;
         let q = &self.gpu.queue;
-        let [b_samples, b_items, b_table, b_spec, b_mel, b_read, b_params] =
-            [0, 1, 2, 4, 5, 6, 7].map(|i| &blocks[i].block);
+        let blocks = device.blocks;
+        let sizes = &device.sizes;
+        // Pool blocks in `batch_buffers`' order, then the params uniform.
+        let [b_samples, b_items, b_table, b_spec, b_mel, b_params] =
+            [0, 1, 2, 4, 5, 6].map(|i| &blocks[i].block);
         let bind = |i: usize| {
             let buffer = &blocks[i].block;
             wgpu::BindingResource::Buffer(wgpu::BufferBinding {
@@ -483,12 +657,41 @@ impl GpuBackend {
         };
         let oom_scope = d.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let val_scope = d.push_error_scope(wgpu::ErrorFilter::Validation);
-        let started = Instant::now();
-        let params = self.params(total, grid_y, frame_x * 64);
-        q.write_buffer(b_params, 0, bytemuck::bytes_of(&params));
-        q.write_buffer(b_samples, 0, bytemuck::cast_slice(samples));
-        q.write_buffer(b_items, 0, bytemuck::cast_slice(records));
-        q.write_buffer(b_table, 0, bytemuck::cast_slice(frame_item));
+        let upload = self.ring.upload(k);
+        let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("sonograph chunk"),
+        });
+        let copy = |enc: &mut wgpu::CommandEncoder, from: u64, to: &wgpu::Buffer, bytes: u64| {
+            if bytes > 0 {
+                enc.copy_buffer_to_buffer(upload, from, to, 0, bytes);
+            }
+        };
+        copy(&mut enc, 0, b_params, offsets.records);
+        copy(
+            &mut enc,
+            offsets.records,
+            b_items,
+            offsets.table - offsets.records,
+        );
+        copy(
+            &mut enc,
+            offsets.table,
+            b_table,
+            offsets.samples - offsets.table,
+        );
+        copy(
+            &mut enc,
+            offsets.samples,
+            b_samples,
+            offsets.end - offsets.samples,
+        );
+        #[cfg(feature = "failpoints")]
+        if let Some(iterations) = fail::eval("gpu::slow_kernel", |arg| {
+            arg.and_then(|a| a.parse::<u32>().ok()).unwrap_or(1 << 22)
+        }) {
+            // A device slower than its host (tests of the overlap): a kernel that only spins.
+            self.spin(&mut enc, iterations);
+        }
         let bind_group = |label: &str, pipe: &wgpu::ComputePipeline, list| {
             d.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some(label),
@@ -501,15 +704,12 @@ impl GpuBackend {
             Some((f, w)) => (Some(f), Some(w)),
             None => (None, None),
         };
-        let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("sonograph batch"),
-        });
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
             match &self.kernels {
                 Kernels::Fused(pipe) => {
                     let mut list = vec![
-                        (0, bind(7)),
+                        (0, bind(6)),
                         (1, bind(0)),
                         (2, bind(1)),
                         (3, bind(2)),
@@ -534,7 +734,7 @@ impl GpuBackend {
                     mel: mel_pipe,
                 } => {
                     let list = vec![
-                        (0, bind(7)),
+                        (0, bind(6)),
                         (1, bind(0)),
                         (2, bind(1)),
                         (3, bind(2)),
@@ -545,7 +745,7 @@ impl GpuBackend {
                     pass.set_bind_group(0, &bind_group("frame", frame, list), &[]);
                     pass.dispatch_workgroups(frame_x, frame_y, 1);
                     let list = vec![
-                        (0, bind(7)),
+                        (0, bind(6)),
                         (1, bind(3)),
                         (2, self.twiddle_buf.as_entire_binding()),
                         (3, bind(4)),
@@ -555,7 +755,7 @@ impl GpuBackend {
                     pass.dispatch_workgroups(n_freq_groups(spec), grid_y, grid_z);
                     if let (Some(pipe), Some(f), Some(w)) = (mel_pipe, filters, weights) {
                         let list = vec![
-                            (0, bind(7)),
+                            (0, bind(6)),
                             (1, bind(4)),
                             (2, f.as_entire_binding()),
                             (3, w.as_entire_binding()),
@@ -568,13 +768,10 @@ impl GpuBackend {
                 }
             }
         }
-        let (result_buf, result_bytes) = if mel {
-            (b_mel, sizes[5])
-        } else {
-            (b_spec, sizes[4])
-        };
-        enc.copy_buffer_to_buffer(result_buf, 0, b_read, 0, result_bytes);
-        let encoded = Instant::now();
+        let result_buf = if mel { b_mel } else { b_spec };
+        if result_bytes > 0 {
+            enc.copy_buffer_to_buffer(result_buf, 0, self.ring.readback(k), 0, result_bytes);
+        }
         let index = q.submit([enc.finish()]);
         if let Some(e) = pollster::block_on(val_scope.pop()) {
             return Err(DeviceError::Kernel(format!("wgpu rejected the batch: {e}")));
@@ -586,47 +783,189 @@ impl GpuBackend {
         )));
         if let Some(e) = pollster::block_on(oom_scope.pop()) {
             return Err(DeviceError::OutOfMemory(format!(
-                "the device ran out of memory running a batch of {} items: {e}; {}",
-                records.len(),
-                next_step(records.len())
+                "the device ran out of memory running a chunk of {frames} frames: {e}; {}",
+                next_step(2)
             )));
         }
         if self.gpu.is_lost() {
             return Err(DeviceError::DeviceLost(self.label.clone()));
         }
-        let submitted = Instant::now();
-        let f64_rows = spectrum_is_f64(spec, self.precision);
-        // One copy out of the mapping, rounding f64 spectra to f32 rows as it goes.
-        let rows = context::read_mapped(
-            &self.gpu,
-            b_read,
-            result_bytes,
-            index,
-            self.deadline,
-            |bytes| {
-                if f64_rows {
-                    bytes
-                        .chunks_exact(8)
-                        .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32)
-                        .collect()
-                } else {
-                    let mut rows = vec![0f32; bytes.len() / 4];
-                    bytemuck::cast_slice_mut::<f32, u8>(&mut rows).copy_from_slice(bytes);
-                    rows
-                }
-            },
-        )
-        .map_err(|e| DeviceError::DeviceLost(format!("{}: {e}", self.label)))?;
-        tracing::debug!(
-            upload_and_encode_ms = (encoded - started).as_secs_f64() * 1e3,
-            submit_ms = (submitted - encoded).as_secs_f64() * 1e3,
-            run_and_read_ms = submitted.elapsed().as_secs_f64() * 1e3,
-            upload_bytes = 4 * (samples.len() + frame_item.len()),
-            read_bytes = result_bytes,
-            "gpu batch on the device"
-        );
-        Ok(rows)
+        Ok(index)
     }
+
+    /// Waits for chunk `k`, then finishes its items (log, normalisation, DCT; side by side)
+    /// straight from its mapped rows.
+    fn collect(&mut self, k: usize, items: &[Laid]) -> Result<Vec<ItemRows>, DeviceError> {
+        let spec = &self.spec;
+        let dct = self.dct.as_ref();
+        let width = gpu_row_width(spec);
+        let f64_rows = spectrum_is_f64(spec, self.precision);
+        let label = self.label.clone();
+        let finished = self
+            .ring
+            .collect(&self.gpu, k, self.deadline, |bytes| {
+                let mut offset = 0usize;
+                let spans: Vec<(&Laid, usize)> = items
+                    .iter()
+                    .map(|l| {
+                        let at = offset;
+                        offset += l.frames;
+                        (l, at)
+                    })
+                    .collect();
+                spans
+                    .into_par_iter()
+                    .map(|(l, at)| {
+                        let (a, b) = (at * width, (at + l.frames) * width);
+                        let rows: std::borrow::Cow<[f32]> = if f64_rows {
+                            bytes[8 * a..8 * b]
+                                .chunks_exact(8)
+                                .map(|v| f64::from_le_bytes(v.try_into().expect("8 bytes")) as f32)
+                                .collect::<Vec<f32>>()
+                                .into()
+                        } else {
+                            bytemuck::cast_slice::<u8, f32>(&bytes[4 * a..4 * b]).into()
+                        };
+                        let mut out = Vec::new();
+                        let frames = finish_item(spec, dct, &rows, l.frames, l.span.last, &mut out);
+                        (frames, out)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .map_err(|e| DeviceError::DeviceLost(format!("{label}: {e}")))?;
+        Ok(finished.unwrap_or_default())
+    }
+
+    fn give_back_oom(
+        &mut self,
+        blocks: Vec<PoolBlock<wgpu::Buffer>>,
+        msg: &str,
+        n_items: usize,
+    ) -> DeviceError {
+        for b in blocks {
+            self.pool.free(b);
+        }
+        DeviceError::OutOfMemory(format!(
+            "{msg}; a batch of {n_items} items; {}",
+            next_step(n_items)
+        ))
+    }
+
+    /// What the staging ring has done (staging buffers made, chunks, overlap).
+    pub fn transfer_stats(&self) -> TransferStats {
+        self.ring.stats
+    }
+
+    /// Items are sent in chunks of about this many bytes of samples (default 16 MiB).
+    pub fn set_chunk_bytes(&mut self, bytes: usize) {
+        self.chunk_bytes = bytes.max(4);
+    }
+
+    /// A kernel that only spins, `iterations` times per invocation (failpoint builds only).
+    #[cfg(feature = "failpoints")]
+    fn spin(&self, enc: &mut wgpu::CommandEncoder, iterations: u32) {
+        const SPIN: &str = "
+@group(0) @binding(0) var<storage, read_write> sink: array<u32>;
+override ITERATIONS: u32 = 1u;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    var x = gid.x;
+    for (var i = 0u; i < ITERATIONS; i++) { x = x * 1664525u + 1013904223u; }
+    sink[gid.x] = x;
+}";
+        let d = &self.gpu.device;
+        let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("spin"),
+            source: wgpu::ShaderSource::Wgsl(SPIN.into()),
+        });
+        let pipeline = d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("spin"),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants: &[("ITERATIONS", f64::from(iterations))],
+                ..Default::default()
+            },
+            cache: None,
+        });
+        let sink = d.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("spin"),
+            size: 4 * 64,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        });
+        let group = d.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("spin"),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[wgpu::BindGroupEntry {
+                binding: 0,
+                resource: sink.as_entire_binding(),
+            }],
+        });
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups(1, 1, 1);
+    }
+}
+
+/// An item's frames and rows.
+type ItemRows = (usize, Vec<f32>);
+
+/// An item of a batch, checked and laid out.
+struct Laid {
+    /// Its index in the batch.
+    item: usize,
+    span: Span,
+    /// The signal index of its first prepared sample, and how many there are.
+    base: usize,
+    len: usize,
+    frames: usize,
+}
+
+/// Consecutive laid-out items sent to the device together.
+struct Chunk {
+    items: std::ops::Range<usize>,
+    samples: usize,
+    frames: usize,
+}
+
+/// Items in chunks of about `bytes` bytes of samples (one item at least each). An item's
+/// samples take an even number of places (it starts 8-byte aligned).
+fn chunks(laid: &[Laid], bytes: usize) -> Vec<Chunk> {
+    let mut out: Vec<Chunk> = Vec::new();
+    for (i, l) in laid.iter().enumerate() {
+        let len = l.len.next_multiple_of(2);
+        match out.last_mut() {
+            Some(c) if 4 * (c.samples + len) <= bytes => {
+                c.items.end = i + 1;
+                c.samples += len;
+                c.frames += l.frames;
+            }
+            _ => out.push(Chunk {
+                items: i..i + 1,
+                samples: len,
+                frames: l.frames,
+            }),
+        }
+    }
+    out
+}
+
+/// The device buffers of a batch (pool blocks in `batch_buffers`' order, then the params
+/// uniform) and their sizes.
+struct DeviceBuffers<'a> {
+    blocks: &'a [PoolBlock<wgpu::Buffer>],
+    sizes: Vec<u64>,
+}
+
+/// Where each part of a chunk sits in its staging buffer.
+struct UploadOffsets {
+    records: u64,
+    table: u64,
+    samples: u64,
+    end: u64,
 }
 
 /// The WGSL of one kernel: the common declarations for scalar `real`, then `body`.
@@ -752,104 +1091,63 @@ impl Extractor for GpuBackend {
         if self.gpu.is_lost() {
             return Err(DeviceError::DeviceLost(self.label.clone()));
         }
-        let spec = &self.spec;
         let started = Instant::now();
-        let mut samples: Vec<f32> = Vec::with_capacity(batch.samples().len());
-        let mut records: Vec<ItemRecord> = Vec::with_capacity(batch.len());
-        let mut frame_item: Vec<u32> = Vec::new();
-        let mut per_item: Vec<Result<usize, ItemError>> = Vec::with_capacity(batch.len());
-        let mut lasts: Vec<bool> = Vec::with_capacity(batch.len());
-        for (i, item) in batch.items().enumerate() {
-            let start = samples.len();
-            let span = batch
-                .span(i)
-                .copied()
-                .unwrap_or_else(|| Span::whole(spec, item.len()));
-            lasts.push(span.last);
-            match prepare_span(spec, item, &span, &mut samples) {
-                Err(e) => per_item.push(Err(e)),
-                Ok(base) => {
-                    let frames = span.frames;
-                    let first_start =
-                        i32::try_from(spec.frame_start(span.first_frame) - base as isize);
-                    let fields = [
-                        start,
-                        samples.len() - start,
-                        frame_item.len(),
-                        frames,
-                        span.signal_len - base,
-                        span.first_frame + frames,
-                    ]
-                    .map(u32::try_from);
-                    let (
-                        [Ok(sample_offset), Ok(n_samples), Ok(frame_offset), Ok(n_frames), Ok(signal_len), Ok(_)],
-                        Ok(first_start),
-                    ) = (fields, first_start)
-                    else {
-                        return Err(DeviceError::OutOfMemory(format!(
-                            "a batch of {} items holds more than 2^32 samples or frames; {}",
-                            batch.len(),
-                            next_step(batch.len())
-                        )));
-                    };
-                    let index = records.len() as u32;
-                    frame_item.extend(std::iter::repeat_n(index, frames));
-                    per_item.push(Ok(records.len()));
-                    records.push(ItemRecord {
-                        sample_offset,
-                        n_samples,
-                        frame_offset,
-                        n_frames,
-                        first_start,
-                        signal_len,
-                        first_frame: span.first_frame as u32,
-                        _pad: 0,
-                    });
+        // Every item checked and laid out first, side by side; one the spec cannot take fails
+        // alone.
+        let spec = &self.spec;
+        let checked: Vec<Result<Laid, ItemError>> = (0..batch.len())
+            .into_par_iter()
+            .map(|i| {
+                let item = batch.item(i);
+                let span = batch
+                    .span(i)
+                    .copied()
+                    .unwrap_or_else(|| Span::whole(spec, item.len()));
+                let (base, len) = check_prepared(spec, item, &span)?;
+                Ok(Laid {
+                    item: i,
+                    span,
+                    base,
+                    len,
+                    frames: span.frames,
+                })
+            })
+            .collect();
+        let mut results: Vec<Option<Result<ItemRows, ItemError>>> = Vec::with_capacity(batch.len());
+        let mut laid = Vec::with_capacity(batch.len());
+        for c in checked {
+            match c {
+                Ok(l) => {
+                    laid.push(l);
+                    results.push(None);
                 }
+                Err(e) => results.push(Some(Err(e))),
             }
         }
         let prepared = Instant::now();
-        let rows = if frame_item.is_empty() {
+        let rows = if laid.is_empty() {
             Vec::new()
         } else {
-            self.run(&samples, &records, &frame_item, batch.len())?
+            self.run(batch, &laid)?
         };
-        let computed = Instant::now();
-        let width = gpu_row_width(&self.spec);
-        // Items finish (log, normalisation, DCT) side by side: on one core this was a fifth of
-        // a batch's time on an H100.
-        let finished: Vec<Result<(usize, Vec<f32>), ItemError>> = per_item
-            .into_par_iter()
-            .zip(lasts)
-            .map(|(item, last)| {
-                let rec = records[item?];
-                let a = rec.frame_offset as usize * width;
-                let b = a + rec.n_frames as usize * width;
-                let mut item_rows = Vec::new();
-                let frames = finish_item(
-                    &self.spec,
-                    self.dct.as_ref(),
-                    &rows[a..b],
-                    rec.n_frames as usize,
-                    last,
-                    &mut item_rows,
-                );
-                Ok((frames, item_rows))
-            })
-            .collect();
-        for item in finished {
-            match item {
+        for (l, r) in laid.iter().zip(rows) {
+            results[l.item] = Some(Ok(r));
+        }
+        for r in results {
+            match r.expect("every item has its result") {
                 Err(e) => out.push_error(e),
                 Ok((frames, item_rows)) => out.push_owned(frames, item_rows),
             }
         }
         // Where a batch's time goes, for profiling on a real GPU (SONOGRAPH_LOG=sonograph_gpu=debug).
+        let stats = self.ring.stats;
         tracing::debug!(
             items = batch.len(),
-            frames = frame_item.len(),
-            prepare_ms = (prepared - started).as_secs_f64() * 1e3,
-            device_ms = (computed - prepared).as_secs_f64() * 1e3,
-            finish_ms = computed.elapsed().as_secs_f64() * 1e3,
+            check_ms = (prepared - started).as_secs_f64() * 1e3,
+            device_ms = prepared.elapsed().as_secs_f64() * 1e3,
+            chunks = stats.chunks,
+            chunks_filled_while_busy = stats.chunks_filled_while_busy,
+            staging_allocations = stats.staging_allocations,
             "gpu batch"
         );
         Ok(())

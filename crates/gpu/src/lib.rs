@@ -19,6 +19,8 @@ pub mod context;
 mod extractor;
 #[cfg(feature = "gpu")]
 pub mod rf;
+#[cfg(feature = "gpu")]
+mod transfer;
 #[cfg(not(feature = "gpu"))]
 pub mod rf {
     //! Stand-in for builds without the `gpu` feature: [`RfGpu::new`] says so, and nothing

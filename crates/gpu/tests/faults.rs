@@ -281,3 +281,34 @@ fn a_kernel_that_does_not_compile_is_a_kernel_error() {
     fail::cfg("gpu::broken_kernel", "off").unwrap();
     scenario.teardown();
 }
+
+/// With a device slower than its host (a spinning kernel before each chunk's own), the host
+/// fills chunk k + 1 while the device still runs chunk k: the transfers and the kernels overlap
+/// (and the rows are those of the device at its own speed).
+#[test]
+fn a_slow_device_runs_one_chunk_while_the_host_fills_the_next() {
+    // Held for the whole test: failpoints are global, and the other tests set their own.
+    let scenario = fail::FailScenario::setup();
+    let Some((mut fast, batch, _, expect)) = setup(12) else {
+        return;
+    };
+    let mut out = FeatureBatch::new(expect.bins());
+    fast.extract_batch(&batch, &mut out).unwrap();
+    close(&out, &expect);
+    let spec = FeatureSpec::whisper(80);
+    let mut slow = GpuBackend::new(&spec, &GpuOptions::default()).unwrap();
+    // A chunk of one or two clips.
+    slow.set_chunk_bytes(4 * 5000);
+    fail::cfg("gpu::slow_kernel", "return(3000000)").unwrap();
+    let mut slowed = FeatureBatch::new(expect.bins());
+    slow.extract_batch(&batch, &mut slowed).unwrap();
+    fail::cfg("gpu::slow_kernel", "off").unwrap();
+    scenario.teardown();
+    close(&slowed, &expect);
+    let stats = slow.transfer_stats();
+    assert!(stats.chunks >= 5, "{stats:?}");
+    assert!(
+        stats.chunks_filled_while_busy >= stats.chunks / 2,
+        "the host waited for the device instead of filling the next chunk: {stats:?}"
+    );
+}

@@ -1,0 +1,249 @@
+//! Moving batches to the device and their rows back: a ring of persistent staging buffers, so
+//! that no batch allocates staging memory or copies its samples twice. Each slot holds an
+//! upload buffer (MAP_WRITE | COPY_SRC) that the host fills while it is mapped, straight from
+//! the decoded items and on several threads, and a readback buffer (MAP_READ | COPY_DST) that
+//! the rows are read out of while it is mapped. A batch goes through in chunks, one slot each:
+//! while the device runs chunk k, the host fills chunk k + 1 and reads chunk k − 1 back
+//! (`queue.write_buffer` made a fresh staging allocation and a second copy of every batch).
+//! A slot's buffers are made once and grown only when a chunk needs more than they hold;
+//! [`TransferStats`] counts what was made, so that a test can see them reused.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use crate::context::GpuDevice;
+
+/// Slots in the ring: the chunk the host fills, the one the device runs, the one read back.
+pub(crate) const RING_DEPTH: usize = 3;
+
+/// What the ring has done, since its backend was made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TransferStats {
+    /// Staging buffers made (each slot's two at first; more only where a chunk outgrew them).
+    pub staging_allocations: u64,
+    /// Bytes of staging memory held now.
+    pub staging_bytes: u64,
+    /// Chunks sent to the device.
+    pub chunks: u64,
+    /// Chunks the host finished filling while the device was still running the chunk before:
+    /// the transfers and the kernels overlapped.
+    pub chunks_filled_while_busy: u64,
+}
+
+/// A map request's answer.
+type Mapped = mpsc::Receiver<Result<(), wgpu::BufferAsyncError>>;
+
+/// A chunk on its way through the device.
+pub(crate) struct InFlight {
+    pub submission: wgpu::SubmissionIndex,
+    /// Bytes of rows to read back.
+    pub result_bytes: u64,
+    readback_mapped: Mapped,
+    upload_mapped: Mapped,
+    /// Raised once the device has finished the chunk (seen at the next poll).
+    pub done: Arc<AtomicBool>,
+}
+
+/// One slot: an upload and a readback buffer, and the chunk that uses them.
+#[derive(Default)]
+pub(crate) struct Slot {
+    /// Mapped for writing whenever no chunk is in flight in this slot.
+    upload: Option<wgpu::Buffer>,
+    readback: Option<wgpu::Buffer>,
+    pub in_flight: Option<InFlight>,
+}
+
+/// The staging ring of one backend (one device, one thread).
+pub(crate) struct StagingRing {
+    slots: Vec<Slot>,
+    pub stats: TransferStats,
+}
+
+impl StagingRing {
+    pub fn new() -> Self {
+        StagingRing {
+            slots: (0..RING_DEPTH).map(|_| Slot::default()).collect(),
+            stats: TransferStats::default(),
+        }
+    }
+
+    pub fn slot(&mut self, chunk: usize) -> &mut Slot {
+        &mut self.slots[chunk % RING_DEPTH]
+    }
+
+    /// Drops every buffer: after an error a slot may be in any state (mapped, in flight); the
+    /// next batch makes new ones.
+    pub fn reset(&mut self) {
+        for slot in &mut self.slots {
+            *slot = Slot::default();
+        }
+        self.stats.staging_bytes = 0;
+    }
+
+    /// Makes sure chunk `chunk`'s slot has an upload buffer of at least `upload` bytes, mapped
+    /// for writing, and a readback buffer of at least `readback` bytes. The slot's previous
+    /// chunk must have been collected.
+    pub fn ready(
+        &mut self,
+        gpu: &GpuDevice,
+        chunk: usize,
+        upload: u64,
+        readback: u64,
+    ) -> Result<(), String> {
+        let index = chunk % RING_DEPTH;
+        let slot = &mut self.slots[index];
+        debug_assert!(slot.in_flight.is_none(), "collect the slot's chunk first");
+        let make = |size: u64, usage: wgpu::BufferUsages, mapped: bool, what: &str| {
+            // Grown by half again over what is asked, so that a batch a little larger than the
+            // last does not make new buffers each time.
+            let size = (size + size / 2).next_multiple_of(256);
+            let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+            let buffer = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(what),
+                size,
+                usage,
+                mapped_at_creation: mapped,
+            });
+            match pollster::block_on(scope.pop()) {
+                Some(e) => Err(format!("{what} of {size} bytes: {e}")),
+                None => Ok(buffer),
+            }
+        };
+        let stats = &mut self.stats;
+        let mut replace = |old: &mut Option<wgpu::Buffer>, new: wgpu::Buffer| {
+            if let Some(old) = old.take() {
+                stats.staging_bytes -= old.size();
+                old.destroy();
+            }
+            stats.staging_allocations += 1;
+            stats.staging_bytes += new.size();
+            *old = Some(new);
+        };
+        if slot.upload.as_ref().is_none_or(|b| b.size() < upload) {
+            let usage = wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC;
+            replace(
+                &mut slot.upload,
+                make(upload, usage, true, "sonograph staging upload")?,
+            );
+        }
+        if slot.readback.as_ref().is_none_or(|b| b.size() < readback) {
+            let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+            let buffer = make(readback, usage, false, "sonograph staging readback")?;
+            replace(&mut slot.readback, buffer);
+        }
+        Ok(())
+    }
+
+    pub fn upload(&self, chunk: usize) -> &wgpu::Buffer {
+        self.slots[chunk % RING_DEPTH]
+            .upload
+            .as_ref()
+            .expect("ready() made it")
+    }
+
+    pub fn readback(&self, chunk: usize) -> &wgpu::Buffer {
+        self.slots[chunk % RING_DEPTH]
+            .readback
+            .as_ref()
+            .expect("ready() made it")
+    }
+
+    /// Chunk `chunk` was submitted (its upload buffer unmapped and copied from): asks for its
+    /// rows to be mapped and its upload buffer to be mapped again for the chunk after next,
+    /// both answered once the device has run it.
+    pub fn submitted(
+        &mut self,
+        gpu: &GpuDevice,
+        chunk: usize,
+        submission: wgpu::SubmissionIndex,
+        result_bytes: u64,
+    ) {
+        let done = Arc::new(AtomicBool::new(false));
+        {
+            let done = done.clone();
+            gpu.queue
+                .on_submitted_work_done(move || done.store(true, Ordering::SeqCst));
+        }
+        let map = |buffer: &wgpu::Buffer, mode, len: Option<u64>| {
+            let (tx, rx) = mpsc::channel();
+            let callback = move |r| {
+                let _ = tx.send(r);
+            };
+            match len {
+                Some(len) => buffer.slice(..len).map_async(mode, callback),
+                None => buffer.slice(..).map_async(mode, callback),
+            }
+            rx
+        };
+        let readback_mapped = map(
+            self.readback(chunk),
+            wgpu::MapMode::Read,
+            Some(result_bytes.max(4)),
+        );
+        let upload_mapped = map(self.upload(chunk), wgpu::MapMode::Write, None);
+        self.stats.chunks += 1;
+        self.slot(chunk).in_flight = Some(InFlight {
+            submission,
+            result_bytes,
+            readback_mapped,
+            upload_mapped,
+            done,
+        });
+    }
+
+    /// Whether the device is still running chunk `chunk` (false once it has finished, or when
+    /// it was never sent). Polls the device without waiting, which is what raises the flag.
+    pub fn busy(&self, gpu: &GpuDevice, chunk: usize) -> bool {
+        let Some(in_flight) = &self.slots[chunk % RING_DEPTH].in_flight else {
+            return false;
+        };
+        let _ = gpu.device.poll(wgpu::PollType::Poll);
+        !in_flight.done.load(Ordering::SeqCst)
+    }
+
+    /// Waits (up to `deadline`) for chunk `chunk` to be run and its rows mapped, hands the
+    /// mapped rows to `read`, then unmaps them; its upload buffer is mapped for writing
+    /// again. `None` when the slot holds no chunk.
+    pub fn collect<T>(
+        &mut self,
+        gpu: &GpuDevice,
+        chunk: usize,
+        deadline: Duration,
+        read: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, String> {
+        let index = chunk % RING_DEPTH;
+        let Some(in_flight) = self.slots[index].in_flight.take() else {
+            return Ok(None);
+        };
+        gpu.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: Some(in_flight.submission),
+                timeout: Some(deadline),
+            })
+            .map_err(|e| {
+                format!(
+                    "the device did not finish within {:.1} s: {e}",
+                    deadline.as_secs_f64()
+                )
+            })?;
+        for (what, rx) in [
+            ("readback", &in_flight.readback_mapped),
+            ("upload", &in_flight.upload_mapped),
+        ] {
+            match rx.recv_timeout(deadline) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(format!("cannot map the {what} buffer: {e}")),
+                Err(_) => return Err(format!("the {what} buffer was never mapped")),
+            }
+        }
+        let readback = self.readback(chunk);
+        let slice = readback.slice(..in_flight.result_bytes.max(4));
+        let out = match slice.get_mapped_range() {
+            Ok(view) => read(&view[..in_flight.result_bytes as usize]),
+            Err(e) => return Err(format!("cannot read the mapped rows: {e}")),
+        };
+        readback.unmap();
+        Ok(Some(out))
+    }
+}

@@ -1,0 +1,141 @@
+//! The transfer path (crates/gpu/src/transfer.rs): a batch sent through the staging ring in
+//! many chunks gives the rows it gives in one, bit for bit, for specs that copy the items as
+//! they are and for specs that scale and pre-emphasise them, whole items and pieces alike; and
+//! the ring's staging buffers are made once and reused by every later batch of the same size
+//! (no staging allocation per batch). Needs a wgpu adapter (lavapipe counts); without one it
+//! skips (a failure under `SONOGRAPH_REQUIRE_GPU=1`).
+
+use sonograph_dsp::span::Span;
+use sonograph_dsp::{AudioBatch, DeviceError, Extractor, FeatureBatch, FeatureSpec, Precision};
+use sonograph_gpu::{GpuBackend, GpuOptions};
+
+#[path = "../../../tests/shared/skip.rs"]
+mod skip;
+
+fn gpu(spec: &FeatureSpec) -> Option<GpuBackend> {
+    let options = GpuOptions {
+        precision: Precision::F32,
+        ..Default::default()
+    };
+    match GpuBackend::new(spec, &options) {
+        Ok(g) => Some(g),
+        Err(DeviceError::Unavailable(why)) => {
+            skip::skip(&format!(
+                "no wgpu adapter (install mesa-vulkan-drivers): {why}"
+            ));
+            None
+        }
+        Err(e) => panic!("the GPU backend failed to start: {e}"),
+    }
+}
+
+/// Clips of different lengths (odd ones too: items start 8-byte aligned in the staging
+/// memory), a piece of a long item, and an item the spec refuses (NaN) in the middle.
+fn batch(spec: &FeatureSpec) -> (AudioBatch, Vec<Vec<f32>>) {
+    let clips: Vec<Vec<f32>> = (0..9)
+        .map(|k| {
+            (0..4001 + 1733 * k)
+                .map(|i| ((i * (k + 3)) as f32 * 0.0009).sin() * 0.3 + 0.01)
+                .collect()
+        })
+        .collect();
+    let mut batch = AudioBatch::new();
+    for (k, c) in clips.iter().enumerate() {
+        if k == 4 {
+            batch.push(&[0.1, f32::NAN, 0.2]);
+        }
+        batch.push(c);
+    }
+    // A later piece of a long item: its window from sample 16,000 of a 40,000-sample signal.
+    let long: Vec<f32> = (0..40_000)
+        .map(|i| (i as f32 * 0.003).cos() * 0.2)
+        .collect();
+    let first_frame = 90;
+    let start = (spec.frame_start(first_frame).max(1) - 1) as usize;
+    let frames = 40;
+    let end = (spec.frame_start(first_frame + frames - 1) + spec.n_fft as isize) as usize;
+    let span = Span {
+        sample_start: start,
+        signal_len: long.len(),
+        first_frame,
+        frames,
+        last: false,
+    };
+    batch.push_piece(&long[start..end.min(long.len())], Some(span));
+    (batch, clips)
+}
+
+fn rows(gpu: &mut GpuBackend, batch: &AudioBatch) -> FeatureBatch {
+    let mut out = FeatureBatch::new(gpu.spec().n_bins());
+    gpu.extract_batch(batch, &mut out).unwrap();
+    assert_eq!(out.len(), batch.len());
+    out
+}
+
+fn same(a: &FeatureBatch, b: &FeatureBatch, what: &str) {
+    assert_eq!(a.len(), b.len());
+    for i in 0..a.len() {
+        match (a.item(i), b.item(i)) {
+            (Ok((fa, ra)), Ok((fb, rb))) => {
+                assert_eq!(fa, fb, "{what}: item {i}'s frames");
+                assert!(ra == rb, "{what}: item {i}'s rows differ");
+            }
+            (Err(ea), Err(eb)) => assert_eq!(ea.to_string(), eb.to_string()),
+            (x, y) => panic!("{what}: item {i}: {x:?} vs {y:?}"),
+        }
+    }
+}
+
+#[test]
+fn many_chunks_through_the_ring_give_the_rows_of_one() {
+    // Whisper copies the samples as they are; Kaldi scales them and pre-emphasises each
+    // frame; NeMo pre-emphasises the signal (a piece's first sample is context).
+    for spec in [
+        FeatureSpec::whisper(80),
+        FeatureSpec::kaldi(80),
+        FeatureSpec::nemo(80),
+    ] {
+        let Some(mut one) = gpu(&spec) else { return };
+        let (batch, _) = batch(&spec);
+        let whole = rows(&mut one, &batch);
+        assert_eq!(one.transfer_stats().chunks, 1, "one chunk by default");
+        let mut many = gpu(&spec).expect("opened above");
+        // An item a chunk: more chunks than the ring has slots, so each slot is reused
+        // within the batch.
+        many.set_chunk_bytes(4);
+        let chunked = rows(&mut many, &batch);
+        let stats = many.transfer_stats();
+        assert_eq!(stats.chunks, batch.len() as u64 - 1, "{stats:?}");
+        same(&whole, &chunked, "one chunk against an item per chunk");
+        assert!(whole.item(4).is_err(), "the NaN item fails alone");
+    }
+}
+
+#[test]
+fn the_ring_is_made_once_and_reused_batch_after_batch() {
+    let spec = FeatureSpec::whisper(80);
+    let Some(mut g) = gpu(&spec) else { return };
+    g.set_chunk_bytes(64 << 10);
+    let (batch, _) = batch(&spec);
+    let first = rows(&mut g, &batch);
+    let after_one = g.transfer_stats();
+    assert!(after_one.chunks >= 4, "{after_one:?}");
+    assert!(after_one.staging_allocations > 0);
+    for _ in 0..5 {
+        same(&first, &rows(&mut g, &batch), "a later batch");
+    }
+    let after_six = g.transfer_stats();
+    assert_eq!(
+        after_six.staging_allocations, after_one.staging_allocations,
+        "no staging memory was made after the first batch: {after_six:?}"
+    );
+    assert_eq!(after_six.staging_bytes, after_one.staging_bytes);
+    assert_eq!(after_six.chunks, 6 * after_one.chunks);
+    // A smaller batch fits in what is there.
+    let small = AudioBatch::from_items([vec![0.1f32; 8000].as_slice()]);
+    rows(&mut g, &small);
+    assert_eq!(
+        g.transfer_stats().staging_allocations,
+        after_one.staging_allocations
+    );
+}
