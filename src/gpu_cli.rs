@@ -286,6 +286,7 @@ pub fn bench(args: &BenchArgs, device: &str) -> Result<()> {
     for mut executor in executors {
         let mut fallback = CpuBackend::new(&spec, precision).map_err(|e| user(e.to_string()))?;
         let config = BatcherConfig::for_device(executor.as_ref(), longest, clips.len());
+        let before = executor.transfer_stats();
         let timing = time_backend(
             executor.as_mut(),
             &mut fallback,
@@ -296,6 +297,22 @@ pub fn bench(args: &BenchArgs, device: &str) -> Result<()> {
         let (name, memory) = (executor.device(), executor.memory_stats());
         let (times, failed, batcher) = timing;
         let median = times[times.len() / 2];
+        // The data path's counters over the timed runs, and the kernels' own rate where the
+        // device timed them (the audio on the device already: what "resident" peers measure).
+        let transfer = executor.transfer_stats().zip(before).map(|(after, before)| {
+            let kernel_seconds = after.kernel_seconds - before.kernel_seconds;
+            let timed = after.timed_chunks - before.timed_chunks;
+            let runs = (after.chunks - before.chunks) as f64;
+            serde_json::json!({
+                "chunks_per_run": runs / (times.len() + 1) as f64,
+                "chunks_filled_while_busy": after.chunks_filled_while_busy - before.chunks_filled_while_busy,
+                "staging_allocations_during_runs": after.staging_allocations - before.staging_allocations,
+                "staging_bytes": after.staging_bytes,
+                "kernel_seconds_per_run": (timed > 0).then(|| kernel_seconds / (times.len() + 1) as f64),
+                "kernel_audio_seconds_per_second": (timed > 0 && kernel_seconds > 0.0)
+                    .then(|| seconds * (times.len() + 1) as f64 / kernel_seconds),
+            })
+        });
         let report = serde_json::json!({
             "device": name,
             "spec_id": spec.spec_id(),
@@ -307,6 +324,7 @@ pub fn bench(args: &BenchArgs, device: &str) -> Result<()> {
             "repeats": times.len(),
             "batcher": batcher,
             "memory": memory,
+            "transfer": transfer,
         });
         println!("{report}");
     }

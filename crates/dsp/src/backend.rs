@@ -209,6 +209,29 @@ pub trait Extractor: Send {
     fn memory_stats(&self) -> Option<MemoryStats> {
         None
     }
+    /// What the device's data path has done; `None` for a device without one (the CPU).
+    fn transfer_stats(&self) -> Option<TransferStats> {
+        None
+    }
+}
+
+/// What a device's data path has done since it opened: its staging memory, the chunks it
+/// sent, how often the host filled a chunk while the device ran the one before, and the
+/// kernels' own time where the device has timestamp queries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct TransferStats {
+    /// Staging buffers made (a ring's slots at first; more only where a chunk outgrew them).
+    pub staging_allocations: u64,
+    /// Bytes of staging memory held now.
+    pub staging_bytes: u64,
+    /// Chunks sent to the device.
+    pub chunks: u64,
+    /// Chunks the host finished filling while the device was still running the chunk before:
+    /// the transfers and the kernels overlapped.
+    pub chunks_filled_while_busy: u64,
+    /// The kernels' time on the device, from timestamp queries (the chunks that had them).
+    pub kernel_seconds: f64,
+    pub timed_chunks: u64,
 }
 
 /// Pool statistics, named after `torch.cuda.memory_stats()` (current values, bytes).

@@ -82,8 +82,10 @@ impl GpuDevice {
         let desc = wgpu::DeviceDescriptor {
             label: Some("sonograph"),
             required_limits: limits.clone(),
-            // f64 for the spectral core where the adapter has it (see kernels/common.wgsl).
-            required_features: adapter.features() & wgpu::Features::SHADER_F64,
+            // f64 for the spectral core where the adapter has it (see kernels/common.wgsl), and
+            // timestamp queries to time the kernels alone.
+            required_features: adapter.features()
+                & (wgpu::Features::SHADER_F64 | wgpu::Features::TIMESTAMP_QUERY),
             ..Default::default()
         };
         let (device, queue) =

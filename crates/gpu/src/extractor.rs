@@ -23,8 +23,9 @@ use wgpu::util::DeviceExt;
 use crate::context::{self, GpuDevice};
 use crate::plan::{batch_buffers, finish_item, gpu_row_width, log_params, scalar_bytes, uses_mel};
 use crate::pool::{human_bytes, BlockAllocator, BlockKind, MemoryPool, MemoryStats, PoolBlock};
-use crate::transfer::{StagingRing, TransferStats, RING_DEPTH};
+use crate::transfer::{StagingRing, RING_DEPTH};
 use crate::GpuOptions;
+use sonograph_dsp::TransferStats;
 
 const COMMON: &str = include_str!("../kernels/common.wgsl");
 const FRAMING: &str = include_str!("../kernels/framing.wgsl");
@@ -37,6 +38,9 @@ const MEL: &str = include_str!("../kernels/mel.wgsl");
 /// little beside its work, small enough that a batch of 64 × 30 s clips goes through in several
 /// chunks whose transfers and kernels overlap.
 const DEFAULT_CHUNK_BYTES: usize = 16 << 20;
+
+/// The two kernel timestamps read back after a chunk's rows.
+const TIMESTAMP_BYTES: u64 = 16;
 
 /// Mirrors `Params` in kernels/common.wgsl.
 #[repr(C)]
@@ -162,6 +166,9 @@ pub struct GpuBackend {
     ring: StagingRing,
     /// Items go to the device in chunks of about this many bytes of samples.
     chunk_bytes: usize,
+    /// Two timestamps around each chunk's kernels, where the device has timestamp queries,
+    /// and the buffer they are resolved into.
+    timestamps: Option<(wgpu::QuerySet, wgpu::Buffer)>,
 }
 
 /// The kernels of one spec.
@@ -317,6 +324,24 @@ impl GpuBackend {
             deadline: Duration::from_secs(60),
             ring: StagingRing::new(),
             chunk_bytes: DEFAULT_CHUNK_BYTES,
+            timestamps: gpu
+                .device
+                .features()
+                .contains(wgpu::Features::TIMESTAMP_QUERY)
+                .then(|| {
+                    let queries = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+                        label: Some("sonograph kernel time"),
+                        ty: wgpu::QueryType::Timestamp,
+                        count: 2,
+                    });
+                    let resolved = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("sonograph kernel time"),
+                        size: TIMESTAMP_BYTES,
+                        usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                        mapped_at_creation: false,
+                    });
+                    (queries, resolved)
+                }),
             gpu,
         })
     }
@@ -550,8 +575,9 @@ impl GpuBackend {
         let samples_bytes = 4 * chunk.samples;
         let upload = (samples_at + samples_bytes) as u64;
         let result_bytes = self.result_bytes(frames);
+        let read_bytes = result_bytes + self.timestamp_bytes();
         self.ring
-            .ready(&self.gpu, k, upload, result_bytes.max(4))
+            .ready(&self.gpu, k, upload, read_bytes.max(4))
             .map_err(|e| DeviceError::OutOfMemory(format!("staging memory: {e}")))?;
         let fill_started = Instant::now();
         let buffer = self.ring.upload(k);
@@ -604,7 +630,7 @@ impl GpuBackend {
         };
         let grid = (grid_y, grid_z, frame_x, frame_y);
         let index = self.submit(k, device, frames, grid, result_bytes, offsets)?;
-        self.ring.submitted(&self.gpu, k, index, result_bytes);
+        self.ring.submitted(&self.gpu, k, index, read_bytes);
         tracing::debug!(
             chunk = k,
             items = items.len(),
@@ -616,6 +642,15 @@ impl GpuBackend {
             "gpu chunk sent"
         );
         Ok(())
+    }
+
+    /// Bytes of kernel timestamps read back after a chunk's rows (none without them).
+    fn timestamp_bytes(&self) -> u64 {
+        if self.timestamps.is_some() {
+            TIMESTAMP_BYTES
+        } else {
+            0
+        }
     }
 
     /// Bytes of the rows a chunk of `frames` frames gives back.
@@ -705,7 +740,16 @@ impl GpuBackend {
             None => (None, None),
         };
         {
-            let mut pass = enc.begin_compute_pass(&Default::default());
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("sonograph kernels"),
+                timestamp_writes: self.timestamps.as_ref().map(|(queries, _)| {
+                    wgpu::ComputePassTimestampWrites {
+                        query_set: queries,
+                        beginning_of_pass_write_index: Some(0),
+                        end_of_pass_write_index: Some(1),
+                    }
+                }),
+            });
             match &self.kernels {
                 Kernels::Fused(pipe) => {
                     let mut list = vec![
@@ -772,6 +816,11 @@ impl GpuBackend {
         if result_bytes > 0 {
             enc.copy_buffer_to_buffer(result_buf, 0, self.ring.readback(k), 0, result_bytes);
         }
+        if let Some((queries, resolved)) = &self.timestamps {
+            enc.resolve_query_set(queries, 0..2, resolved, 0);
+            let readback = self.ring.readback(k);
+            enc.copy_buffer_to_buffer(resolved, 0, readback, result_bytes, TIMESTAMP_BYTES);
+        }
         let index = q.submit([enc.finish()]);
         if let Some(e) = pollster::block_on(val_scope.pop()) {
             return Err(DeviceError::Kernel(format!("wgpu rejected the batch: {e}")));
@@ -801,9 +850,23 @@ impl GpuBackend {
         let width = gpu_row_width(spec);
         let f64_rows = spectrum_is_f64(spec, self.precision);
         let label = self.label.clone();
+        let timed = self.timestamps.is_some();
+        let period_ns = f64::from(self.gpu.queue.get_timestamp_period());
         let finished = self
             .ring
             .collect(&self.gpu, k, self.deadline, |bytes| {
+                let (bytes, stamps) = if timed {
+                    let split = bytes.len() - TIMESTAMP_BYTES as usize;
+                    (&bytes[..split], Some(&bytes[split..]))
+                } else {
+                    (bytes, None)
+                };
+                let kernel_seconds = stamps.map(|t| {
+                    let at = |i: usize| {
+                        u64::from_le_bytes(t[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+                    };
+                    at(1).saturating_sub(at(0)) as f64 * period_ns * 1e-9
+                });
                 let mut offset = 0usize;
                 let spans: Vec<(&Laid, usize)> = items
                     .iter()
@@ -813,7 +876,7 @@ impl GpuBackend {
                         (l, at)
                     })
                     .collect();
-                spans
+                let rows = spans
                     .into_par_iter()
                     .map(|(l, at)| {
                         let (a, b) = (at * width, (at + l.frames) * width);
@@ -830,10 +893,18 @@ impl GpuBackend {
                         let frames = finish_item(spec, dct, &rows, l.frames, l.span.last, &mut out);
                         (frames, out)
                     })
-                    .collect::<Vec<_>>()
+                    .collect::<Vec<_>>();
+                (rows, kernel_seconds)
             })
             .map_err(|e| DeviceError::DeviceLost(format!("{label}: {e}")))?;
-        Ok(finished.unwrap_or_default())
+        let Some((finished, kernel_seconds)) = finished else {
+            return Ok(Vec::new());
+        };
+        if let Some(s) = kernel_seconds {
+            self.ring.stats.kernel_seconds += s;
+            self.ring.stats.timed_chunks += 1;
+        }
+        Ok(finished)
     }
 
     fn give_back_oom(
@@ -849,11 +920,6 @@ impl GpuBackend {
             "{msg}; a batch of {n_items} items; {}",
             next_step(n_items)
         ))
-    }
-
-    /// What the staging ring has done (staging buffers made, chunks, overlap).
-    pub fn transfer_stats(&self) -> TransferStats {
-        self.ring.stats
     }
 
     /// Items are sent in chunks of about this many bytes of samples (default 16 MiB).
@@ -1044,6 +1110,10 @@ impl Extractor for GpuBackend {
     /// driver reports lost never recovers.
     fn memory_stats(&self) -> Option<MemoryStats> {
         Some(self.pool.stats())
+    }
+
+    fn transfer_stats(&self) -> Option<TransferStats> {
+        Some(self.ring.stats)
     }
 
     fn recover(&mut self) -> bool {

@@ -12,24 +12,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
+use sonograph_dsp::TransferStats;
+
 use crate::context::GpuDevice;
 
 /// Slots in the ring: the chunk the host fills, the one the device runs, the one read back.
 pub(crate) const RING_DEPTH: usize = 3;
-
-/// What the ring has done, since its backend was made.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct TransferStats {
-    /// Staging buffers made (each slot's two at first; more only where a chunk outgrew them).
-    pub staging_allocations: u64,
-    /// Bytes of staging memory held now.
-    pub staging_bytes: u64,
-    /// Chunks sent to the device.
-    pub chunks: u64,
-    /// Chunks the host finished filling while the device was still running the chunk before:
-    /// the transfers and the kernels overlapped.
-    pub chunks_filled_while_busy: u64,
-}
 
 /// A map request's answer.
 type Mapped = mpsc::Receiver<Result<(), wgpu::BufferAsyncError>>;

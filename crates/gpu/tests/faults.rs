@@ -305,7 +305,7 @@ fn a_slow_device_runs_one_chunk_while_the_host_fills_the_next() {
     fail::cfg("gpu::slow_kernel", "off").unwrap();
     scenario.teardown();
     close(&slowed, &expect);
-    let stats = slow.transfer_stats();
+    let stats = slow.transfer_stats().unwrap();
     assert!(stats.chunks >= 5, "{stats:?}");
     assert!(
         stats.chunks_filled_while_busy >= stats.chunks / 2,
