@@ -50,14 +50,15 @@ pub struct MelBank {
 }
 
 impl MelBank {
-    /// The filterbank `spec` describes, over `n_fft / 2 + 1` bins.
+    /// The filterbank `spec` describes, over `n_fft / 2 + 1` bins. Each filter is computed
+    /// as a dense row and made sparse before the next: the dense matrix is never held (at the
+    /// largest valid spec, 4096 mels over 32,769 bins, it would be 1 GiB).
     pub fn new(spec: &FeatureSpec) -> Self {
         let n_bins = spec.n_fft / 2 + 1;
-        let dense = match spec.mel_scale {
-            MelScale::Kaldi => kaldi_dense(spec, n_bins),
-            scale => librosa_dense(spec, n_bins, scale),
+        let filters = match spec.mel_scale {
+            MelScale::Kaldi => kaldi_filters(spec, n_bins),
+            scale => librosa_filters(spec, n_bins, scale),
         };
-        let filters = dense.into_iter().map(sparsify).collect();
         MelBank { n_bins, filters }
     }
 
@@ -96,7 +97,7 @@ fn sparsify(row: Vec<f64>) -> MelFilter {
 }
 
 /// librosa.filters.mel: triangles in Hz between mel-spaced points, optionally Slaney-normalised.
-fn librosa_dense(spec: &FeatureSpec, n_bins: usize, scale: MelScale) -> Vec<Vec<f64>> {
+fn librosa_filters(spec: &FeatureSpec, n_bins: usize, scale: MelScale) -> Vec<MelFilter> {
     let n_mels = spec.n_mels;
     let sr = f64::from(spec.sample_rate);
     let fft_freqs: Vec<f64> = (0..n_bins)
@@ -133,11 +134,12 @@ fn librosa_dense(spec: &FeatureSpec, n_bins: usize, scale: MelScale) -> Vec<Vec<
                 })
                 .collect()
         })
+        .map(sparsify)
         .collect()
 }
 
 /// Kaldi's MelBanks: triangles in the mel domain; the Nyquist bin is never used.
-fn kaldi_dense(spec: &FeatureSpec, n_bins: usize) -> Vec<Vec<f64>> {
+fn kaldi_filters(spec: &FeatureSpec, n_bins: usize) -> Vec<MelFilter> {
     let n_mels = spec.n_mels;
     let bin_width = f64::from(spec.sample_rate) / spec.n_fft as f64;
     let mel_low = hz_to_mel(f64::from(spec.fmin), MelScale::Kaldi);
@@ -168,6 +170,7 @@ fn kaldi_dense(spec: &FeatureSpec, n_bins: usize) -> Vec<Vec<f64>> {
             }
             row
         })
+        .map(sparsify)
         .collect()
 }
 
