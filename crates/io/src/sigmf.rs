@@ -669,6 +669,15 @@ fn tar_members(f: &mut File, path: &Path) -> Result<Vec<TarMember>, IqError> {
             format!("{prefix}/{name}")
         };
         let kind = header[156];
+        let recording = name.ends_with(".sigmf-meta") || name.ends_with(".sigmf-data");
+        if (kind == b'0' || kind == 0) && recording && !plain_member_name(&name) {
+            // A recording's name becomes its id and, joined to the archive's path, the path
+            // its messages and rows name: it must stay under the archive and on one line.
+            return Err(bad(format!(
+                "tar member at byte {pos} is named {name:?}: a recording's name must be a \
+                 relative path without `..` or control characters"
+            )));
+        }
         if kind == b'0' || kind == 0 {
             members.push(TarMember {
                 name,
@@ -679,6 +688,17 @@ fn tar_members(f: &mut File, path: &Path) -> Result<Vec<TarMember>, IqError> {
         pos = start + size.div_ceil(512) * 512;
     }
     Ok(members)
+}
+
+/// A member name that names a file under the archive: relative, no `..`, no control
+/// characters (a newline would split the messages that name it).
+fn plain_member_name(name: &str) -> bool {
+    use std::path::Component;
+    !name.is_empty()
+        && !name.chars().any(char::is_control)
+        && Path::new(name)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
 /// The recordings of a `.sigmf` archive, one per metadata member, in the archive's order,
