@@ -49,7 +49,7 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
     config.progress = !args.no_progress && std::io::stderr().is_terminal();
     config.ort_lib = args.ort_lib.clone();
     let spec = config.spec.clone();
-    let devices = crate::gpu_cli::open_job(&plan.device, plan.gpu_memory.as_deref(), &config)?;
+    let devices = crate::gpu_cli::open_job(&plan.device, plan.gpu_memory.as_deref(), &mut config)?;
     let out = &config.out;
     let watch = crate::serve_cli::watch(args.metrics_addr, &args.telemetry, out)?;
     let live = sonograph_pipeline::LiveJob::new();

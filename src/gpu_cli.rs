@@ -62,12 +62,18 @@ pub fn open(
     spec: &FeatureSpec,
     options: &OpenOptions,
 ) -> Result<Vec<Box<dyn Extractor>>> {
-    let opened = set.open(spec, options).map_err(|e| match e {
-        OpenError::Kernel(_) => anyhow::Error::new(e),
-        e => user(format!("--device: {e}")),
-    })?;
+    let mut store = sonograph_io::calibration::FileStore::open();
+    let opened = set
+        .open_with(spec, options, &mut store)
+        .map_err(|e| match e {
+            OpenError::Kernel(_) => anyhow::Error::new(e),
+            e => user(format!("--device: {e}")),
+        })?;
     for note in &opened.notes {
         eprintln!("sonograph: warning: {note}");
+    }
+    if let Some(c) = &opened.calibration {
+        eprintln!("sonograph: auto chose {}: {}", c.chose, c.why);
     }
     Ok(opened.executors)
 }
@@ -77,18 +83,23 @@ pub fn open(
 pub fn open_job(
     device: &str,
     gpu_memory: Option<&str>,
-    config: &sonograph_pipeline::JobConfig,
+    config: &mut sonograph_pipeline::JobConfig,
 ) -> Result<Vec<Box<dyn Extractor>>> {
     let devices = sonograph_gpu::JobDevices::parse(device, gpu_memory).map_err(user)?;
     let disabled = sonograph_gpu::disabled_devices();
+    let mut store = sonograph_io::calibration::FileStore::open();
     let opened = devices
-        .open(&config.spec, config.precision, &disabled)
+        .open(&config.spec, config.precision, &disabled, &mut store)
         .map_err(|e| match e {
             OpenError::Kernel(_) => anyhow::Error::new(e),
             e => user(e.to_string()),
         })?;
     for note in &opened.notes {
         eprintln!("sonograph: warning: {note}");
+    }
+    if let Some(c) = &opened.calibration {
+        eprintln!("sonograph: auto chose {}: {}", c.chose, c.why);
+        config.device_choice = serde_json::to_value(c).ok();
     }
     Ok(opened.executors)
 }

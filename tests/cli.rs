@@ -673,3 +673,70 @@ fn audio_shorter_than_a_frame_gives_zero_frames_and_says_so() {
     );
     assert_eq!(read_npy_f32(&out).unwrap(), (vec![0, 80], vec![]));
 }
+
+/// `auto` by measurement: where it could choose a GPU (here lavapipe, which
+/// SONOGRAPH_AUTO_SOFTWARE=1 lets it measure), the GPU and the CPU run the job's spec, the
+/// faster is kept (a GPU only at 1.2x the CPU), the report says what was measured and why, and
+/// the next job of the spec reads the measurements from the cache instead of measuring again.
+#[cfg(feature = "gpu")]
+#[test]
+fn auto_chooses_by_measuring_the_devices_on_the_jobs_spec() {
+    if !common::has_gpu_adapter() {
+        return;
+    }
+    let tmp = Tmp::new("auto-calibration");
+    let cache = tmp.path("cache");
+    let corpus = tmp.path("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    std::fs::copy(data("speech_16000_mono_s16.wav"), corpus.join("a.wav")).unwrap();
+    let run = |out: &str| {
+        let o = bin()
+            .args(["extract", corpus.to_str().unwrap(), "--out"])
+            .arg(tmp.path(out))
+            .args(["--preset", "whisper", "--device", "auto", "--no-progress"])
+            .env("SONOGRAPH_AUTO_SOFTWARE", "1")
+            .env("SONOGRAPH_CACHE_DIR", &cache)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("sonograph: auto chose "),
+            "{}",
+            stderr(&o)
+        );
+        let report: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(tmp.path(out).join("__sonograph/report.json")).unwrap(),
+        )
+        .unwrap();
+        report["device_choice"].clone()
+    };
+    let first = run("first");
+    let measured = first["measured"].as_array().expect("what auto measured");
+    let ids: Vec<&str> = measured.iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids[0], "cpu");
+    assert!(ids[1].starts_with("gpu:"), "{first}");
+    let rate = |m: &serde_json::Value| m["audio_seconds_per_second"].as_f64().unwrap();
+    assert!(measured
+        .iter()
+        .all(|m| rate(m) > 0.0 && m["cached"] == false));
+    // The choice follows the measurements: a GPU only at 1.2x the CPU.
+    let want = if rate(&measured[1]) >= 1.2 * rate(&measured[0]) {
+        ids[1]
+    } else {
+        "cpu"
+    };
+    assert_eq!(first["chose"], want, "{first}");
+    assert!(!first["why"].as_str().unwrap().is_empty());
+    assert!(cache.join("calibration.json").is_file());
+    // The next job of the spec is told by the cache.
+    let second = run("second");
+    assert!(
+        second["measured"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["cached"] == true),
+        "{second}"
+    );
+    assert_eq!(second["chose"], first["chose"]);
+}

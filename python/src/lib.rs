@@ -306,13 +306,22 @@ fn extract<'py>(
     let job = std::thread::Builder::new()
         .name("sonograph-extract".into())
         .spawn(move || -> Result<String, PyErr> {
-            let config = &plan.config;
+            let mut plan = plan;
             let opened = devices
-                .open(&config.spec, config.precision, &disabled)
+                .open(
+                    &plan.config.spec,
+                    plan.config.precision,
+                    &disabled,
+                    &mut sonograph_io::calibration::FileStore::open(),
+                )
                 .map_err(errors::device_error)?;
             for note in opened.notes {
                 eprintln!("sonograph: warning: {note}");
             }
+            if let Some(c) = &opened.calibration {
+                plan.config.device_choice = serde_json::to_value(c).ok();
+            }
+            let config = &plan.config;
             let outcome = sonograph_pipeline::run_live(
                 config,
                 opened.executors,

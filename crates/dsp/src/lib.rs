@@ -16,7 +16,9 @@ pub mod span;
 pub mod spec;
 pub mod window;
 
-pub use backend::{AudioBatch, CpuBackend, Extractor, FeatureBatch, MemoryStats, TransferStats};
+pub use backend::{
+    AudioBatch, CalibrationStore, CpuBackend, Extractor, FeatureBatch, MemoryStats, TransferStats,
+};
 pub use error::{DeviceError, ItemError, SpecError};
 pub use extractor::{CpuExtractor, Precision};
 pub use span::Span;

@@ -49,6 +49,13 @@ impl DeviceType {
     }
 }
 
+/// `SONOGRAPH_AUTO_SOFTWARE=1`: `auto` measures software adapters (lavapipe) against the CPU
+/// too, as it measures hardware GPUs (it never picks one that is not faster; for testing the
+/// calibration where there is no GPU).
+pub fn auto_software() -> bool {
+    std::env::var("SONOGRAPH_AUTO_SOFTWARE").is_ok_and(|v| v == "1")
+}
+
 /// Score of a device: the type first, then the API (native APIs over GL).
 pub fn score(device_type: DeviceType, native_api: bool) -> u32 {
     let base = match device_type {
@@ -134,6 +141,13 @@ impl DeviceInfo {
             self.state,
             DeviceState::Available | DeviceState::Busy | DeviceState::Degraded
         )
+    }
+
+    /// A GPU `auto` measures against the CPU: a hardware one, or any with
+    /// [`auto_software`].
+    pub fn auto_candidate(&self) -> bool {
+        self.device_type.is_hardware_gpu()
+            || (self.device_type != DeviceType::Cpu && auto_software())
     }
 }
 
@@ -255,10 +269,8 @@ impl DeviceRegistry {
         };
         match selection {
             DeviceSelection::Cpu => Ok(Selected::Cpu),
-            DeviceSelection::Auto => Ok(best(Box::new(
-                gpus().filter(|d| d.device_type.is_hardware_gpu()),
-            ))
-            .map_or(Selected::Cpu, Selected::Gpu)),
+            DeviceSelection::Auto => Ok(best(Box::new(gpus().filter(|d| d.auto_candidate())))
+                .map_or(Selected::Cpu, Selected::Gpu)),
             DeviceSelection::Gpu => best(Box::new(gpus())).map(Selected::Gpu).ok_or_else(|| {
                 GpuError::NoSuchDevice(
                     "gpu".into(),

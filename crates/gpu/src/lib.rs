@@ -6,6 +6,7 @@
 //! Without the `gpu` feature the crate still builds: the registry lists only the CPU and
 //! [`GpuBackend::new`] returns [`DeviceError::Unavailable`](sonograph_dsp::DeviceError).
 
+pub mod calibrate;
 pub mod device;
 pub mod error;
 pub mod nvml;

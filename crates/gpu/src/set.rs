@@ -94,6 +94,8 @@ pub struct DeviceSet {
     registry: DeviceRegistry,
     chosen: Vec<Choice>,
     notes: Vec<String>,
+    /// `auto` asked for: a GPU it chose is measured against the CPU when opened.
+    auto: bool,
 }
 
 impl DeviceSet {
@@ -180,10 +182,12 @@ impl DeviceSet {
                 }
             }
         }
+        let auto = matches!(request, DeviceRequest::List(l) if l == &[DeviceSelection::Auto]);
         Ok(DeviceSet {
             registry,
             chosen,
             notes,
+            auto,
         })
     }
 
@@ -205,17 +209,72 @@ impl DeviceSet {
     /// CPU in its place; one named outright is an error. A kernel that does not compile is an
     /// error everywhere: it is a bug, not a missing device.
     pub fn open(&self, spec: &FeatureSpec, options: &OpenOptions) -> Result<Opened, OpenError> {
+        self.open_with(spec, options, &mut crate::calibrate::MemoryStore::default())
+    }
+
+    /// [`Self::open`]; where `auto` chose a GPU, the GPU and the CPU are measured on `spec`
+    /// (`store` keeps what was measured) and the faster kept, a GPU only at
+    /// [`crate::calibrate::GPU_MARGIN`] times the CPU ([`Opened::calibration`] says what was
+    /// measured and why).
+    pub fn open_with(
+        &self,
+        spec: &FeatureSpec,
+        options: &OpenOptions,
+        store: &mut dyn crate::calibrate::CalibrationStore,
+    ) -> Result<Opened, OpenError> {
+        let mut opened = self.open_chosen(spec, options)?;
+        let gpu_by_auto = self.auto
+            && opened.executors.len() == 1
+            && !opened.executors[0].is_cpu()
+            && self
+                .chosen
+                .first()
+                .is_some_and(|c| c.device != Selected::Cpu);
+        if !gpu_by_auto {
+            return Ok(opened);
+        }
+        use crate::calibrate::{choose, rate_of, Calibration};
+        let mut cpu = cpu_backend(spec, options)?;
+        let gpu_id = match self.chosen[0].device {
+            Selected::Gpu(i) => format!("gpu:{i}"),
+            Selected::Cpu => unreachable!("checked above"),
+        };
+        let p = options.precision;
+        let measured = rate_of("cpu", &mut cpu, spec, p, store).and_then(|c| {
+            rate_of(&gpu_id, opened.executors[0].as_mut(), spec, p, store).map(|g| vec![c, g])
+        });
+        let measured = match measured {
+            Ok(m) => m,
+            Err(e) => {
+                opened.notes.push(format!(
+                    "{gpu_id} failed its calibration and is not used: {e}"
+                ));
+                opened.executors = vec![Box::new(cpu)];
+                return Ok(opened);
+            }
+        };
+        let (index, why) = choose(&measured);
+        let chose = measured[index].id.clone();
+        if chose == "cpu" {
+            opened.executors = vec![Box::new(cpu)];
+        }
+        tracing::info!("auto chose {chose}: {why}");
+        opened.calibration = Some(Calibration {
+            measured,
+            chose,
+            why,
+        });
+        Ok(opened)
+    }
+
+    /// Opens an executor per chosen device, as chosen.
+    fn open_chosen(&self, spec: &FeatureSpec, options: &OpenOptions) -> Result<Opened, OpenError> {
         let mut executors: Vec<Box<dyn Extractor>> = Vec::new();
         let mut notes = Vec::new();
         let mut has_cpu = false;
         let mut cpu = |executors: &mut Vec<Box<dyn Extractor>>| -> Result<(), OpenError> {
             if !has_cpu {
-                let backend = match options.cpu_threads {
-                    Some(n) => CpuBackend::with_threads(spec, options.precision, n),
-                    None => CpuBackend::new(spec, options.precision),
-                }
-                .map_err(|e| OpenError::Spec(e.to_string()))?;
-                executors.push(Box::new(backend));
+                executors.push(Box::new(cpu_backend(spec, options)?));
                 has_cpu = true;
             }
             Ok(())
@@ -246,7 +305,11 @@ impl DeviceSet {
                 }
             }
         }
-        Ok(Opened { executors, notes })
+        Ok(Opened {
+            executors,
+            notes,
+            calibration: None,
+        })
     }
 
     #[cfg(feature = "gpu")]
@@ -284,10 +347,21 @@ impl DeviceSet {
     }
 }
 
+/// The CPU backend `options` ask for.
+fn cpu_backend(spec: &FeatureSpec, options: &OpenOptions) -> Result<CpuBackend, OpenError> {
+    match options.cpu_threads {
+        Some(n) => CpuBackend::with_threads(spec, options.precision, n),
+        None => CpuBackend::new(spec, options.precision),
+    }
+    .map_err(|e| OpenError::Spec(e.to_string()))
+}
+
 /// The executors of a [`DeviceSet`], and what the run should say about devices left out.
 pub struct Opened {
     pub executors: Vec<Box<dyn Extractor>>,
     pub notes: Vec<String>,
+    /// What `auto` measured and chose, where it measured.
+    pub calibration: Option<crate::calibrate::Calibration>,
 }
 
 /// The adapters a request could choose, to be probed before choosing.
@@ -305,7 +379,7 @@ fn candidates(registry: &DeviceRegistry, request: &DeviceRequest) -> Vec<usize> 
                     DeviceSelection::Cpu => Vec::new(),
                     DeviceSelection::Auto => gpus
                         .clone()
-                        .filter(|d| d.device_type.is_hardware_gpu())
+                        .filter(|d| d.auto_candidate())
                         .filter_map(|d| d.index)
                         .collect(),
                     DeviceSelection::Gpu => gpus.clone().filter_map(|d| d.index).collect(),
@@ -499,6 +573,8 @@ pub struct OpenedJob {
     pub executors: Vec<Box<dyn Extractor>>,
     pub ids: Vec<String>,
     pub notes: Vec<String>,
+    /// What `auto` measured and chose, where it measured.
+    pub calibration: Option<crate::calibrate::Calibration>,
 }
 
 impl JobDevices {
@@ -524,6 +600,7 @@ impl JobDevices {
         spec: &FeatureSpec,
         precision: Precision,
         disabled: &[String],
+        store: &mut dyn crate::calibrate::CalibrationStore,
     ) -> Result<OpenedJob, OpenError> {
         let device = &self.text;
         let set = DeviceSet::resolve(&self.request, disabled, ProbePolicy::default())
@@ -533,7 +610,7 @@ impl JobDevices {
             budget: self.budget,
             cpu_threads: None,
         };
-        let opened = set.open(spec, &options).map_err(|e| match e {
+        let opened = set.open_with(spec, &options, store).map_err(|e| match e {
             OpenError::Device(why) => {
                 // What the selection found (a device that failed its probe) explains it.
                 let mut why = format!("device {device}: {why}");
@@ -558,10 +635,16 @@ impl JobDevices {
             .chain(&opened.notes)
             .map(|n| n.to_string())
             .collect();
+        let ids = match &opened.calibration {
+            // `auto` kept the CPU over the GPU it chose.
+            Some(c) if c.chose == "cpu" => vec!["cpu".to_string()],
+            _ => ids,
+        };
         Ok(OpenedJob {
             executors: opened.executors,
             ids,
             notes,
+            calibration: opened.calibration,
         })
     }
 }

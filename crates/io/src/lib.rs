@@ -1,5 +1,6 @@
 //! sonograph-io: decoding (symphonia), resampling (rubato) and writers.
 
+pub mod calibration;
 pub mod decode;
 pub mod error;
 pub mod ledger;

@@ -53,6 +53,8 @@ pub struct JobConfig {
     /// Where the job may open files (the source, what it lists, every item) and write its
     /// output: anywhere for the CLI and Python; beneath the data roots for the service.
     pub roots: Roots,
+    /// How the door chose the devices (what `auto` measured), for the report.
+    pub device_choice: Option<serde_json::Value>,
 }
 
 /// The model stage of a job.
@@ -114,6 +116,7 @@ impl JobConfig {
             vad: None,
             ort_lib: None,
             roots: Roots::anywhere(),
+            device_choice: None,
         }
     }
 

@@ -383,6 +383,7 @@ fn run_stages(
         core_utilisation: (stage_times.decode_s + stage_times.compute_s) / (wall * cores).max(1e-9),
         stages: stage_times,
         devices: devices_report,
+        device_choice: config.device_choice.clone(),
         model: config
             .model
             .as_ref()

@@ -133,6 +133,10 @@ pub struct DepthSample {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Report {
     pub spec_id: String,
+    /// How the devices were chosen where `auto` measured them: each device's rate on the
+    /// job's spec, the one kept, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_choice: Option<serde_json::Value>,
     /// The precision the features' spectral core ran at on every feature device ("f32" or
     /// "f64"); the model's is in `model`.
     #[serde(default)]

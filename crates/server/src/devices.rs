@@ -55,18 +55,31 @@ impl Devices {
 
     /// Opens the devices of a job's plan (a device named outright that cannot open is the
     /// job's failure, with the reason).
-    pub fn open(&self, job: &Planned) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String> {
+    pub fn open(
+        &self,
+        job: &mut Planned,
+    ) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String> {
         let config = &job.plan.config;
         let sonograph_gpu::OpenedJob {
             executors,
             ids,
             notes,
+            calibration,
         } = job
             .devices
-            .open(&config.spec, config.precision, &self.disabled)
+            .open(
+                &config.spec,
+                config.precision,
+                &self.disabled,
+                &mut sonograph_io::calibration::FileStore::open(),
+            )
             .map_err(|e| e.to_string())?;
         for note in notes {
             tracing::warn!("{note}");
+        }
+        if let Some(c) = &calibration {
+            tracing::info!("auto chose {}: {}", c.chose, c.why);
+            job.plan.config.device_choice = serde_json::to_value(c).ok();
         }
         let mut registry = self.lock();
         for id in &ids {

@@ -504,7 +504,7 @@ pub trait Runner: Send + Sync {
     /// Where jobs may open files: every file of a job is opened beneath these.
     fn roots(&self) -> sonograph_io::Roots;
     /// Opens the job's devices.
-    fn open(&self, job: &Planned) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String>;
+    fn open(&self, job: &mut Planned) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String>;
     /// The job has ended: its devices are free again.
     fn release(&self);
     fn telemetry(&self) -> &sonograph_pipeline::telemetry::Telemetry;
@@ -551,7 +551,7 @@ fn run_one(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobOptions)
     let run = std::panic::AssertUnwindSafe(|| -> Result<JobOutcome, (JobState, String)> {
         let mut job = plan(request).map_err(|e| (JobState::Failed, e))?;
         job.plan.config.roots = runner.roots();
-        let devices = runner.open(&job).map_err(|e| (JobState::Failed, e))?;
+        let devices = runner.open(&mut job).map_err(|e| (JobState::Failed, e))?;
         opened = true;
         let telemetry = runner.telemetry();
         telemetry.attach_job(&id.to_string(), live.clone());

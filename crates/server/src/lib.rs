@@ -127,7 +127,10 @@ impl jobs::Runner for App {
     fn roots(&self) -> sonograph_io::Roots {
         self.roots.clone()
     }
-    fn open(&self, job: &jobs::Planned) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String> {
+    fn open(
+        &self,
+        job: &mut jobs::Planned,
+    ) -> Result<Vec<Box<dyn sonograph_dsp::Extractor>>, String> {
         self.devices.open(job)
     }
     fn release(&self) {
