@@ -186,6 +186,60 @@ fn rf_gpu(device: &str) -> Result<Option<sonograph_gpu::rf::RfGpu>> {
     }
 }
 
+/// `--device auto` with a GPU: the GPU only where it generates recordings of this spec at
+/// 1.2 times the CPU's rate (measured on 64 recordings, or read from the machine's calibration
+/// cache); the run says what was measured and why it chose.
+fn auto_noise_device(
+    synth: &Synth,
+    seed: u64,
+    gpu: Option<sonograph_gpu::rf::RfGpu>,
+    pool: &rayon::ThreadPool,
+) -> Result<Option<sonograph_gpu::rf::RfGpu>> {
+    use sonograph_dsp::CalibrationStore;
+    use sonograph_gpu::calibrate::{choose, Measured};
+    let mut store = sonograph_io::calibration::FileStore::open();
+    let cores = pool.current_num_threads();
+    let indices: Vec<u64> = (0..64).collect();
+    let seconds = indices.len() as f64 * synth.spec().n_samples as f64 / synth.spec().sample_rate;
+    let mut gpu = gpu;
+    let gpu_name: String = gpu
+        .as_ref()
+        .map(|g| g.device().to_string())
+        .unwrap_or_default();
+    let mut rate = |device: &str, gpu: &mut Option<sonograph_gpu::rf::RfGpu>| -> Result<Measured> {
+        let key = format!(
+            "synth-iq | {device} | {cores} cores | {}",
+            synth.spec().spec_id()
+        );
+        if let Some(r) = store.get(&key) {
+            return Ok(Measured {
+                id: device.into(),
+                name: device.into(),
+                audio_seconds_per_second: r,
+                cached: true,
+            });
+        }
+        generate(synth, seed, &indices, gpu, pool)?;
+        let t = std::time::Instant::now();
+        generate(synth, seed, &indices, gpu, pool)?;
+        let r = seconds / t.elapsed().as_secs_f64().max(1e-9);
+        store.put(key, r);
+        Ok(Measured {
+            id: device.into(),
+            name: device.into(),
+            audio_seconds_per_second: r,
+            cached: false,
+        })
+    };
+    let measured = vec![rate("cpu", &mut None)?, rate(&gpu_name, &mut gpu)?];
+    let (index, why) = choose(&measured);
+    eprintln!(
+        "sonograph: auto chose {} for the noise stage: {why}",
+        if index == 0 { "cpu" } else { &gpu_name }
+    );
+    Ok(if index == 0 { None } else { gpu })
+}
+
 /// Records the dataset's spec and seed in `out/dataset.json` the first time; a later run
 /// (another shard, a resume) with a different spec or seed is refused, since its recordings
 /// would not belong to the same dataset.
@@ -271,6 +325,9 @@ pub fn synth_iq(args: &SynthArgs) -> Result<u8> {
     claim_folder(&args.out, synth.spec(), args.seed, args.count)?;
     let pool = pool(args.workers)?;
     let mut gpu = rf_gpu(&args.device)?;
+    if args.device == "auto" && gpu.is_some() {
+        gpu = auto_noise_device(&synth, args.seed, gpu, &pool)?;
+    }
     let started = std::time::Instant::now();
     let (mut written, mut skipped) = (0u64, 0u64);
     // Batches of recordings at absolute-index boundaries: Parquet parts are named by the

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # A whole extract job on the lent GPU machine's 16 cores with the features on the CPU, on the GPU
-# (Vulkan) and on both (`--device all`): does the GPU help a real job, decode and Parquet
-# included? One call, carrying .gpucuda (the binary and the Vulkan loader debs that
-# bench/gpu/model_cuda.sh prepare puts there):
+# (Vulkan), on both (`--device all`) and as `auto` chooses by measuring: does the GPU help a real
+# job, decode and Parquet included? Run by bench/gpu/run.sh (carrying .gpubench and .gl, which
+# bench/gpu/prepare.sh makes), or alone:
 #   bash bench/gpu/e2e_devices.sh [CLIPS] [REPEATS]
 # The corpus is made there: CLIPS 16 kHz mono 16-bit WAVs of 5-15 s (chirps over noise; the
 # features cost the same whatever the sound; 1000 distinct, the rest hard links to them), in /dev/shm with the outputs, so no disk is timed.
 set -u
 clips=${1:-20000}
 repeats=${2:-3}
-bin=${BIN:-.gpucuda/sonograph-cuda}
+bin=${BIN:-.gpubench/sonograph}
 out=${OUT:-/tmp}
-for f in .gpucuda/gl/*.deb; do dpkg -x "$f" /; done
+for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
 export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
 date -u; nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -47,7 +47,7 @@ print(f"corpus: {n} WAVs ({min(n, 1000)} distinct), {total:.0f} audio-s")
 PY
 [ $? -eq 0 ] || { echo "the corpus could not be made"; exit 1; }
 for rep in $(seq 1 "$repeats"); do
-  for device in cpu gpu all; do
+  for device in cpu gpu all auto; do
     dest=/dev/shm/e2e-out-$device
     rm -rf "$dest"
     "$bin" extract "$corpus" --out "$dest" --preset whisper --device "$device" --no-progress \

@@ -1,44 +1,86 @@
 #!/usr/bin/env bash
-# One call on the device machine (see bench/RESULTS-gpu.md). Build here first, stripped (the
-# carried tree may hold 64 MiB; the binaries are about 20 MB each without debug info):
-#   cargo build --release && cargo test -p sonograph-gpu --release --no-run
-#   mkdir -p .gpubench && strip -o .gpubench/sonograph target/release/sonograph &&
-#   strip -o .gpubench/parity "$(ls -t target/release/deps/parity-* | grep -v '\.d$' | head -1)"
-# and the Vulkan loader debs into .gl (the device README says how); add .gl/ and .gpubench/ to
-# .git/info/exclude, carry both, and run: bash bench/gpu/run.sh
+# The one call on a lent GPU machine (issue 18; see bench/RESULTS-gpu.md). Prepare here first:
+# bash bench/gpu/prepare.sh; then run with carry [".gpubench", ".gl"] and timeout_s 420:
+#   bash bench/gpu/run.sh
+# Every step has its own timeout and the script goes on past a failed one; about 4-5 minutes.
+# Raw output lands in $OUT (results.txt, parity.txt, phases.txt): commit it under
+# bench/gpu/logs/ and the table in bench/RESULTS-gpu.md.
 set -u
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+for f in .gl/*.deb; do dpkg -x "$f" /; done
+ldconfig
 export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
+export NODEVICE_SELECT=1
 out=${OUT:-/tmp}
-date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-.gpubench/sonograph devices --json | tee -a "$out/results.txt"
-SONOGRAPH_GOLDEN_DIR=$PWD/tests/golden .gpubench/parity --nocapture >"$out/parity.txt" 2>&1
-grep -E "^test |panicked|assert|left|right|test result" "$out/parity.txt" | grep -v " ok$" | head -40
-batch="--preset whisper --clips 64 --seconds 30 --repeat 5"
-for p in f32 f64; do
-  .gpubench/sonograph bench --device gpu $batch --precision $p | tee -a "$out/results.txt"
+bin=.gpubench/sonograph
+log() { tee -a "$out/results.txt"; }
+step() { echo "== $*" | log; }
+
+step "machine"
+date -u | log
+nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv | log
+nproc | log
+# The adapter's memory heaps: is there a host-visible device-local heap (resizable BAR), which
+# would let mapped storage buffers skip staging?
+timeout 20 vulkaninfo 2>/dev/null | sed -n '/VkPhysicalDeviceMemoryProperties/,/memoryTypes/p' | grep -E "heap|size|flags|DEVICE_LOCAL|HOST" | head -30 | log
+timeout 60 $bin devices --json | log
+
+step "parity (150 s at most; every thread's stack dumped if it hangs)"
+SONOGRAPH_GOLDEN_DIR=$PWD/tests/golden .gpubench/parity --nocapture >"$out/parity.txt" 2>&1 &
+pid=$!
+for _ in $(seq 150); do kill -0 $pid 2>/dev/null || break; sleep 1; done
+if kill -0 $pid 2>/dev/null; then
+  echo "parity HUNG after 150 s: stacks in parity-hang.txt" | log
+  { for t in /proc/$pid/task/*; do echo "--- thread $(cat "$t/comm") $(basename "$t")"; cat "$t/wchan" 2>/dev/null; echo; cat "$t/stack" 2>/dev/null; done
+    command -v gdb >/dev/null && timeout 60 gdb -p $pid -batch -ex "thread apply all bt" 2>&1; } >"$out/parity-hang.txt"
+  kill -9 $pid
+fi
+wait $pid 2>/dev/null
+grep -E "^test |panicked|test result" "$out/parity.txt" | grep -v " ok$" | head -30 | log
+timeout 120 .gpubench/transfer --nocapture 2>&1 | grep -E "test result|panicked" | log
+
+step "host to host and resident, sonograph (gpu f32/f64, cpu on all cores) and torchaudio (pageable, pinned, resident)"
+for preset in whisper nemo; do
+  for clips in 8 64 256; do
+    size="--preset $preset --clips $clips --seconds 30 --repeat 5"
+    for p in f32 f64; do
+      timeout 90 $bin bench --device gpu $size --precision $p 2>/dev/null | python3 -c '
+import json, sys
+for l in sys.stdin:
+    r = json.loads(l); t = r.get("transfer") or {}
+    print(json.dumps({"sonograph": r["device"], "preset": sys.argv[1], "clips": r["items"],
+        "host_to_host": round(r["audio_seconds_per_second"]), "median_s": r["median_seconds"],
+        "kernel_resident": t.get("kernel_audio_seconds_per_second"),
+        "chunks_per_run": t.get("chunks_per_run"), "filled_while_busy": t.get("chunks_filled_while_busy"),
+        "staging_allocations": t.get("staging_allocations_during_runs")}))' "$preset" | log
+    done
+    timeout 90 $bin bench --device cpu $size 2>/dev/null | python3 -c '
+import json, sys
+for l in sys.stdin:
+    r = json.loads(l)
+    print(json.dumps({"sonograph": r["device"], "preset": sys.argv[1], "clips": r["items"],
+        "host_to_host": round(r["audio_seconds_per_second"]), "median_s": r["median_seconds"]}))' "$preset" | log
+    timeout 120 python3 bench/gpu/torchaudio_mel.py --preset "$preset" --clips "$clips" --seconds 30 --repeat 10 2>&1 | tail -1 | log
+  done
 done
-.gpubench/sonograph bench --device cpu $batch | tee -a "$out/results.txt"
-# Where a GPU batch's time goes (host framing, upload, device run and readback, host finishing),
-# at three batch sizes.
-for clips in 8 64 256; do
-  NO_COLOR=1 SONOGRAPH_LOG=sonograph_gpu::extractor=debug .gpubench/sonograph bench --device gpu \
-    --preset whisper --clips $clips --seconds 30 --repeat 3 2>&1 | sed 's/\x1b\[[0-9;]*m//g' |
-    sed -E 's/^[^ ]+ +DEBUG //; s/"batcher".*"median_seconds"/"median_seconds"/' |
-    tee -a "$out/phases.txt" | tail -4
-done
-python3 bench/gpu/torchaudio_mel.py --clips 64 --seconds 30 | tee -a "$out/results.txt"
-# Long files: pieces of a 60-minute file on the GPU against the CPU's streaming.
-bash bench/long_files.sh .gpubench/sonograph 60 cpu gpu | tee -a "$out/results.txt"
-# RF: the same dataset generated on the CPU and on the GPU must be bit-identical (issue 12); wall
-# time of each on this machine's cores.
-for device in cpu gpu; do
+# Where a 64-clip batch's time goes, chunk by chunk (fill, encode and submit) and batch by batch.
+NO_COLOR=1 SONOGRAPH_LOG=sonograph_gpu::extractor=debug timeout 60 $bin bench --device gpu \
+  --preset whisper --clips 64 --seconds 30 --repeat 2 2>&1 | sed 's/\x1b\[[0-9;]*m//g' |
+  grep -E "gpu (chunk sent|batch)" | tail -12 >"$out/phases.txt"
+
+step "auto by measurement (features and a job): what it measured and chose"
+rm -rf /tmp/sonograph-cache
+SONOGRAPH_CACHE_DIR=/tmp/sonograph-cache timeout 60 $bin bench --device auto --preset whisper --clips 16 --seconds 30 --repeat 2 2>&1 | grep -E "auto chose|audio_seconds_per_second" | cut -c1-300 | log
+
+step "a whole extract job, 8000 WAVs, on cpu, gpu, all and auto"
+RF=1 timeout 200 bash bench/gpu/e2e_devices.sh 8000 1 2>&1 | tail -8 | log
+
+step "RF: synth-iq on cpu, gpu and auto (bit-identical)"
+for device in cpu gpu auto; do
   rm -rf /dev/shm/iq-$device
   TIMEFORMAT="synth-iq $device: %R s wall, ${RF_COUNT:-4000} recordings of 1 s at 200 kHz"
-  { time .gpubench/sonograph synth-iq --count ${RF_COUNT:-4000} --modulation qpsk --snr-db 10 \
-    --seed 3 --out /dev/shm/iq-$device --device $device >/dev/null; } 2>&1 | tee -a "$out/results.txt"
+  { time timeout 60 $bin synth-iq --count ${RF_COUNT:-4000} --modulation qpsk --snr-db 10 \
+    --seed 3 --out /dev/shm/iq-$device --device $device >/dev/null; } 2>&1 | log
 done
-(cd /dev/shm/iq-cpu && find . -name '*.sigmf-data' | sort | xargs cat | sha256sum) | tee -a "$out/results.txt"
-(cd /dev/shm/iq-gpu && find . -name '*.sigmf-data' | sort | xargs cat | sha256sum) | tee -a "$out/results.txt"
-# The model stage's CUDA execution provider needs onnxruntime-gpu; say what this image has.
-python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())" 2>&1 | tee -a "$out/results.txt"
+for device in cpu gpu auto; do
+  (cd /dev/shm/iq-$device 2>/dev/null && find . -name '*.sigmf-data' | sort | xargs cat | sha256sum) | log
+done

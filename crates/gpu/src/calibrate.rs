@@ -53,7 +53,7 @@ pub fn choose(measured: &[Measured]) -> (usize, String) {
         Some(g) if rate(g) >= GPU_MARGIN * rate(cpu) => (
             g,
             format!(
-                "{} extracted {:.0} audio-s/s, {:.1}x the CPU's {:.0}",
+                "{} ran {:.0} s of signal per s, {:.1}x the CPU's {:.0}",
                 measured[g].id,
                 rate(g),
                 rate(g) / rate(cpu),
@@ -63,8 +63,8 @@ pub fn choose(measured: &[Measured]) -> (usize, String) {
         Some(g) => (
             cpu,
             format!(
-                "the CPU extracted {:.0} audio-s/s and {} {:.0} ({:.2}x, under the {GPU_MARGIN}x a \
-                 GPU must reach)",
+                "the CPU ran {:.0} s of signal per s and {} {:.0} ({:.2}x, under the {GPU_MARGIN}x \
+                 a GPU must reach)",
                 rate(cpu),
                 measured[g].id,
                 rate(g),
