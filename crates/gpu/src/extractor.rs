@@ -1227,61 +1227,14 @@ impl Extractor for GpuBackend {
 #[cfg(test)]
 mod tests {
     use super::{fft_radices, kernel_source, FilterRecord, ItemRecord, Params, FRAME, FRAMING};
-    use std::mem::{offset_of, size_of};
+    use crate::mirror::{fields, Field};
+    use std::mem::size_of;
 
-    /// A field of a Rust mirror: its name, byte offset and WGSL scalar type.
-    type Field = (&'static str, usize, &'static str);
-
-    macro_rules! fields {
-        ($ty:ty { $($name:ident: $wgsl:literal),* $(,)? }) => {
-            &[$((stringify!($name), offset_of!($ty, $name), $wgsl)),*]
-        };
-    }
-
-    /// Checks a Rust mirror field by field against the struct `name` of the kernels' common
-    /// declarations (in the frame kernel, as compiled), as naga — wgpu's own WGSL front end —
-    /// lays it out.
+    /// Checks a Rust mirror against the struct `name` of the kernels' common declarations
+    /// (in the frame kernel, as compiled).
     fn check_mirror(name: &str, rust: &[Field], rust_size: usize) {
         let source = kernel_source("f32", &format!("{FRAMING}\n{FRAME}"));
-        let module = naga::front::wgsl::parse_str(&source).expect("the frame kernel parses");
-        let (members, span) = module
-            .types
-            .iter()
-            .find_map(|(_, ty)| match &ty.inner {
-                naga::TypeInner::Struct { members, span } if ty.name.as_deref() == Some(name) => {
-                    Some((members.clone(), *span))
-                }
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("no struct {name} in common.wgsl"));
-        let wgsl: Vec<(String, usize, String)> = members
-            .iter()
-            .map(|m| {
-                let scalar = match &module.types[m.ty].inner {
-                    naga::TypeInner::Scalar(s) => match (s.kind, s.width) {
-                        (naga::ScalarKind::Uint, 4) => "u32",
-                        (naga::ScalarKind::Sint, 4) => "i32",
-                        (naga::ScalarKind::Float, 4) => "f32",
-                        other => panic!("{name}: unexpected scalar {other:?}"),
-                    },
-                    other => panic!("{name}: unexpected member type {other:?}"),
-                };
-                (
-                    m.name.clone().unwrap_or_default(),
-                    m.offset as usize,
-                    scalar.to_string(),
-                )
-            })
-            .collect();
-        let rust: Vec<(String, usize, String)> = rust
-            .iter()
-            .map(|(n, o, t)| (n.to_string(), *o, t.to_string()))
-            .collect();
-        assert_eq!(
-            rust, wgsl,
-            "{name}: the Rust mirror and the WGSL struct differ"
-        );
-        assert_eq!(rust_size, span as usize, "{name}: size");
+        crate::mirror::check_mirror(&source, name, rust, rust_size);
     }
 
     #[test]

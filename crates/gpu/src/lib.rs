@@ -18,6 +18,8 @@ pub mod set;
 pub mod context;
 #[cfg(feature = "gpu")]
 mod extractor;
+#[cfg(all(test, feature = "gpu"))]
+mod mirror;
 #[cfg(feature = "gpu")]
 pub mod rf;
 #[cfg(feature = "gpu")]

@@ -32,7 +32,8 @@ struct JobRecord {
     sigma: f32,
     scale: f32,
     inv_scale: f32,
-    _pad: [u32; 2],
+    _pad0: u32,
+    _pad1: u32,
 }
 
 /// Mirrors `Params` in rf_synth.wgsl.
@@ -54,7 +55,9 @@ struct PsdParams {
     hop: u32,
     detrend: u32,
     n_recordings: u32,
-    _pad: [u32; 3],
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 #[repr(C)]
@@ -179,7 +182,8 @@ impl RfGpu {
                 sigma: job.sigma,
                 scale,
                 inv_scale: if scale > 0.0 { 1.0 / scale } else { 0.0 },
-                _pad: [0; 2],
+                _pad0: 0,
+                _pad1: 0,
             });
             blocks += values.div_ceil(4);
         }
@@ -283,7 +287,9 @@ impl RfGpu {
             hop: hop as u32,
             detrend: u32::from(cfg.detrend),
             n_recordings: recs.len() as u32,
-            _pad: [0; 3],
+            _pad0: 0,
+            _pad1: 0,
+            _pad2: 0,
         };
         let u = wgpu::BufferUsages::STORAGE;
         let samples_buf = init(d, "rf samples", bytemuck::cast_slice(&samples), u);
@@ -554,4 +560,82 @@ fn bind_group(
         layout: &pipe.get_bind_group_layout(0),
         entries: &entries,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{JobRecord, PsdParams, RecordingRecord, SegmentRecord, SynthParams, PSD, SYNTH};
+    use crate::mirror::{check_mirror, fields};
+    use std::mem::size_of;
+
+    #[test]
+    fn rust_mirrors_match_the_rf_kernels_structs_field_by_field() {
+        check_mirror(
+            SYNTH,
+            "Job",
+            fields!(JobRecord {
+                offset: "u32",
+                values: "u32",
+                first_block: "u32",
+                seed_lo: "u32",
+                seed_hi: "u32",
+                index_lo: "u32",
+                index_hi: "u32",
+                sigma: "f32",
+                scale: "f32",
+                inv_scale: "f32",
+                _pad0: "u32",
+                _pad1: "u32",
+            }),
+            size_of::<JobRecord>(),
+        );
+        check_mirror(
+            SYNTH,
+            "Params",
+            fields!(SynthParams {
+                n_jobs: "u32",
+                total_blocks: "u32",
+                row: "u32",
+                _pad: "u32",
+            }),
+            size_of::<SynthParams>(),
+        );
+        let psd = PSD
+            .replace("@REAL@", "f32")
+            .replace("@N@", "256")
+            .replace("@LOG2N@", "8");
+        check_mirror(
+            &psd,
+            "Params",
+            fields!(PsdParams {
+                total_segments: "u32",
+                row: "u32",
+                hop: "u32",
+                detrend: "u32",
+                n_recordings: "u32",
+                _pad0: "u32",
+                _pad1: "u32",
+                _pad2: "u32",
+            }),
+            size_of::<PsdParams>(),
+        );
+        check_mirror(
+            &psd,
+            "Segment",
+            fields!(SegmentRecord {
+                recording: "u32",
+                start: "u32",
+            }),
+            size_of::<SegmentRecord>(),
+        );
+        check_mirror(
+            &psd,
+            "Recording",
+            fields!(RecordingRecord {
+                first_segment: "u32",
+                segments: "u32",
+            }),
+            size_of::<RecordingRecord>(),
+        );
+    }
 }
