@@ -326,6 +326,12 @@ fn hostile_requests_get_clear_4xx_answers() {
         400,
         "unknown variant",
     );
+    // A spec is carried by the request: a path would be a file of the server's to read.
+    expect(
+        post(&json!({"source": s, "out": o, "spec": "/etc/passwd"}).to_string()),
+        400,
+        "takes a spec inline",
+    );
     let big = format!("{{\"source\": \"{}\"}}", "a".repeat(1 << 20));
     let (code, _) = post(&big);
     assert_eq!(code, 413);

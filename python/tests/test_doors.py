@@ -134,9 +134,11 @@ def three_plans(server, source, out, options):
         args += ["--spec", str(options["spec"])]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SONOGRAPH_", "SLURM_", "JOB_COMPLETION"))}
     cli = subprocess.run(args, check=True, capture_output=True, text=True, env=env)
-    status, api = server.post("/api/v1/plan", {"source": str(source), "out": str(out),
-                                               **{k.replace("_", "-"): (str(v) if k == "spec" else v)
-                                                  for k, v in options.items()}})
+    # The service takes a spec inline, never a path of its disk: the same spec, read here.
+    request = {k.replace("_", "-"): v for k, v in options.items()}
+    if "spec" in options:
+        request["spec"] = json.loads(Path(options["spec"]).read_text())
+    status, api = server.post("/api/v1/plan", {"source": str(source), "out": str(out), **request})
     assert status == 200, api
     python = sonograph.plan(source, out, **options)
     return json.loads(cli.stdout), api, python

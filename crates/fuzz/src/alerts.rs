@@ -9,7 +9,7 @@ use sonograph_pipeline::alerts::{AlertEngine, AlertEvent, AlertRules, RULES};
 use sonograph_pipeline::live::DeviceCounters;
 use sonograph_pipeline::telemetry::{DeviceReading, DeviceSample, JobSample, QueueSample, Sample};
 
-use crate::harness::{assert_json_close, run};
+use crate::harness::{assert_json_equal, run};
 
 /// The bytes as a rules file.
 pub fn alert_rules(data: &[u8]) {
@@ -32,7 +32,7 @@ pub fn alert_rules(data: &[u8]) {
         let json = serde_json::to_string(&rules).expect("rules serialise");
         let back: AlertRules = serde_json::from_str(&json)
             .unwrap_or_else(|e| panic!("rules' JSON does not read back: {e}\n{json}"));
-        assert_json_close(
+        assert_json_equal(
             "rules through JSON",
             &serde_json::to_value(&back).expect("rules serialise"),
             &serde_json::to_value(&rules).expect("rules serialise"),

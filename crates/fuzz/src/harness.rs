@@ -171,31 +171,8 @@ pub(crate) fn assert_same(what: &str, got: &[f32], want: &[f32]) {
     }
 }
 
-/// Two JSON values are the same, but for floats 1 ULP apart.
-///
-/// PENDING (tests/pending.rs; the fix belongs in Cargo.toml): without its `float_roundtrip`
-/// feature, serde_json reads about one f64 in ten back 1 ULP off what it wrote. Until the
-/// feature is on, round trips through JSON are compared with that allowance; with it on,
-/// replace this by an exact comparison.
-pub(crate) fn assert_json_close(what: &str, got: &serde_json::Value, want: &serde_json::Value) {
-    use serde_json::Value;
-    fn close(a: &Value, b: &Value) -> bool {
-        match (a, b) {
-            (Value::Number(x), Value::Number(y)) if x != y => match (x.as_f64(), y.as_f64()) {
-                (Some(x), Some(y)) => {
-                    let ulps = (x.to_bits() as i64).wrapping_sub(y.to_bits() as i64);
-                    x.signum() == y.signum() && ulps.unsigned_abs() <= 1
-                }
-                _ => false,
-            },
-            (Value::Array(x), Value::Array(y)) => {
-                x.len() == y.len() && x.iter().zip(y).all(|(a, b)| close(a, b))
-            }
-            (Value::Object(x), Value::Object(y)) => {
-                x.len() == y.len() && x.iter().all(|(k, a)| y.get(k).is_some_and(|b| close(a, b)))
-            }
-            _ => a == b,
-        }
-    }
-    assert!(close(got, want), "{what}: {got} where {want} was expected");
+/// Two JSON values are the same, floats bit for bit (serde_json's `float_roundtrip` reads every
+/// f64 back as written: job.json's floats are compared on resume).
+pub(crate) fn assert_json_equal(what: &str, got: &serde_json::Value, want: &serde_json::Value) {
+    assert!(got == want, "{what}: {got} where {want} was expected");
 }

@@ -52,13 +52,7 @@ fn check_source(path: &Path, parsed: &[Entry]) {
     let name = Path::new(path.file_name().expect("a file"));
     let count = source.count();
     if let Err(e) = &count {
-        let message = e.to_string();
-        // PENDING (tests/pending.rs): count() reads a CSV manifest under the name "", so its
-        // error names no file; the fix is pending in crates/io/src/manifest.rs. Until it
-        // lands, an error that names nothing (": reason") is let through here.
-        if !message.starts_with(": ") {
-            assert_names(&message, name);
-        }
+        assert_names(&e.to_string(), name);
     }
     let entries: Result<Vec<Entry>, SourceError> = source
         .entries()

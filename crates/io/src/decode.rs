@@ -515,42 +515,150 @@ fn guard<T>(path: &Path, f: impl FnOnce() -> Result<T, DecodeError>) -> Result<T
 /// Reads a RIFF/WAVE `fmt ` chunk, if the file is one, and refuses the lies symphonia would
 /// trip over (zero or absurd rates and channel counts). Other formats pass untouched.
 fn check_wav_header(file: &File, path: &Path, limits: &Limits) -> Result<(), DecodeError> {
-    use std::os::unix::fs::FileExt;
-    // Read at an offset: the file's position stays at its start for the decoder.
-    let mut head = vec![0u8; 4096];
-    let mut got = 0;
-    while got < head.len() {
-        match file.read_at(&mut head[got..], got as u64) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got += n,
-        }
+    let head = read_at(file, 0, 4096);
+    let bad = |reason: String| {
+        Err(DecodeError::BadHeader {
+            path: path.to_path_buf(),
+            reason,
+        })
+    };
+    if head.len() >= 4 && &head[..4] == b"fLaC" {
+        return check_flac_metadata(file).or_else(bad);
     }
-    head.truncate(got);
     if head.len() < 12 || &head[..4] != b"RIFF" || &head[8..12] != b"WAVE" {
         return Ok(());
     }
+    let u16_at = |at: usize| u16::from_le_bytes([head[at], head[at + 1]]);
     let mut pos = 12;
     while pos + 8 <= head.len() {
         let id = &head[pos..pos + 4];
         let len = u32::from_le_bytes([head[pos + 4], head[pos + 5], head[pos + 6], head[pos + 7]]);
         if id == b"fmt " && pos + 16 <= head.len() {
-            let channels = u16::from_le_bytes([head[pos + 10], head[pos + 11]]);
+            let channels = u16_at(pos + 10);
             let rate = u32::from_le_bytes([
                 head[pos + 12],
                 head[pos + 13],
                 head[pos + 14],
                 head[pos + 15],
             ]);
-            return limits
-                .check_format(rate, usize::from(channels))
-                .map_err(|reason| DecodeError::BadHeader {
-                    path: path.to_path_buf(),
-                    reason,
-                });
+            if let Err(reason) = limits.check_format(rate, usize::from(channels)) {
+                return bad(reason);
+            }
+            // PCM, float, A-law, mu-law (and their extensible form): a block is one sample
+            // per channel. A header that says otherwise decodes to another count of frames
+            // than it declares (a file taken for short, an offset inside it refused as past
+            // its end).
+            if pos + 24 <= head.len() {
+                let (format, align, bits) = (u16_at(pos + 8), u16_at(pos + 20), u16_at(pos + 22));
+                let whole_samples = matches!(format, 1 | 3 | 6 | 7 | 0xFFFE);
+                let expected = u32::from(channels) * u32::from(bits).div_ceil(8);
+                if whole_samples && u32::from(align) != expected {
+                    return bad(format!(
+                        "block_align {align} is not {channels} channels of {bits}-bit samples \
+                         ({expected} bytes)"
+                    ));
+                }
+            }
+            return Ok(());
         }
         pos += 8 + len as usize + (len as usize & 1);
     }
     Ok(())
+}
+
+/// `len` bytes of `file` from `at` (fewer at its end), leaving its position alone.
+fn read_at(file: &File, at: u64, len: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; len];
+    let mut got = 0;
+    while got < len {
+        match file.read_at(&mut buf[got..], at + got as u64) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+    }
+    buf.truncate(got);
+    buf
+}
+
+/// Refuses FLAC metadata whose inner lengths pass their block's: symphonia 0.5 allocates the
+/// lengths a VORBIS_COMMENT or PICTURE block declares (up to 4 GiB each) before it reads them,
+/// and an allocation that fails is an abort, not an error.
+fn check_flac_metadata(file: &File) -> Result<(), String> {
+    let u32_at = |bytes: &[u8], at: usize, little: bool| -> Option<u32> {
+        let b: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
+        Some(if little {
+            u32::from_le_bytes(b)
+        } else {
+            u32::from_be_bytes(b)
+        })
+    };
+    let mut pos = 4u64;
+    loop {
+        let header = read_at(file, pos, 4);
+        if header.len() < 4 {
+            return Ok(()); // symphonia says what is wrong with a truncated file
+        }
+        let last = header[0] & 0x80 != 0;
+        let kind = header[0] & 0x7f;
+        let len = u64::from(u32::from_be_bytes([0, header[1], header[2], header[3]]));
+        let start = pos + 4;
+        // Walks the lengths declared inside the block: each must fit in what is left of it.
+        let inner = |fields: &[(bool, bool)]| -> Result<(), String> {
+            let block = read_at(file, start, len as usize);
+            let mut at = 0usize;
+            for &(little, skip_value) in fields {
+                let n =
+                    u32_at(&block, at, little).ok_or("a metadata block ends inside a length")?;
+                at += 4;
+                if skip_value {
+                    if n as usize > block.len().saturating_sub(at) {
+                        return Err(format!(
+                            "a FLAC metadata block of {len} bytes declares a field of {n} bytes"
+                        ));
+                    }
+                    at += n as usize;
+                }
+            }
+            Ok(())
+        };
+        match kind {
+            // VORBIS_COMMENT: vendor string, count, then each comment (little-endian lengths).
+            4 => {
+                let block = read_at(file, start, len as usize);
+                let vendor = u32_at(&block, 0, true).unwrap_or(0) as usize;
+                let mut at = 4 + vendor;
+                let count = u32_at(&block, at, true).ok_or("a comment block ends early")?;
+                at += 4;
+                for _ in 0..count {
+                    let n = u32_at(&block, at, true).ok_or("a comment block ends early")? as usize;
+                    at += 4;
+                    if n > block.len().saturating_sub(at) {
+                        return Err(format!(
+                            "a FLAC comment block of {len} bytes declares a comment of {n} bytes"
+                        ));
+                    }
+                    at += n;
+                }
+            }
+            // PICTURE: type, MIME type, description, four numbers, data (big-endian).
+            6 => inner(&[
+                (false, false),
+                (false, true),
+                (false, true),
+                (false, false),
+                (false, false),
+                (false, false),
+                (false, false),
+                (false, true),
+            ])?,
+            _ => {}
+        }
+        if last {
+            return Ok(());
+        }
+        pos = start + len;
+    }
 }
 
 /// Maps symphonia's errors onto ours, with the file name and a reason a person can act on.

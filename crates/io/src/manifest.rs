@@ -229,9 +229,18 @@ impl Source {
             SourceKind::Csv => {
                 let file = self.roots.open(&self.path).map_err(io)?;
                 let base = PathBuf::new();
-                Ok(parse_csv(std::io::BufReader::new(file), base, "")?.count())
+                Ok(parse_csv(std::io::BufReader::new(file), base, &self.name())?.count())
             }
         }
+    }
+
+    /// The manifest's file name: ids of bad lines and errors use it alone, so that every shard
+    /// computes the same ids however the path was spelled.
+    fn name(&self) -> String {
+        self.path.file_name().map_or_else(
+            || self.path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
     }
 
     /// The entries, streamed: a directory's in id order, a manifest's in line order.
@@ -241,12 +250,7 @@ impl Source {
             source,
         };
         let base = self.path.parent().unwrap_or(Path::new(".")).to_path_buf();
-        // Ids of bad lines use the file's name only, so that every shard computes the same
-        // ids however the path was spelled.
-        let name = self.path.file_name().map_or_else(
-            || self.path.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
-        );
+        let name = self.name();
         match &self.kind {
             SourceKind::Dir(entries) => Ok(Box::new(entries.iter().cloned().map(Ok))),
             SourceKind::Nemo => {

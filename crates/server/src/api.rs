@@ -353,12 +353,6 @@ fn accept(app: &App, body: &[u8]) -> Result<(JobOptions, crate::jobs::Planned), 
         }
         request.model = Some(resolved);
     }
-    if let Some(sonograph_pipeline::SpecSource::File(path)) = &request.spec {
-        // A spec file is read by the server: beneath the roots like any other.
-        let resolved =
-            resolve_under(path, &app.data_roots).ok_or_else(|| forbidden("spec", path))?;
-        request.spec = Some(sonograph_pipeline::SpecSource::File(resolved));
-    }
     request.source = source;
     request.out = out;
     let planned = crate::jobs::plan(&request).map_err(bad)?;

@@ -24,6 +24,15 @@ pub struct Planned {
 /// none). A request never reads the server's environment (no shard from its variables). The
 /// paths are checked by [`resolve_under`].
 pub fn plan(options: &JobOptions) -> Result<Planned, String> {
+    if let Some(sonograph_pipeline::SpecSource::File(_)) = &options.spec {
+        // Reading a file the request names would let it read (or block on, or exhaust memory
+        // with) any file of the server's; a request carries its spec.
+        return Err(
+            "spec: the service takes a spec inline (a JSON object, as `sonograph presets NAME` \
+             prints it), not a file path"
+                .into(),
+        );
+    }
     let plan = options.plan(|_| None).map_err(|e| e.to_string())?;
     let devices = sonograph_gpu::JobDevices::parse(&plan.device, plan.gpu_memory.as_deref())?;
     Ok(Planned { plan, devices })

@@ -1,8 +1,6 @@
-//! Crashes found by fuzzing whose fix is pending in a file this crate does not own. Each test
-//! replays the minimised input from `fuzz/regressions/<target>/` and asserts what the fix must
-//! make true; it is ignored until the fix lands. The target itself lets the case through
-//! meanwhile (marked PENDING in its source), so that the fuzzer goes on past it. When the fix
-//! lands: drop the `#[ignore]`, and the PENDING allowance in the target.
+//! Crashes found by fuzzing, fixed outside this crate: each test replays the minimised input
+//! from `fuzz/regressions/<target>/` (or the case's own construction) and asserts what the fix
+//! made true, so that none comes back.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
@@ -58,10 +56,8 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "sonograph-fuzz-pending-{tag}-{}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("sonograph-fuzz-found-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         Scratch(dir)
@@ -78,7 +74,6 @@ impl Drop for Scratch {
 /// file: `Source::count()` (which `extract` calls first, to cut the shards) parses a CSV
 /// manifest under the name "". `entries()` names it.
 #[test]
-#[ignore = "crash found by fuzzing: Source::count() of a CSV manifest with a bad header gives an error naming no file, fix pending in crates/io/src/manifest.rs"]
 fn a_bad_csv_header_is_refused_naming_the_manifest() {
     let scratch = Scratch::new("csv-count");
     let path = scratch.0.join("m.csv");
@@ -108,7 +103,6 @@ fn a_bad_csv_header_is_refused_naming_the_manifest() {
 /// MIME type, description or picture longer than its block. The fuzz target skips these
 /// inputs meanwhile (`flac_metadata_lies` in src/audio.rs).
 #[test]
-#[ignore = "crash found by fuzzing: FLAC metadata declaring a 4 GiB comment or picture makes the decoder allocate 4 GiB at once (abort where it cannot), fix pending in crates/io/src/decode.rs"]
 fn flac_metadata_lengths_are_checked_before_they_are_allocated() {
     for name in [
         "flac-picture-length-4gib.flac",
@@ -142,7 +136,6 @@ fn flac_metadata_lengths_are_checked_before_they_are_allocated() {
 /// channels × bytes per sample (symphonia's count then agrees with its decode), or check an
 /// offset against the frames decoded rather than the header's count.
 #[test]
-#[ignore = "crash found by fuzzing: a WAV whose block_align disagrees with its sample size decodes to more frames than its header declares, and an offset inside them is refused as past the end, fix pending in crates/io/src/decode.rs"]
 fn a_wav_decodes_to_the_frames_its_header_declares() {
     let scratch = Scratch::new("wav-align");
     let path = scratch.0.join("input.wav");
@@ -174,7 +167,6 @@ fn a_wav_decodes_to_the_frames_its_header_declares() {
 /// inline specs only (refuse `SpecSource::File` in `sonograph_server::jobs::plan`, as the
 /// API did before `JobOptions`), or resolves the path under a data root and bounds its size.
 #[test]
-#[ignore = "crash found by fuzzing: a jobs API request naming its spec as a path makes the server read any file (\"/dev/zero\": out of memory; a TOML file's lines come back in the refusal), fix pending in crates/server/src/jobs.rs"]
 fn a_job_request_never_reads_a_spec_file_from_the_server() {
     let scratch = Scratch::new("spec-file");
     let secret = scratch.0.join("secret.toml");
@@ -229,7 +221,6 @@ fn wav(rate: u32, samples: usize) -> Vec<u8> {
 /// (`serde_json = { version = "1", features = ["float_roundtrip"] }` in Cargo.toml; a
 /// feature only, Cargo.lock is unchanged).
 #[test]
-#[ignore = "crash found by fuzzing: a job whose max-seconds has 17 significant digits refuses its own resume (job.json's floats read back 1 ULP off through serde_json), fix pending in Cargo.toml (serde_json's float_roundtrip feature)"]
 fn a_job_resumes_with_the_floats_it_was_started_with() {
     use sonograph_dsp::{CpuBackend, Extractor, FeatureSpec, Precision};
     let scratch = Scratch::new("resume-float");
