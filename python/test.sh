@@ -8,7 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 missing=()
-for module in maturin numpy pytest; do
+for module in maturin numpy pytest mypy; do
   "$python" -c "import $module" 2>/dev/null || missing+=("$module")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -44,4 +44,20 @@ print(f"test result: {'ok' if failures + errors == 0 else 'FAILED'}. {passed} pa
       f"{failures + errors} failed; {skipped} ignored; 0 measured; 0 filtered out")
 PY
 rm -f "$report"
+# The type stubs (python/sonograph.pyi, shipped in the wheel with py.typed): against the module
+# as built (mypy's stubtest: every name, signature and class), and the tests against them.
+# Each counts as a test in the totals.
+for check in "stubtest" "mypy"; do
+  case $check in
+    stubtest) (cd "$(mktemp -d)" && "$python" -m mypy.stubtest sonograph \
+      --allowlist "$OLDPWD/python/stubtest-allowlist.txt") ;;
+    mypy) "$python" -m mypy --check-untyped-defs --no-incremental python/tests ;;
+  esac
+  if [ $? -eq 0 ]; then
+    echo "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out ($check)"
+  else
+    echo "test result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out ($check)"
+    status=1
+  fi
+done
 exit $status

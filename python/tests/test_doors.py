@@ -74,8 +74,15 @@ class Server:
             [BIN, "serve", "--addr", "127.0.0.1:0", "--data-root", str(root),
              "--state-dir", str(state), "--device", "cpu"],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        lines = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(l) for l in self.proc.stderr], daemon=True).start()
+        lines: queue.Queue[str] = queue.Queue()
+        stderr = self.proc.stderr
+        assert stderr is not None
+
+        def forward():
+            for line in stderr:
+                lines.put(line)
+
+        threading.Thread(target=forward, daemon=True).start()
         while True:
             line = lines.get(timeout=60)
             if "serving on http://" in line:
@@ -202,13 +209,13 @@ def test_the_errors_are_a_family_and_name_the_option_as_python_spells_it(tmp_pat
         sonograph.extract(DATA, tmp_path / "out", batch_items=10**6)
     assert "batch_items 1000000 is outside" in str(e.value), str(e.value)
     assert isinstance(e.value, sonograph.Error) and isinstance(e.value, ValueError)
-    with pytest.raises(sonograph.InputError) as e:
+    with pytest.raises(sonograph.InputError) as missing:
         sonograph.load(tmp_path / "missing.wav")
-    assert "missing.wav" in str(e.value) and isinstance(e.value, ValueError)
+    assert "missing.wav" in str(missing.value) and isinstance(missing.value, ValueError)
     with pytest.raises(sonograph.DeviceError):
         sonograph.extract(DATA, tmp_path / "out", device="gpu:99")
     assert issubclass(sonograph.ModelError, sonograph.Error)
-    with pytest.raises(sonograph.ModelError) as e:
+    with pytest.raises(sonograph.ModelError) as bad_model:
         (tmp_path / "bad.onnx").write_bytes(b"not a model")
         sonograph.extract(DATA, tmp_path / "out2", preset="nemo", model=tmp_path / "bad.onnx", device="cpu")
-    assert "bad.onnx" in str(e.value)
+    assert "bad.onnx" in str(bad_model.value)

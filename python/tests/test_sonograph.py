@@ -8,6 +8,7 @@ import subprocess
 import threading
 import wave
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -82,7 +83,7 @@ def test_bad_input_is_one_clear_value_error(tmp_path):
         (lambda: sonograph.features(nan, 16000), "NaN"),
         (lambda: sonograph.features(ok, 16000, "nope"), "nope"),
         (lambda: sonograph.features(ok, 16000, "nemo", spec={}), "not both"),
-        (lambda: sonograph.features(ok, 16000, precision="f16"), "f16"),
+        (lambda: sonograph.features(ok, 16000, precision="f16"), "f16"),  # type: ignore[arg-type]
         (lambda: sonograph.features(ok, 16000, "iq-power"), "IQ"),
         (lambda: sonograph.features(np.zeros(16000, np.int16), 16000), "int16"),
         (lambda: sonograph.features(ok, 999_999_937), "sample_rate 999999937"),
@@ -120,7 +121,7 @@ def test_extract_runs_the_clis_job_and_resumes(tmp_path):
 
 
 def test_extract_refuses_what_it_would_ignore(tmp_path):
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         (dict(bogus=1), "unknown field `bogus`"),
         (dict(batch_items="four"), "batch_items: TypeError"),
         (dict(max_seconds=float("nan")), "max_seconds NaN is outside"),
@@ -218,7 +219,9 @@ def minutes_of_noise(tmp_path, files):
     corpus.mkdir()
     samples = np.random.default_rng(3).standard_normal(16000 * 60) * 0.1
     with wave.open(str(corpus / "000.wav"), "wb") as w:
-        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
         w.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
     for k in range(1, files):
         os.link(corpus / "000.wav", corpus / f"{k:03d}.wav")

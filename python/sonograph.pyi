@@ -1,0 +1,116 @@
+"""Type stubs of the `sonograph` extension module (python/src/*.rs). maturin puts this file and a
+py.typed marker in the wheel; python/test.sh checks them with mypy against the tests."""
+
+import os
+from typing import Any, Iterator, Literal, Mapping, Union, final
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+__all__ = [
+    "DeviceError",
+    "Error",
+    "InputError",
+    "Loader",
+    "ModelError",
+    "OptionsError",
+    "__version__",
+    "decode",
+    "extract",
+    "features",
+    "load",
+    "plan",
+    "preset",
+    "presets",
+]
+
+_PathLike = Union[str, "os.PathLike[str]"]
+_Precision = Literal["auto", "f32", "f64"]
+_Spec = Mapping[str, Any]
+
+class Error(RuntimeError):
+    """Every error sonograph raises."""
+
+class OptionsError(Error, ValueError):
+    """An option, spec or argument that cannot be used: its name and why."""
+
+class InputError(Error, ValueError):
+    """Audio that cannot be read: the file (or array) and why."""
+
+class DeviceError(Error):
+    """A device that cannot run the job."""
+
+class ModelError(Error):
+    """A model that cannot load or run."""
+
+def presets() -> list[str]:
+    """The names of the presets, in the order `sonograph presets` lists them."""
+
+def preset(name: str) -> dict[str, Any]:
+    """A preset's spec as a dict (every parameter explicit)."""
+
+def features(
+    samples: npt.ArrayLike,
+    sample_rate: int,
+    preset: str | None = None,
+    *,
+    spec: _Spec | _PathLike | None = None,
+    precision: _Precision = "auto",
+) -> npt.NDArray[np.float32]:
+    """The features of mono audio `samples` at `sample_rate` Hz: float32 [frames, bins]."""
+
+def load(
+    path: _PathLike,
+    preset: str | None = None,
+    *,
+    spec: _Spec | _PathLike | None = None,
+    precision: _Precision = "auto",
+) -> npt.NDArray[np.float32]:
+    """The features of an audio file: what `sonograph features FILE` writes."""
+
+def decode(
+    path: _PathLike,
+    sample_rate: int = 16000,
+    *,
+    offset: float = 0.0,
+    duration: float | None = None,
+) -> npt.NDArray[np.float32]:
+    """An audio file's samples as sonograph decodes them: mono, at `sample_rate`, float32."""
+
+def plan(source: _PathLike, out: _PathLike, **options: Any) -> dict[str, Any]:
+    """The job `extract(source, out, **options)` would run, every default filled in."""
+
+def extract(source: _PathLike, out: _PathLike, **options: Any) -> dict[str, Any]:
+    """Runs an extract job (the CLI's and the service's options, by their Python names);
+    returns its report."""
+
+@final
+class Loader:
+    """Batches `(ids, features [batch, frames, bins], lengths)` of every item of a source."""
+
+    def __new__(
+        cls,
+        source: _PathLike,
+        preset: str | None = None,
+        *,
+        spec: _Spec | _PathLike | None = None,
+        precision: _Precision = "auto",
+        batch_size: int = 32,
+        workers: int | None = None,
+        prefetch: int = 4,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> "Loader": ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[
+        tuple[list[str], npt.NDArray[np.float32], npt.NDArray[np.int64]]
+    ]: ...
+    def __next__(
+        self,
+    ) -> tuple[list[str], npt.NDArray[np.float32], npt.NDArray[np.int64]]: ...
+    @property
+    def failures(self) -> list[tuple[str, str]]:
+        """Items that failed, with their reasons."""
+
