@@ -1381,9 +1381,25 @@ mod exposition {
             totals: &totals,
             alerts: &[],
             jobs: &[(JobState::Running, 1)],
+            job_running: Some(true),
             ready: true,
         })
         .unwrap();
+        // Where the server has a queue, the job gauge is the queue's (the sample may be up to
+        // a telemetry interval old): a job that just ended reads 0 at once.
+        let ended = render(&Scrape {
+            sample: Some(&sample),
+            totals: &totals,
+            alerts: &[],
+            jobs: &[(JobState::Succeeded, 1)],
+            job_running: Some(false),
+            ready: true,
+        })
+        .unwrap();
+        assert!(
+            ended.lines().any(|l| l == "sonograph_job_running 0.0"),
+            "{ended}"
+        );
         let s = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
         let dcgm = [
             ("gpu", "0"),

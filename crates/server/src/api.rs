@@ -198,6 +198,7 @@ async fn metrics_text(State(app): Shared) -> Result<Response, ApiError> {
             totals: &totals,
             alerts: &alerts,
             jobs: &jobs,
+            job_running: app.jobs.as_ref().map(|j| j.running().is_some()),
             ready: app.is_ready().is_ok(),
         })
     })

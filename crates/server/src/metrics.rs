@@ -70,6 +70,9 @@ pub struct Scrape<'a> {
     pub totals: &'a Totals,
     pub alerts: &'a [Alert],
     pub jobs: &'a [(JobState, i64)],
+    /// Whether a job runs now, where the server knows it from its queue (`None` for the
+    /// read-only server of `extract --metrics-addr`, which goes by the telemetry's sample).
+    pub job_running: Option<bool>,
     pub ready: bool,
 }
 
@@ -155,7 +158,11 @@ pub fn render(s: &Scrape) -> Result<String, std::fmt::Error> {
         "Resident set size of this process",
         p.rss_bytes as f64,
     );
-    let running = sample.job.as_ref().is_some_and(|j| !j.finished);
+    // The queue's own word where there is one: the sample is up to a telemetry interval old,
+    // and the gauge would disagree with sonograph_jobs{state="running"} meanwhile.
+    let running = s
+        .job_running
+        .unwrap_or_else(|| sample.job.as_ref().is_some_and(|j| !j.finished));
     m.gauge1(
         "sonograph_job_running",
         "1 while a job runs",
