@@ -121,3 +121,50 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
         JobOutcome::Finished(_) => 0,
     })
 }
+
+#[derive(Args)]
+pub struct ManifestArgs {
+    /// The folder (walked recursively, in id order; hidden and `_` entries skipped).
+    source: PathBuf,
+    /// The manifest to write (NeMo JSON lines); paths in it are relative to its folder where
+    /// the files are under it.
+    #[arg(long)]
+    out: PathBuf,
+    /// Threads reading headers (default: the cores).
+    #[arg(long, env = "SONOGRAPH_WORKERS")]
+    workers: Option<usize>,
+    #[command(flatten)]
+    limits: crate::LimitArgs,
+}
+
+/// `sonograph manifest`: exit 0, or 3 when some files could not be read (they are not listed;
+/// the first are printed).
+pub fn manifest(args: &ManifestArgs) -> Result<u8> {
+    let options = sonograph_pipeline::manifest::ManifestOptions {
+        source: args.source.clone(),
+        out: args.out.clone(),
+        workers: args
+            .workers
+            .unwrap_or_else(sonograph_pipeline::defaults::workers),
+        limits: crate::limits(&args.limits)?,
+    };
+    let r = sonograph_pipeline::manifest::write_manifest(&options).map_err(|e| {
+        if e.is_usage() {
+            user(e.to_string())
+        } else {
+            anyhow::Error::new(e)
+        }
+    })?;
+    for f in r.failures.iter().take(20) {
+        eprintln!("sonograph: not listed: {}: {}", f.id, f.reason);
+    }
+    eprintln!(
+        "sonograph: {} files ({:.1} h of audio) listed in {}, {} could not be read; {:.1} s",
+        r.files,
+        r.audio_seconds / 3600.0,
+        args.out.display(),
+        r.failed,
+        r.wall_seconds
+    );
+    Ok(if r.failed > 0 { EXIT_SOME_FAILED } else { 0 })
+}

@@ -48,6 +48,9 @@ enum Command {
     Bench(BenchArgs),
     /// Turn a corpus (a folder or a manifest) into sharded Parquet; resumable.
     Extract(Box<extract::ExtractArgs>),
+    /// List a folder's audio in a NeMo manifest (path, duration, sample rate, channels), once,
+    /// so that the shards of a job read a slice of it instead of walking the tree.
+    Manifest(extract::ManifestArgs),
     /// List the compute devices (GPUs through wgpu, and the CPU) with their scores and health.
     Devices(gpu_cli::DevicesArgs),
     /// Speech segments of audio files (Silero VAD), as JSON lines.
@@ -188,6 +191,7 @@ fn main() -> ExitCode {
         Command::Presets { name } => presets(name.as_deref()).map(|()| 0),
         Command::Bench(args) => bench(&args).map(|()| 0),
         Command::Extract(args) => extract::extract(&args),
+        Command::Manifest(args) => extract::manifest(&args),
         Command::Devices(args) => gpu_cli::devices(&args).map(|()| 0),
         Command::Vad(args) => model_cli::vad(&args).map(|()| 0),
         Command::Transcribe(args) => model_cli::transcribe(&args),

@@ -667,6 +667,94 @@ fn long_items_are_cut_into_pieces_that_concatenate_to_the_whole() {
     assert!(joined == whole, "pieces differ from the whole file");
 }
 
+/// `sonograph manifest` lists a folder once (sorted as a folder source is, its files' durations
+/// from their headers, a file it cannot read left out and counted), and `extract` of the
+/// manifest gives every file the rows `extract` of the folder gives it.
+#[test]
+fn a_manifest_of_a_folder_extracts_as_the_folder_does() {
+    let tmp = Tmp::new("manifest");
+    let corpus = tmp.path("corpus");
+    let (good, bad) = make_corpus(&corpus, 3);
+    let manifest = tmp.path("list.jsonl");
+    let o = run(&[
+        "manifest",
+        corpus.to_str().unwrap(),
+        "--out",
+        manifest.to_str().unwrap(),
+    ]);
+    // The corpus's empty and garbage files cannot be listed: exit 3, each named. Its truncated
+    // FLAC has a whole header: it is listed, and fails when extracted.
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let listed = good + 1;
+    assert!(
+        stderr(&o).contains(&format!("{listed} files")),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains(&format!("{} could not be read", bad - 1)),
+        "{}",
+        stderr(&o)
+    );
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&manifest)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), listed);
+    let paths: Vec<&str> = lines
+        .iter()
+        .map(|l| l["audio_filepath"].as_str().unwrap())
+        .collect();
+    let mut sorted = paths.clone();
+    sorted.sort();
+    assert_eq!(paths, sorted, "in id order");
+    assert!(
+        paths.iter().all(|p| p.starts_with("corpus/")),
+        "relative to the manifest"
+    );
+    for l in &lines {
+        let path = tmp.path(l["audio_filepath"].as_str().unwrap());
+        let rate = l["sample_rate"].as_u64().unwrap() as u32;
+        let Ok(decoded) = decode_mono(&path, &DecodeOptions::default(), rate) else {
+            assert!(path.ends_with("cut.flac"), "{l}");
+            continue;
+        };
+        let duration = l["duration"].as_f64().unwrap();
+        assert!(
+            (duration - decoded.len() as f64 / f64::from(rate)).abs() < 0.05,
+            "{l}: {} samples decoded",
+            decoded.len()
+        );
+    }
+    let spec = FeatureSpec::preset("kaldi").unwrap();
+    let extract = |source: &Path, out: &str| {
+        let o = run(&[
+            "extract",
+            source.to_str().unwrap(),
+            "--out",
+            tmp.path(out).to_str().unwrap(),
+            "--preset",
+            "kaldi",
+            "--device",
+            "cpu",
+        ]);
+        assert!(
+            matches!(o.status.code(), Some(0) | Some(3)),
+            "{}",
+            stderr(&o)
+        );
+        read_dataset(&tmp.path(out), &spec.spec_id())
+    };
+    let by_folder = extract(&corpus, "folder");
+    let by_manifest = extract(&manifest, "manifest");
+    assert_eq!(by_manifest.len(), good);
+    for ((id, offset), rows) in &by_folder {
+        let listed = (format!("corpus/{id}"), *offset);
+        assert!(by_manifest.get(&listed) == Some(rows), "{id}'s rows differ");
+    }
+}
+
 /// A header that says "short" and lies costs no more than an honest one: a FLAC whose
 /// STREAMINFO claims 10 s of its 90 is read whole only up to --max-seconds, then streamed in
 /// pieces like the honest file, with the same rows (on the executors, where short items are

@@ -21,6 +21,7 @@ pub mod host;
 mod job;
 mod layout;
 pub mod live;
+pub mod manifest;
 pub mod model;
 pub mod options;
 mod report;

@@ -1,0 +1,170 @@
+//! `sonograph manifest`: a NeMo manifest of a folder (one JSON line per audio file: its path,
+//! duration, sample rate and channels), so that a corpus of millions of files is listed once
+//! and every shard of a job reads its slice of the manifest instead of walking the tree. The
+//! folder is walked as a stream in id order, its files' headers read side by side, the lines
+//! written in that order and published whole.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rayon::prelude::*;
+use serde::Serialize;
+use sonograph_io::decode::{AudioReader, DecodeOptions, Limits};
+use sonograph_io::manifest::{walk_sorted, AUDIO_EXTENSIONS};
+use sonograph_io::publish::Draft;
+
+use crate::error::JobError;
+use crate::layout::io_err;
+use crate::report::Failure;
+
+/// Files whose headers are read at once (a window of the walk).
+const WINDOW: usize = 1024;
+
+/// What a manifest lists and where it goes.
+#[derive(Debug, Clone)]
+pub struct ManifestOptions {
+    pub source: PathBuf,
+    pub out: PathBuf,
+    /// Threads reading headers.
+    pub workers: usize,
+    pub limits: Limits,
+}
+
+/// What was listed.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ManifestReport {
+    pub files: u64,
+    pub audio_seconds: f64,
+    pub failed: u64,
+    /// The first 1,000 files that could not be read, with why.
+    pub failures: Vec<Failure>,
+    pub wall_seconds: f64,
+}
+
+/// A line of the manifest (NeMo's keys; `extract` reads `audio_filepath` and `duration`).
+#[derive(Serialize)]
+struct Line<'a> {
+    audio_filepath: &'a str,
+    duration: f64,
+    sample_rate: u32,
+    channels: usize,
+}
+
+/// Writes the manifest of `o.source` to `o.out`.
+pub fn write_manifest(o: &ManifestOptions) -> Result<ManifestReport, JobError> {
+    let started = Instant::now();
+    if !o.source.is_dir() {
+        return Err(JobError::Config(format!(
+            "{}: the source of a manifest is a folder",
+            o.source.display()
+        )));
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(o.workers.clamp(1, *crate::bounds::WORKERS.end()))
+        .build()
+        .map_err(|e| JobError::Internal(e.to_string()))?;
+    // Paths relative to the manifest's folder where the files are under it (a manifest moved
+    // with its corpus, or read on another machine that mounts both elsewhere, still works).
+    let base = o
+        .out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .canonicalize()
+        .map_err(io_err(&o.out))?;
+    let (draft, file) = Draft::create(&o.out).map_err(io_err(&o.out))?;
+    let mut w = std::io::BufWriter::new(file);
+    let mut report = ManifestReport::default();
+    let mut walk = walk_sorted(&o.source, is_audio);
+    loop {
+        let window: Vec<(String, PathBuf)> = walk
+            .by_ref()
+            .take(WINDOW)
+            .collect::<Result<_, _>>()
+            .map_err(JobError::Source)?;
+        if window.is_empty() {
+            break;
+        }
+        let described: Vec<Result<(u32, usize, f64), String>> = pool.install(|| {
+            window
+                .par_iter()
+                .map(|(_, path)| describe(path, &o.limits))
+                .collect()
+        });
+        for ((id, path), d) in window.iter().zip(described) {
+            match d {
+                Ok((sample_rate, channels, duration)) => {
+                    let shown = shown_path(path, &base);
+                    let line = Line {
+                        audio_filepath: &shown,
+                        duration,
+                        sample_rate,
+                        channels,
+                    };
+                    serde_json::to_writer(&mut w, &line)
+                        .map_err(|e| JobError::Internal(e.to_string()))?;
+                    w.write_all(b"\n").map_err(io_err(&o.out))?;
+                    report.files += 1;
+                    report.audio_seconds += duration;
+                }
+                Err(reason) => {
+                    report.failed += 1;
+                    if report.failures.len() < 1000 {
+                        report.failures.push(Failure {
+                            id: id.clone(),
+                            source: path.display().to_string(),
+                            reason,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    let file = w.into_inner().map_err(|e| io_err(&o.out)(e.into_error()))?;
+    draft
+        .sync(file)
+        .and_then(|s| s.publish())
+        .map_err(io_err(&o.out))?;
+    report.wall_seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+fn is_audio(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| AUDIO_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
+}
+
+/// `path` relative to `base` where it is under it, else as it is (absolute).
+fn shown_path(path: &Path, base: &Path) -> String {
+    let full = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    full.strip_prefix(base)
+        .map(Path::to_path_buf)
+        .unwrap_or(full)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A file's rate, channels and duration: the header's length where it declares one, else the
+/// frames of a decode (under the limits).
+fn describe(path: &Path, limits: &Limits) -> Result<(u32, usize, f64), String> {
+    let opts = DecodeOptions {
+        limits: *limits,
+        ..Default::default()
+    };
+    let mut reader = AudioReader::open(path, &opts).map_err(|e| e.to_string())?;
+    let info = reader.info().clone();
+    let frames = match info.declared_frames {
+        Some(n) => n,
+        None => {
+            while reader.next_chunk().map_err(|e| e.to_string())?.is_some() {}
+            reader.frames_read()
+        }
+    };
+    Ok((
+        info.sample_rate,
+        info.channels,
+        frames as f64 / f64::from(info.sample_rate),
+    ))
+}
