@@ -622,70 +622,64 @@ pub struct TarMember {
     pub size: u64,
 }
 
-/// The members of a ustar archive (what `sigmf.archive` writes), every size checked against
-/// the archive's real length before anything is read.
+/// The regular files of a tar archive (what `sigmf.archive` writes; ustar, PAX and GNU long
+/// names, base-256 sizes of members over 8 GiB, through the `tar` crate), every size checked
+/// against the archive's real length before anything is read.
 fn tar_members(f: &mut File, path: &Path) -> Result<Vec<TarMember>, IqError> {
     let total = file_len(f, path)?;
     let bad = |reason: String| IqError::BadMeta {
         path: path.to_path_buf(),
         reason,
     };
+    f.seek(SeekFrom::Start(0))
+        .map_err(|e| bad(format!("cannot read the archive: {e}")))?;
+    let mut archive = tar::Archive::new(&*f);
+    let entries = archive
+        .entries_with_seek()
+        .map_err(|e| bad(format!("cannot read the tar headers: {e}")))?;
     let mut members = Vec::new();
-    let mut pos = 0u64;
-    let mut header = [0u8; 512];
-    while pos + 512 <= total {
-        f.seek(SeekFrom::Start(pos))
-            .and_then(|_| f.read_exact(&mut header))
-            .map_err(|e| bad(format!("cannot read a tar header at byte {pos}: {e}")))?;
-        if header.iter().all(|&b| b == 0) {
-            break;
-        }
-        let field = |a: usize, b: usize| {
-            let raw = &header[a..b];
-            let end = raw.iter().position(|&c| c == 0).unwrap_or(raw.len());
-            String::from_utf8_lossy(&raw[..end]).trim().to_string()
-        };
-        let size_text = field(124, 136);
-        let size = u64::from_str_radix(&size_text, 8).map_err(|_| {
-            bad(format!(
-                "tar header at byte {pos} has no valid size ({size_text:?})"
-            ))
-        })?;
-        let start = pos + 512;
+    for entry in entries {
+        let entry = entry.map_err(|e| bad(format!("a tar header cannot be read: {e}")))?;
+        let start = entry.raw_file_position();
+        let size = entry
+            .header()
+            .entry_size()
+            .map_err(|e| {
+                bad(format!(
+                    "tar header at byte {} has no valid size: {e}",
+                    start.saturating_sub(512)
+                ))
+            })?
+            .max(entry.size());
         if size > total.saturating_sub(start) {
             return Err(IqError::Truncated {
                 path: path.to_path_buf(),
                 reason: format!(
-                    "archive member at byte {pos} claims {size} bytes, the archive has {} left",
+                    "archive member at byte {} claims {size} bytes, the archive has {} left",
+                    start.saturating_sub(512),
                     total.saturating_sub(start)
                 ),
             });
         }
-        let prefix = field(345, 500);
-        let name = field(0, 100);
-        let name = if prefix.is_empty() {
-            name
-        } else {
-            format!("{prefix}/{name}")
-        };
-        let kind = header[156];
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
         let recording = name.ends_with(".sigmf-meta") || name.ends_with(".sigmf-data");
-        if (kind == b'0' || kind == 0) && recording && !plain_member_name(&name) {
+        if recording && !plain_member_name(&name) {
             // A recording's name becomes its id and, joined to the archive's path, the path
             // its messages and rows name: it must stay under the archive and on one line.
             return Err(bad(format!(
-                "tar member at byte {pos} is named {name:?}: a recording's name must be a \
-                 relative path without `..` or control characters"
+                "tar member at byte {} is named {name:?}: a recording's name must be a \
+                 relative path without `..` or control characters",
+                start.saturating_sub(512)
             )));
         }
-        if kind == b'0' || kind == 0 {
-            members.push(TarMember {
-                name,
-                offset: start,
-                size,
-            });
-        }
-        pos = start + size.div_ceil(512) * 512;
+        members.push(TarMember {
+            name,
+            offset: start,
+            size,
+        });
     }
     Ok(members)
 }

@@ -222,11 +222,15 @@ fn archives_read_and_hostile_archives_fail_cleanly() {
         e.contains("set.sigmf: truncated") && e.contains("8000000000"),
         "{e}"
     );
-    // Junk in the size field.
+    // Junk in the size field (the header's checksum then fails too).
     let mut bad = tar_header("x", 1);
     bad[124..136].copy_from_slice(b"zzzzzzzzzzz\0");
     std::fs::write(&archive, &bad).unwrap();
-    assert!(err_of(read_one(&archive)).contains("no valid size"));
+    let e = err_of(read_one(&archive));
+    assert!(
+        e.contains("set.sigmf") && e.contains("cannot be read"),
+        "{e}"
+    );
     // No metadata inside.
     let mut none = Vec::new();
     member(&mut none, "x.txt", b"hello");
@@ -372,7 +376,7 @@ fn recordings_of_folders_and_archives_are_listed_one_by_one() {
     );
     let e = listed[0].1.as_ref().unwrap_err().to_string();
     assert!(
-        e.contains("bad.sigmf") && e.contains("no valid size"),
+        e.contains("bad.sigmf") && e.contains("a tar header cannot be read"),
         "{e}"
     );
     let open = |k: usize| IqReader::open(listed[k].1.as_ref().unwrap(), None, 1 << 20);
@@ -447,4 +451,73 @@ fn extract_sources_list_iq_recordings_beside_audio_when_asked() {
         .unwrap()
         .to_string();
     assert!(e.contains("clip.wav") && e.contains("raw IQ file"), "{e}");
+}
+
+/// Archives of other tar writers: a member name over 100 bytes in a PAX extended header (what
+/// Python's tarfile and GNU tar --format=pax write) and in a GNU long-name entry, both read
+/// under their whole names; and a member whose size is in base-256 (over 8 GiB), whose claim is
+/// checked against the archive's length.
+#[test]
+fn archives_with_pax_and_gnu_long_names_read_whole() {
+    let tmp = Tmp::new("long-names");
+    let base = tmp.0.join("r");
+    let iq = signal(64);
+    write(&base, &iq, WriteType::Cf32);
+    let (meta, data) = sigmf_paths(&base);
+    let (meta, data) = (std::fs::read(meta).unwrap(), std::fs::read(data).unwrap());
+    let long = format!(
+        "{}/capture",
+        "a-rather-long-folder-name-of-a-campaign".repeat(3)
+    );
+    assert!(long.len() > 100);
+    for gnu in [false, true] {
+        let mut builder = tar::Builder::new(Vec::new());
+        for (ext, bytes) in [("sigmf-meta", &meta), ("sigmf-data", &data)] {
+            let name = format!("{long}.{ext}");
+            let mut header = if gnu {
+                tar::Header::new_gnu()
+            } else {
+                tar::Header::new_ustar()
+            };
+            header.set_size(bytes.len() as u64);
+            header.set_mode(0o644);
+            header.set_entry_type(tar::EntryType::Regular);
+            if gnu {
+                // The builder writes a GNU long-name entry for a path over 100 bytes.
+                builder
+                    .append_data(&mut header, &name, bytes.as_slice())
+                    .unwrap();
+            } else {
+                builder
+                    .append_pax_extensions([("path", name.as_bytes())])
+                    .unwrap();
+                header.set_path("short.sigmf-x").unwrap();
+                header.set_cksum();
+                builder.append(&header, bytes.as_slice()).unwrap();
+            }
+        }
+        let archive = tmp.0.join(if gnu { "gnu.sigmf" } else { "pax.sigmf" });
+        std::fs::write(&archive, builder.into_inner().unwrap()).unwrap();
+        let recs = read_one(&archive).unwrap();
+        assert_eq!(recs.len(), 1, "gnu: {gnu}");
+        assert_eq!(recs[0].samples, iq);
+        let name = archive.file_name().unwrap().to_string_lossy().into_owned();
+        assert_eq!(recs[0].id, format!("{name}/{long}"));
+    }
+    // A base-256 size (a member over 8 GiB) that the archive does not hold.
+    let mut header = tar::Header::new_gnu();
+    header.set_path("big.sigmf-data").unwrap();
+    header.set_mode(0o644);
+    header.set_size(20 << 30);
+    header.set_cksum();
+    assert_eq!(header.as_bytes()[124] & 0x80, 0x80, "base-256");
+    let mut bytes = header.as_bytes().to_vec();
+    bytes.extend(vec![0u8; 4096]);
+    let archive = tmp.0.join("big.sigmf");
+    std::fs::write(&archive, &bytes).unwrap();
+    let e = err_of(read_one(&archive));
+    assert!(
+        e.contains("truncated") && e.contains(&(20u64 << 30).to_string()),
+        "{e}"
+    );
 }
