@@ -126,7 +126,8 @@ pub(crate) struct VadArgs {
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum SegmentMode {
-    /// Speech segments of Silero VAD (the --vad flags apply).
+    /// An item longer than --window-s is cut at its speech segments (Silero VAD; the --vad
+    /// flags apply); a shorter one is transcribed whole, as NeMo and onnx-asr transcribe it.
     Vad,
     /// Consecutive windows of --window-s seconds.
     Fixed,
@@ -145,10 +146,12 @@ pub(crate) struct TranscribeArgs {
     /// text, tokens, timestamps).
     #[arg(long)]
     out: PathBuf,
-    /// How long files are cut.
+    /// How items longer than --window-s are cut.
     #[arg(long, value_enum, default_value_t = SegmentMode::Vad)]
     segment: SegmentMode,
-    /// Window length of --segment fixed, in seconds.
+    /// The model's window, in seconds: an item up to this long (by its header) is transcribed
+    /// whole; a longer one is cut (at speech with --segment vad, in windows of this length with
+    /// --segment fixed).
     #[arg(long, default_value_t = 30.0)]
     window_s: f64,
     #[command(flatten)]
@@ -553,7 +556,7 @@ impl Transcriber<'_> {
 /// stderr).
 pub(crate) fn transcribe(args: &TranscribeArgs) -> Result<u8> {
     let params = args.vad.params()?;
-    if args.segment == SegmentMode::Fixed && !(args.window_s.is_finite() && args.window_s > 0.0) {
+    if !(args.window_s.is_finite() && args.window_s > 0.0) {
         return Err(user(format!(
             "--window-s must be > 0, not {}",
             args.window_s
@@ -612,7 +615,18 @@ pub(crate) fn transcribe(args: &TranscribeArgs) -> Result<u8> {
             index += 1;
             Ok(p)
         };
-        match args.segment {
+        // An item that fits the model's window is transcribed whole, whatever the mode: one
+        // window of the fixed cut. (A header that understates the length is cut in windows.)
+        let fits = sonograph_io::AudioReader::open(&item.path, &opts)
+            .ok()
+            .and_then(|r| r.expected_seconds())
+            .is_some_and(|s| s <= args.window_s);
+        let segment = if fits {
+            SegmentMode::Fixed
+        } else {
+            args.segment
+        };
+        match segment {
             SegmentMode::Vad => {
                 stream_vad(&mut segmenters, item, &opts, Some(OUT_RATE), |event| {
                     match event {

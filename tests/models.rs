@@ -385,6 +385,12 @@ fn transcribe_gives_onnx_asrs_transcripts() {
             assert_eq!(row["tokens"], want["tokens"], "{name} item {k}");
             assert_eq!(row["timestamps"], want["timestamps"], "{name} item {k}");
         }
+        // By default (speech segments for long items), items within the model's window are
+        // transcribed whole, as onnx-asr transcribes them: the same transcripts.
+        let default = tmp.path(&format!("{name}-default.jsonl"));
+        let o = transcribe(&corpus, &model, &default, &[]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        assert_eq!(lines(&default), rows, "{name}: the default mode");
         let pq = tmp.path(&format!("{name}.parquet"));
         let o = transcribe(&corpus, &model, &pq, &["--segment", "fixed"]);
         assert!(o.status.success(), "{name}: {}", stderr(&o));
@@ -414,7 +420,13 @@ fn transcribe_by_vad_segments_transcribes_each_cut() {
     let model_dir = repo("crates/model/tests/data/asr/tdt");
     let out = tmp.path("t.jsonl");
     let segs = tmp.path("s.jsonl");
-    let o = transcribe(&input, &model_dir, &out, &["--max-speech-s", "3"]);
+    // A window shorter than the file: it is cut at its speech.
+    let o = transcribe(
+        &input,
+        &model_dir,
+        &out,
+        &["--max-speech-s", "3", "--window-s", "5"],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let o = run(&[
         "vad",
