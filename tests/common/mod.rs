@@ -128,3 +128,11 @@ pub fn has_gpu_adapter() -> bool {
     }
     has_gpu
 }
+
+/// A build without the `gpu` feature has no wgpu adapter to offer, so its tests run the CPU
+/// path alone.
+#[cfg(not(feature = "gpu"))]
+#[allow(dead_code)] // only tests/extract.rs asks in a CPU-only build
+pub fn has_gpu_adapter() -> bool {
+    false
+}
