@@ -18,9 +18,13 @@ pub fn adapters() -> Vec<wgpu::Adapter> {
     pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
 }
 
-/// Opens adapter `gpu:N`, or with `None` the best-scoring one (software included: asking for
-/// a GPU backend is naming it); returns the device and its index.
-pub fn open_adapter(adapter: Option<usize>) -> Result<(GpuDevice, usize), String> {
+/// Opens adapter `gpu:N`, or with `None` the one `score` ranks first (software included:
+/// asking for a GPU backend is naming it); returns the device and its index. (The ranking is
+/// the device registry's, passed in: this module is the wgpu plumbing under it.)
+pub fn open_adapter(
+    adapter: Option<usize>,
+    score: fn(&wgpu::AdapterInfo) -> u32,
+) -> Result<(GpuDevice, usize), String> {
     let adapters = adapters();
     if adapters.is_empty() {
         return Err(
@@ -32,7 +36,7 @@ pub fn open_adapter(adapter: Option<usize>) -> Result<(GpuDevice, usize), String
         Some(i) if i < adapters.len() => i,
         Some(i) => return Err(format!("no adapter gpu:{i} (there are {})", adapters.len())),
         None => (0..adapters.len())
-            .max_by_key(|&i| crate::device::adapter_score(&adapters[i].get_info()))
+            .max_by_key(|&i| score(&adapters[i].get_info()))
             .unwrap_or(0),
     };
     Ok((GpuDevice::open(&adapters[index])?, index))

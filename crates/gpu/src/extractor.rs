@@ -193,7 +193,8 @@ impl GpuBackend {
     /// GPU backend is naming it) and prepares the kernels for `spec`.
     pub fn new(spec: &FeatureSpec, options: &GpuOptions) -> Result<Self, DeviceError> {
         crate::check_spec(spec)?;
-        let (gpu, index) = context::open_adapter(options.adapter).map_err(unavailable)?;
+        let (gpu, index) = context::open_adapter(options.adapter, crate::device::adapter_score)
+            .map_err(unavailable)?;
         Self::on_device(spec, gpu, index, options)
     }
 

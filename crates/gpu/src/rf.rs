@@ -103,7 +103,8 @@ impl RfGpu {
     /// Opens adapter `gpu:N` (or the best one, software included) and compiles the synthesis
     /// kernel.
     pub fn new(adapter: Option<usize>) -> Result<Self, DeviceError> {
-        let (gpu, index) = context::open_adapter(adapter).map_err(unavailable)?;
+        let (gpu, index) =
+            context::open_adapter(adapter, crate::device::adapter_score).map_err(unavailable)?;
         let precision = if gpu.device.features().contains(wgpu::Features::SHADER_F64) {
             Precision::F64
         } else {

@@ -13,6 +13,7 @@ pub mod roots;
 pub mod sigmf;
 pub mod table;
 pub mod transcripts;
+pub mod walk;
 
 use std::path::Path;
 

@@ -17,9 +17,9 @@ use sonograph_rf::sigmf::SigmfMeta;
 use sonograph_rf::Complex32;
 use thiserror::Error;
 
-use crate::manifest::{walk_files, Entry, SourceError};
 use crate::publish::{publish_bytes, Draft, Synced};
 use crate::roots::Roots;
+use crate::walk::walk_sorted;
 
 /// Why an IQ recording could not be read or written. One line, naming the file.
 #[derive(Debug, Error)]
@@ -185,26 +185,21 @@ pub fn list_sources(path: &Path, raw: Option<DataType>) -> Result<Vec<IqSource>,
         strip_sigmf(&s).to_string()
     };
     if path.is_dir() {
-        let entries = walk_files(path, |p| {
+        let walk = walk_sorted(path, |p| {
             is_sigmf_meta(p) || is_archive(p) || raw.is_some() || raw_datatype(p).is_some()
-        })
-        .map_err(|e| match e {
-            SourceError::Io { path, source } => IqError::Open { path, source },
-            other => IqError::Unsupported {
-                path: path.to_path_buf(),
-                reason: other.to_string(),
-            },
-        })?;
+        });
         let mut out = Vec::new();
-        for e in entries {
-            if let Entry::Item(item) = e {
-                // A raw datatype given for a folder applies to files without a known extension
-                // of their own, and SigMF data files are read through their metadata.
-                if item.path.to_string_lossy().ends_with(".sigmf-data") {
-                    continue;
-                }
-                out.push(one(&item.path, strip_sigmf(&item.id).to_string())?);
+        for file in walk {
+            let (id, file) = file.map_err(|e| IqError::Open {
+                path: e.path,
+                source: e.source,
+            })?;
+            // A raw datatype given for a folder applies to files without a known extension of
+            // their own, and SigMF data files are read through their metadata.
+            if file.to_string_lossy().ends_with(".sigmf-data") {
+                continue;
             }
+            out.push(one(&file, strip_sigmf(&id).to_string())?);
         }
         out.sort_by(|a, b| a.id().cmp(b.id()));
         return Ok(out);

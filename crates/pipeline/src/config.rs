@@ -11,7 +11,6 @@ use sonograph_io::Roots;
 use sonograph_model::{VadParams, VadSegmenter};
 
 use crate::error::JobError;
-use crate::options::defaults;
 
 /// Everything a job needs to know.
 #[derive(Debug, Clone)]
@@ -237,6 +236,32 @@ impl JobConfig {
             )));
         }
         Ok(())
+    }
+}
+
+/// The default of every option that has one.
+pub mod defaults {
+    pub const DEVICE: &str = "auto";
+    pub const PREFETCH: usize = 4;
+    pub const BATCH_ITEMS: usize = 16;
+    pub const MAX_SECONDS: f64 = 60.0;
+    pub const CHUNK_SECONDS: f64 = 30.0;
+    pub const PART_MB: usize = 64;
+    pub const MODEL_DEVICE: &str = "cpu";
+    pub const MODEL_BATCH: usize = 16;
+    pub const MODEL_THREADS: usize = 0;
+    /// The preset of a job that names no spec.
+    pub const PRESET: &str = "whisper";
+    pub const MAX_DURATION: f64 = sonograph_io::Limits::DEFAULT.max_seconds;
+    pub const MAX_CHANNELS: usize = sonograph_io::Limits::DEFAULT.max_channels;
+    pub const MAX_SAMPLE_RATE: u32 = sonograph_io::Limits::DEFAULT.max_sample_rate;
+    pub const MAX_SAMPLES: u64 = sonograph_io::sigmf::DEFAULT_MAX_SAMPLES;
+
+    /// Decode threads: one per core.
+    pub fn workers() -> usize {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(*super::bounds::WORKERS.end())
     }
 }
 

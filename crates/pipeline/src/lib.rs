@@ -25,6 +25,7 @@ pub mod manifest;
 pub mod model;
 pub mod options;
 mod report;
+mod sample;
 pub mod segment;
 mod source;
 pub mod stage;
@@ -36,7 +37,7 @@ mod writer;
 pub use batcher::{
     AdaptiveBatcher, BatchDevice, BatchError, BatchInput, BatchOutput, BatchStats, BatcherConfig,
 };
-pub use config::{bounds, IqOptions, JobConfig, ModelConfig};
+pub use config::{bounds, defaults, IqOptions, JobConfig, ModelConfig};
 pub use error::{panic_text, JobError};
 pub use executor::Unit;
 pub use job::{run, run_live, run_with, JobOutcome};
@@ -44,8 +45,7 @@ pub use layout::{OutputLayout, META_DIR};
 pub use live::LiveJob;
 pub use model::{FeatureRows, ModelStage, NoFallback};
 pub use options::{
-    defaults, DtypeChoice, IqFormat, JobOptions, LimitOptions, Plan, PrecisionChoice, SpecChoice,
-    SpecSource,
+    DtypeChoice, IqFormat, JobOptions, LimitOptions, Plan, PrecisionChoice, SpecChoice, SpecSource,
 };
 pub use report::{DepthSample, DeviceReport, Failure, ModelReport, Report, StageTimes};
 pub use stage::{RowOut, RowStage, Stages, UnitStage};

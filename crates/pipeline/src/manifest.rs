@@ -11,8 +11,9 @@ use std::time::Instant;
 use rayon::prelude::*;
 use serde::Serialize;
 use sonograph_io::decode::{AudioReader, DecodeOptions, Limits};
-use sonograph_io::manifest::{walk_sorted, AUDIO_EXTENSIONS};
+use sonograph_io::manifest::AUDIO_EXTENSIONS;
 use sonograph_io::publish::Draft;
+use sonograph_io::walk::walk_sorted;
 
 use crate::error::JobError;
 use crate::layout::io_err;
@@ -82,7 +83,10 @@ pub fn write_manifest(o: &ManifestOptions) -> Result<ManifestReport, JobError> {
             .by_ref()
             .take(WINDOW)
             .collect::<Result<_, _>>()
-            .map_err(JobError::Source)?;
+            .map_err(|e| JobError::Io {
+            path: e.path,
+            source: e.source,
+        })?;
         if window.is_empty() {
             break;
         }

@@ -1,7 +1,7 @@
 //! A dataset job's options as every door takes them: the CLI flattens them into `extract`'s
 //! flags (clap, feature `cli`), the service deserialises a request of them (serde, by the flags'
 //! names), Python converts `extract`'s keyword arguments to them. Each default is written once,
-//! in [`defaults`]; [`JobOptions::plan`] checks them all, in the options' own names, and turns
+//! in `defaults`; [`JobOptions::plan`] checks them all, in the options' own names, and turns
 //! them into the job's [`JobConfig`] and the devices it asks for.
 
 use std::path::PathBuf;
@@ -13,34 +13,8 @@ use sonograph_io::parquet::Dtype;
 use sonograph_io::sigmf::DataType;
 use sonograph_model::{ModelDevice, VadParams};
 
-use crate::config::{IqOptions, JobConfig, ModelConfig};
+use crate::config::{defaults, IqOptions, JobConfig, ModelConfig};
 use crate::error::JobError;
-
-/// The default of every option that has one.
-pub mod defaults {
-    pub const DEVICE: &str = "auto";
-    pub const PREFETCH: usize = 4;
-    pub const BATCH_ITEMS: usize = 16;
-    pub const MAX_SECONDS: f64 = 60.0;
-    pub const CHUNK_SECONDS: f64 = 30.0;
-    pub const PART_MB: usize = 64;
-    pub const MODEL_DEVICE: &str = "cpu";
-    pub const MODEL_BATCH: usize = 16;
-    pub const MODEL_THREADS: usize = 0;
-    /// The preset of a job that names no spec.
-    pub const PRESET: &str = "whisper";
-    pub const MAX_DURATION: f64 = sonograph_io::Limits::DEFAULT.max_seconds;
-    pub const MAX_CHANNELS: usize = sonograph_io::Limits::DEFAULT.max_channels;
-    pub const MAX_SAMPLE_RATE: u32 = sonograph_io::Limits::DEFAULT.max_sample_rate;
-    pub const MAX_SAMPLES: u64 = sonograph_io::sigmf::DEFAULT_MAX_SAMPLES;
-
-    /// Decode threads: one per core.
-    pub fn workers() -> usize {
-        std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(*crate::config::bounds::WORKERS.end())
-    }
-}
 
 /// The arithmetic of the spectral core.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -146,6 +146,17 @@ pub fn lagrange3(x: &[[f64; 2]], t: f64) -> [f64; 2] {
     out
 }
 
+/// `v` rounded to a signed `bits`-bit grid over [-1, 1) (0 bits: as it is), as an ADC of that
+/// many bits would give it; the noise stage's last step on the CPU and on the GPU.
+#[inline(always)]
+pub(crate) fn quantize(v: f32, bits: u32) -> f32 {
+    if bits == 0 {
+        return v;
+    }
+    let scale = (1u32 << (bits - 1)) as f32;
+    ((v * scale + 0.5).floor().clamp(-scale, scale - 1.0)) / scale
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

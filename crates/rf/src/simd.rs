@@ -165,6 +165,6 @@ pub(crate) fn noise(values: &mut [f32], words: &[u32], sigma: f32, bits: u32, ta
         unsafe { _mm256_storeu_ps(v8.as_mut_ptr(), v) };
     }
     for (v, &w) in values[whole..].iter_mut().zip(&words[whole..]) {
-        *v = crate::synth::quantize(*v + sigma * crate::normal::deviate(w), bits);
+        *v = crate::math::quantize(*v + sigma * crate::normal::deviate(w), bits);
     }
 }

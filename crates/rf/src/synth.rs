@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::RfError;
 use crate::features::{occupied_bandwidth, welch, WelchConfig};
-use crate::math::{frac, lagrange3, phasors, sincos_cycles};
+use crate::math::{frac, lagrange3, phasors, quantize, sincos_cycles};
 use crate::modulate::waveform;
 use crate::normal::{deviate, round_sig_f32};
 use crate::philox::{Draws, Rng, Stream};
@@ -325,15 +325,6 @@ pub fn noise_chunk_scalar(chunk: &mut [Complex32], words: &[u32], sigma: f32, bi
         v.re = quantize(v.re + sigma * deviate(pair[0]), bits);
         v.im = quantize(v.im + sigma * deviate(pair[1]), bits);
     }
-}
-
-#[inline(always)]
-pub(crate) fn quantize(v: f32, bits: u32) -> f32 {
-    if bits == 0 {
-        return v;
-    }
-    let scale = (1u32 << (bits - 1)) as f32;
-    ((v * scale + 0.5).floor().clamp(-scale, scale - 1.0)) / scale
 }
 
 /// The in-band bandwidth of a modulation: the 99 % occupied bandwidth of a clean 2^16-sample
