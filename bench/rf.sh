@@ -41,13 +41,13 @@ pgen="$(echo "$peer" | python3 -c 'import json,sys; print(json.load(sys.stdin)["
 pfeat="$(echo "$peer" | python3 -c 'import json,sys; print(json.load(sys.stdin)["features_ms"])')"
 
 out="/dev/shm/sonograph-rf-bench-$$"
-trap 'rm -rf "$out" "$out.parquet"' EXIT
+trap 'rm -rf "$out" "$out.features"' EXIT
 bin="$root/target/release/sonograph"
 t0="$(date +%s.%N)"
 "$bin" synth-iq --count "$count" --samples 200000 --modulation qpsk --snr-db 10 \
   --seed 1 --workers "$cores" --out "$out" 2>/dev/null
 t1="$(date +%s.%N)"
-"$bin" rf-features "$out" --workers "$cores" --out "$out.parquet" 2>/dev/null
+"$bin" rf-features "$out" --workers "$cores" --out "$out.features" 2>/dev/null
 t2="$(date +%s.%N)"
 synth_s="$(echo "$t1 - $t0" | bc -l)"
 feat_s="$(echo "$t2 - $t1" | bc -l)"

@@ -60,15 +60,28 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
     if let Some(w) = &watch {
         w.telemetry.detach_job();
     }
-    let outcome = outcome.map_err(|e| {
-        if e.is_usage() {
-            user(e.to_string())
-        } else {
-            anyhow::Error::new(e)
-        }
-    })?;
+    let outcome = outcome.map_err(job_error)?;
+    Ok(print_outcome(
+        out,
+        &outcome,
+        if spec.is_complex() { "IQ" } else { "audio" },
+    ))
+}
+
+/// A job's error: a usage error (exit 2) where the input or the options are at fault.
+pub(crate) fn job_error(e: sonograph_pipeline::JobError) -> anyhow::Error {
+    if e.is_usage() {
+        user(e.to_string())
+    } else {
+        anyhow::Error::new(e)
+    }
+}
+
+/// Says how a job ended (the first failures, the totals; a feature job's model side) and
+/// gives the exit code: 0, or [`EXIT_SOME_FAILED`] when items failed.
+pub(crate) fn print_outcome(out: &std::path::Path, outcome: &JobOutcome, signal: &str) -> u8 {
     let report = outcome.report();
-    match &outcome {
+    match outcome {
         JobOutcome::AlreadyDone(_) => eprintln!(
             "sonograph: shard {}/{} of {} is already complete ({} items ok, {} failed)",
             report.shard_index,
@@ -100,7 +113,7 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
                 r.items_failed,
                 r.items_resumed,
                 r.audio_seconds,
-                if spec.is_complex() { "IQ" } else { "audio" },
+                signal,
                 r.wall_seconds,
                 r.real_time_factor,
                 r.rows,
@@ -115,11 +128,11 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
             }
         }
     }
-    Ok(match &outcome {
+    match outcome {
         JobOutcome::AlreadyDone(_) => 0,
         JobOutcome::Finished(r) if r.items_failed > 0 => EXIT_SOME_FAILED,
         JobOutcome::Finished(_) => 0,
-    })
+    }
 }
 
 #[derive(Args)]
@@ -148,13 +161,7 @@ pub fn manifest(args: &ManifestArgs) -> Result<u8> {
             .unwrap_or_else(sonograph_pipeline::defaults::workers),
         limits: crate::limits(&args.limits)?,
     };
-    let r = sonograph_pipeline::manifest::write_manifest(&options).map_err(|e| {
-        if e.is_usage() {
-            user(e.to_string())
-        } else {
-            anyhow::Error::new(e)
-        }
-    })?;
+    let r = sonograph_pipeline::manifest::write_manifest(&options).map_err(job_error)?;
     for f in r.failures.iter().take(20) {
         eprintln!("sonograph: not listed: {}: {}", f.id, f.reason);
     }

@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use rayon::prelude::*;
-use sonograph_io::sigmf::{
-    list_sources, read_source, sigmf_paths, write_sigmf, WriteType, DEFAULT_MAX_SAMPLES,
-};
+use sonograph_io::sigmf::{sigmf_paths, write_sigmf, WriteType, DEFAULT_MAX_SAMPLES};
 use sonograph_io::table::{write_table, Column};
-use sonograph_rf::features::{features_with, spectral_features, FeatureConfig, RfFeatures, Welch};
+use sonograph_pipeline::rf_features::{run_rf_features, RfFeaturesJob};
+use sonograph_rf::features::FeatureConfig;
+use sonograph_rf::rows::RowSpec;
 use sonograph_rf::sigmf::{truth_annotation, DataType, SigmfMeta};
 use sonograph_rf::spec::{ModKind, ModulationSpec, Range, SnrDefinition};
 use sonograph_rf::{Complex32, NoiseJob, Synth, SynthSpec, Truth};
@@ -463,7 +463,8 @@ pub struct FeaturesArgs {
     /// A SigMF recording (.sigmf-meta/.sigmf-data), a .sigmf archive, a raw IQ file
     /// (.cf32, .ci16, .cu8, .ci8), or a folder of them.
     source: PathBuf,
-    /// Output Parquet file (with --shard-count N, shard I writes OUT-IIIII-of-NNNNN.parquet).
+    /// Output folder: Parquet parts (one row per recording or window), the ledger and
+    /// report.json under __sonograph/. The same command run again resumes; shards share it.
     #[arg(long)]
     out: PathBuf,
     /// Sample rate of raw files.
@@ -489,9 +490,12 @@ pub struct FeaturesArgs {
     /// Remove each segment's mean before its FFT (scipy's detrend='constant').
     #[arg(long)]
     detrend: bool,
-    /// Largest recording read (complex samples).
+    /// Largest recording read (complex samples); a larger one fails.
     #[arg(long, default_value_t = DEFAULT_MAX_SAMPLES)]
     max_samples: u64,
+    /// Rows per Parquet part (a recording's rows never span two).
+    #[arg(long, default_value_t = sonograph_pipeline::rf_features::DEFAULT_PART_ROWS)]
+    rows_per_part: usize,
     /// Worker threads (default: the cores).
     #[arg(long)]
     workers: Option<usize>,
@@ -500,241 +504,43 @@ pub struct FeaturesArgs {
     device: String,
     #[command(flatten)]
     shard: ShardArgs,
+    /// No progress bar even on a terminal.
+    #[arg(long, env = "SONOGRAPH_NO_PROGRESS")]
+    no_progress: bool,
 }
 
-/// One output row.
-struct Row {
-    id: String,
-    source: String,
-    label: String,
-    truth_snr_db: f64,
-    window: u64,
-    start: u64,
-    samples: u64,
-    sample_rate: f64,
-    features: RfFeatures,
-    psd: Vec<f32>,
-}
-
+/// `sonograph rf-features`: exit 0, 3 when recordings failed (listed in the report), 2 on
+/// bad options.
 pub fn rf_features(args: &FeaturesArgs) -> Result<u8> {
-    let cfg = FeatureConfig {
-        welch: sonograph_rf::WelchConfig {
-            nperseg: args.nperseg,
-            noverlap: args.noverlap.unwrap_or(args.nperseg / 2),
-            detrend: args.detrend,
-            ..Default::default()
-        },
-        calibration_db: args.calibration_db,
-        ..FeatureConfig::default()
-    };
-    cfg.welch.validate().map_err(|e| user(e.to_string()))?;
-    if let Some(fs) = args.sample_rate {
-        if !(fs.is_finite() && fs > 0.0) {
-            return Err(user(format!("--sample-rate {fs} must be positive")));
-        }
-    }
-    let raw = args.format.map(RawFormat::datatype);
-    let (si, sc) = shard(&args.shard)?;
-    let sources = list_sources(&args.source, raw).map_err(|e| user(e.to_string()))?;
-    if sources.is_empty() {
-        return Err(user(format!(
-            "{}: no IQ recordings found",
-            args.source.display()
-        )));
-    }
-    let range = sonograph_io::manifest::shard_range(sources.len(), si, sc);
-    let pool = pool(args.workers)?;
-    let mut gpu = rf_gpu(&args.device)?;
-    let mut rows: Vec<Row> = Vec::new();
-    // Recordings are read and featurised in groups, so memory holds one group at a time.
-    for group in sources[range].chunks(16) {
-        let recs = pool
-            .install(|| {
-                group
-                    .par_iter()
-                    .map(|s| read_source(s, args.sample_rate, args.max_samples))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .map_err(|e| user(e.to_string()))?;
-        // Every window of every recording, in order.
-        let mut windows: Vec<(usize, usize, u64, usize, usize)> = Vec::new(); // (group item, rec, window, start, len)
-        for (g, list) in recs.iter().enumerate() {
-            for (r, rec) in list.iter().enumerate() {
-                let n = rec.samples.len();
-                let w = match args.window_ms {
-                    Some(ms) => {
-                        let w = (ms * rec.sample_rate / 1000.0).round() as usize;
-                        if ms.is_nan() || ms <= 0.0 || w < cfg.welch.nperseg {
-                            return Err(user(format!(
-                                "{}: --window-ms {ms} is {w} samples, fewer than one Welch segment ({})",
-                                rec.path.display(),
-                                cfg.welch.nperseg
-                            )));
-                        }
-                        w
-                    }
-                    None => n,
-                };
-                if n < cfg.welch.nperseg {
-                    return Err(user(format!(
-                        "{}: {n} samples, fewer than one Welch segment ({})",
-                        rec.path.display(),
-                        cfg.welch.nperseg
-                    )));
-                }
-                for k in 0..(n / w) {
-                    windows.push((g, r, k as u64, k * w, w));
-                }
-            }
-        }
-        let computed: Vec<(RfFeatures, Vec<f64>)> = match &mut gpu {
-            None => pool.install(|| {
-                windows
-                    .par_iter()
-                    .map_init(
-                        || Welch::new(&cfg.welch).expect("validated above"),
-                        |welch, &(g, r, _, start, len)| {
-                            let rec = &recs[g][r];
-                            features_with(
-                                welch,
-                                &rec.samples[start..start + len],
-                                rec.sample_rate,
-                                &cfg,
-                            )
-                            .map(|(f, p)| (f, p.density))
-                            .map_err(|e| user(format!("{}: {e}", rec.path.display())))
-                        },
-                    )
-                    .collect::<Result<_>>()
-            })?,
-            Some(g) => {
-                let slices: Vec<&[Complex32]> = windows
-                    .iter()
-                    .map(|&(gi, r, _, start, len)| &recs[gi][r].samples[start..start + len])
-                    .collect();
-                let rates: Vec<f64> = windows
-                    .iter()
-                    .map(|&(gi, r, ..)| recs[gi][r].sample_rate)
-                    .collect();
-                let psds = g
-                    .welch(&slices, &rates, &cfg.welch)
-                    .map_err(|e| user(format!("--device {}: {e}", args.device)))?;
-                pool.install(|| {
-                    slices
-                        .par_iter()
-                        .zip(&rates)
-                        .zip(&psds)
-                        .map(|((iq, &fs), psd)| {
-                            let mut f = RfFeatures::default();
-                            if let Some(i) = iq
-                                .iter()
-                                .position(|v| !(v.re.is_finite() && v.im.is_finite()))
-                            {
-                                return Err(user(format!("sample {i} is not finite")));
-                            }
-                            sonograph_rf::features::sample_features(iq, fs, &cfg, &mut f);
-                            spectral_features(psd, cfg.obw_fraction, &mut f);
-                            Ok((f, psd.density.clone()))
-                        })
-                        .collect::<Result<_>>()
-                })?
-            }
-        };
-        for (&(g, r, k, start, len), (f, psd)) in windows.iter().zip(computed) {
-            let rec = &recs[g][r];
-            let ann = rec.meta.as_ref().and_then(|m| m.annotations.first());
-            rows.push(Row {
-                id: rec.id.clone(),
-                source: rec.path.display().to_string(),
-                label: ann.and_then(|a| a.label.clone()).unwrap_or_default(),
-                truth_snr_db: ann
-                    .and_then(|a| a.extra.get("sonograph:snr_db"))
-                    .and_then(|v| v.as_f64())
-                    .unwrap_or(f64::NAN),
-                window: k,
-                start: start as u64,
-                samples: len as u64,
-                sample_rate: rec.sample_rate,
-                features: f,
-                psd: if args.psd {
-                    psd.iter().map(|&v| v as f32).collect()
-                } else {
-                    Vec::new()
+    use std::io::IsTerminal;
+    let (shard_index, shard_count) = shard(&args.shard)?;
+    let job = RfFeaturesJob {
+        rows: RowSpec {
+            features: FeatureConfig {
+                welch: sonograph_rf::WelchConfig {
+                    nperseg: args.nperseg,
+                    noverlap: args.noverlap.unwrap_or(args.nperseg / 2),
+                    detrend: args.detrend,
+                    ..Default::default()
                 },
-            });
-        }
-    }
-    let out = if sc > 1 {
-        let stem = args.out.with_extension("");
-        PathBuf::from(format!("{}-{si:05}-of-{sc:05}.parquet", stem.display()))
-    } else {
-        args.out.clone()
+                calibration_db: args.calibration_db,
+                ..FeatureConfig::default()
+            },
+            window_ms: args.window_ms,
+            psd: args.psd,
+        },
+        sample_rate: args.sample_rate,
+        raw_format: args.format,
+        max_samples: args.max_samples,
+        workers: args.workers.unwrap_or(0),
+        shard_index,
+        shard_count,
+        part_rows: args.rows_per_part,
+        progress: !args.no_progress && std::io::stderr().is_terminal(),
+        ..RfFeaturesJob::new(args.source.clone(), args.out.clone())
     };
-    write_features(&out, &rows, &cfg, args.psd)?;
-    eprintln!(
-        "sonograph: {} rows from {} recordings written to {}",
-        rows.len(),
-        sources.len(),
-        out.display()
-    );
-    Ok(0)
-}
-
-fn write_features(path: &Path, rows: &[Row], cfg: &FeatureConfig, psd: bool) -> Result<()> {
-    let mut columns = vec![
-        (
-            "id".to_string(),
-            Column::Utf8(rows.iter().map(|r| r.id.clone()).collect()),
-        ),
-        (
-            "source".to_string(),
-            Column::Utf8(rows.iter().map(|r| r.source.clone()).collect()),
-        ),
-        (
-            "label".to_string(),
-            Column::Utf8(rows.iter().map(|r| r.label.clone()).collect()),
-        ),
-        (
-            "truth_snr_db".to_string(),
-            Column::F64(rows.iter().map(|r| r.truth_snr_db).collect()),
-        ),
-        (
-            "window".to_string(),
-            Column::U64(rows.iter().map(|r| r.window).collect()),
-        ),
-        (
-            "start_sample".to_string(),
-            Column::U64(rows.iter().map(|r| r.start).collect()),
-        ),
-        (
-            "num_samples".to_string(),
-            Column::U64(rows.iter().map(|r| r.samples).collect()),
-        ),
-        (
-            "sample_rate".to_string(),
-            Column::F64(rows.iter().map(|r| r.sample_rate).collect()),
-        ),
-    ];
-    for (i, name) in RfFeatures::NAMES.iter().enumerate() {
-        columns.push((
-            name.to_string(),
-            Column::F64(rows.iter().map(|r| r.features.values()[i]).collect()),
-        ));
-    }
-    if psd {
-        columns.push((
-            "psd".to_string(),
-            Column::ListF32(rows.iter().map(|r| r.psd.clone()).collect()),
-        ));
-    }
-    let meta = [(
-        "sonograph.rf_features".to_string(),
-        serde_json::to_string(cfg)?,
-    )];
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| user(format!("{}: cannot create: {e}", dir.display())))?;
-    }
-    write_table(path, &columns, &meta).map_err(|e| user(e.to_string()))?;
-    Ok(())
+    let device =
+        rf_gpu(&args.device)?.map(|g| Box::new(g) as Box<dyn sonograph_rf::rows::PsdDevice>);
+    let outcome = run_rf_features(&job, device).map_err(crate::extract::job_error)?;
+    Ok(crate::extract::print_outcome(&args.out, &outcome, "IQ"))
 }

@@ -160,7 +160,7 @@ fn synth_iq_on_the_gpu_writes_the_cpus_bytes() {
     assert_eq!(files(&gpu), files(&cpu));
 
     // rf-features with the PSD on the GPU: within 1e-5 of the CPU.
-    let (a, b) = (tmp.path("a.parquet"), tmp.path("b.parquet"));
+    let (a, b) = (tmp.path("a"), tmp.path("b"));
     assert!(bin()
         .args(["rf-features"])
         .arg(&cpu)
@@ -179,8 +179,7 @@ fn synth_iq_on_the_gpu_writes_the_cpus_bytes() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    let (ta, _) = read_table(&a).unwrap();
-    let (tb, _) = read_table(&b).unwrap();
+    let (ta, tb) = (read_rows(&a), read_rows(&b));
     for ((name, ca), (_, cb)) in ta.iter().zip(&tb) {
         if let (Column::F64(x), Column::F64(y)) = (ca, cb) {
             for (u, v) in x.iter().zip(y) {
@@ -201,6 +200,42 @@ fn col<'a>(t: &'a [(String, Column)], name: &str) -> &'a Column {
         .find(|c| c.0 == name)
         .unwrap_or_else(|| panic!("no column {name}"))
         .1
+}
+
+/// The rows of an `rf-features` output folder: its parts' columns, part after part.
+fn read_rows(out: &Path) -> Vec<(String, Column)> {
+    let mut parts: Vec<_> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .collect();
+    parts.sort();
+    assert!(!parts.is_empty(), "{}: no parts", out.display());
+    let mut all: Vec<(String, Column)> = Vec::new();
+    for part in parts {
+        let (t, _) = read_table(&part).unwrap();
+        if all.is_empty() {
+            all = t;
+            continue;
+        }
+        for ((name, into), (other, from)) in all.iter_mut().zip(t) {
+            assert_eq!(name, &other, "{}", part.display());
+            match (into, from) {
+                (Column::Utf8(a), Column::Utf8(b)) => a.extend(b),
+                (Column::F64(a), Column::F64(b)) => a.extend(b),
+                (Column::U64(a), Column::U64(b)) => a.extend(b),
+                (Column::ListF32(a), Column::ListF32(b)) => a.extend(b),
+                (a, b) => panic!("{name}: {a:?} then {b:?}"),
+            }
+        }
+    }
+    all
+}
+
+/// The report of a single-shard output folder.
+fn report(out: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(out.join("__sonograph/report.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
 }
 
 #[test]
@@ -252,17 +287,46 @@ fn rf_features_reads_what_synth_wrote_and_windows_it() {
     let tmp = Tmp::new("rf-features");
     let ds = tmp.path("ds");
     assert!(synth(&ds, &[]).status.success());
-    let out = tmp.path("f.parquet");
-    let o = bin()
-        .arg("rf-features")
-        .arg(&ds)
-        .arg("--out")
-        .arg(&out)
-        .args(["--psd", "--calibration-db", "-10"])
-        .output()
-        .unwrap();
+    let out = tmp.path("f");
+    let features = |out: &Path, extra: &[&str]| {
+        bin()
+            .arg("rf-features")
+            .arg(&ds)
+            .arg("--out")
+            .arg(out)
+            .args(["--psd", "--calibration-db", "-10", "--rows-per-part", "5"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let o = features(&out, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let (t, _) = read_table(&out).unwrap();
+    let t = read_rows(&out);
+    let r = report(&out);
+    assert_eq!(
+        (r["items_ok"].as_u64(), r["parts"].as_u64()),
+        (Some(12), Some(3))
+    );
+    // Run again: the shard is complete, and nothing is written twice.
+    let o = features(&out, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("already complete"), "{}", stderr(&o));
+    assert_eq!(read_rows(&out), t);
+    // Two shards into one folder: the same rows.
+    let sharded = tmp.path("sharded");
+    for i in ["1", "0"] {
+        let o = features(&sharded, &["--shard-index", i, "--shard-count", "2"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    assert_eq!(read_rows(&sharded), t, "two shards");
+    // Other settings in the same folder are refused: their rows would mix.
+    let o = features(&out, &["--nperseg", "512"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("belongs to another job"),
+        "{}",
+        stderr(&o)
+    );
     let Column::Utf8(ids) = col(&t, "id") else {
         panic!()
     };
@@ -304,7 +368,7 @@ fn rf_features_reads_what_synth_wrote_and_windows_it() {
         }
     }
     // Windows of 10 ms (2000 samples) at 200 kHz: four per recording.
-    let out2 = tmp.path("w.parquet");
+    let out2 = tmp.path("w");
     let o = bin()
         .arg("rf-features")
         .arg(ds.join("sample-000000001.sigmf-meta"))
@@ -314,7 +378,7 @@ fn rf_features_reads_what_synth_wrote_and_windows_it() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    let (t, _) = read_table(&out2).unwrap();
+    let t = read_rows(&out2);
     let Column::U64(start) = col(&t, "start_sample") else {
         panic!()
     };
@@ -322,7 +386,7 @@ fn rf_features_reads_what_synth_wrote_and_windows_it() {
 
     // A raw file: the committed fixture, against numpy's RSSI and PAPR of it.
     let fixture = repo("tests/rf/noise_tone_dc.cf32");
-    let out3 = tmp.path("raw.parquet");
+    let out3 = tmp.path("raw");
     let o = bin()
         .arg("rf-features")
         .arg(&fixture)
@@ -332,7 +396,7 @@ fn rf_features_reads_what_synth_wrote_and_windows_it() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    let (t, _) = read_table(&out3).unwrap();
+    let t = read_rows(&out3);
     let reference: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(repo("tests/rf/reference.json")).unwrap())
             .unwrap();
@@ -347,6 +411,183 @@ fn rf_features_reads_what_synth_wrote_and_windows_it() {
     assert!((papr[0] - want["papr_db"].as_f64().unwrap()).abs() < 1e-9);
 }
 
+/// A recording that cannot be read (truncated, torn) or is too short is a failure listed in
+/// the report and on stderr (exit 3), and every other recording's rows are written; a run
+/// again leaves the failures as they are.
+#[test]
+fn a_bad_recording_is_listed_and_the_others_written() {
+    let tmp = Tmp::new("rf-failures");
+    let ds = tmp.path("ds");
+    assert!(synth(&ds, &[]).status.success());
+    let clean = tmp.path("clean");
+    let o = bin()
+        .arg("rf-features")
+        .arg(&ds)
+        .arg("--out")
+        .arg(&clean)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let data = ds.join("sample-000000002.sigmf-data");
+    let bytes = std::fs::read(&data).unwrap();
+    std::fs::write(&data, &bytes[..bytes.len() - 3]).unwrap();
+    let meta = ds.join("sample-000000007.sigmf-meta");
+    std::fs::write(&meta, b"{\"global\": ").unwrap();
+    let out = tmp.path("out");
+    for run in 0..2 {
+        let o = bin()
+            .arg("rf-features")
+            .arg(&ds)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let e = stderr(&o);
+        if run == 1 {
+            assert_eq!(o.status.code(), Some(0), "{e}");
+            assert!(
+                e.contains("already complete (10 items ok, 2 failed)"),
+                "{e}"
+            );
+            break;
+        }
+        assert_eq!(o.status.code(), Some(3), "{e}");
+        assert!(
+            e.contains("failed: sample-000000002: ")
+                && e.contains("sample-000000002.sigmf-data: 65533 bytes is not a whole number"),
+            "{e}"
+        );
+        assert!(e.contains("failed: sample-000000007: "), "{e}");
+        assert!(e.contains("10 items ok, 2 failed"), "{e}");
+    }
+    let r = report(&out);
+    let failed: Vec<&str> = r["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(failed, ["sample-000000002", "sample-000000007"]);
+    // The others' rows are the clean run's.
+    let (got, want) = (read_rows(&out), read_rows(&clean));
+    let keep: Vec<usize> = (0..12).filter(|&i| i != 2 && i != 7).collect();
+    for ((name, g), (_, w)) in got.iter().zip(&want) {
+        let picked = match w {
+            Column::Utf8(v) => Column::Utf8(keep.iter().map(|&i| v[i].clone()).collect()),
+            Column::F64(v) => Column::F64(keep.iter().map(|&i| v[i]).collect()),
+            Column::U64(v) => Column::U64(keep.iter().map(|&i| v[i]).collect()),
+            Column::ListF32(v) => Column::ListF32(keep.iter().map(|&i| v[i].clone()).collect()),
+        };
+        assert_eq!(format!("{g:?}"), format!("{picked:?}"), "{name}");
+    }
+}
+
+/// A crash (by failpoint, as kill -9 or a power cut) at each step of publishing each file of
+/// an `rf-features` run — every part, job.json, the report, the completion marker — and the
+/// same command run again gives the rows of a clean run, each recording's once. Needs the
+/// failpoints build: `cargo test --features failpoints --test rf_cli crash_at_any_step`.
+#[cfg(feature = "failpoints")]
+#[test]
+fn rf_features_after_a_crash_at_any_step_of_any_publish_equals_a_clean_run() {
+    use std::os::unix::process::ExitStatusExt;
+    let tmp = Tmp::new("rf-features-crash");
+    let ds = tmp.path("ds");
+    assert!(synth(&ds, &[]).status.success());
+    let run = |out: &Path, failpoints: &str| {
+        bin()
+            .arg("rf-features")
+            .arg(&ds)
+            .arg("--out")
+            .arg(out)
+            .args(["--rows-per-part", "5", "--window-ms", "20"])
+            .env("FAILPOINTS", failpoints)
+            .output()
+            .unwrap()
+    };
+    let clean = tmp.path("clean");
+    assert!(run(&clean, "").status.success());
+    let reference = format!("{:?}", read_rows(&clean));
+    let mut crashes = 0;
+    for point in [
+        "publish-before-sync",
+        "publish-before-rename",
+        "publish-before-dir-sync",
+    ] {
+        for k in 0.. {
+            let out = tmp.path(&format!("{point}-{k}"));
+            let o = run(&out, &format!("{point}={k}*off->return"));
+            if o.status.success() {
+                assert_eq!(k, 7, "{point}: job.json, 4 parts, the report, the marker");
+                break;
+            }
+            assert_eq!(o.status.signal(), Some(6), "{point} #{k}: {}", stderr(&o));
+            crashes += 1;
+            let o = run(&out, "");
+            assert!(o.status.success(), "{point} #{k}: {}", stderr(&o));
+            assert_eq!(format!("{:?}", read_rows(&out)), reference, "{point} #{k}");
+            let leftovers: Vec<String> = std::fs::read_dir(&out)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(".tmp"))
+                .collect();
+            assert!(leftovers.is_empty(), "{point} #{k}: {leftovers:?}");
+        }
+    }
+    assert_eq!(crashes, 21);
+}
+
+/// Memory holds a group of recordings and a part's rows, not the corpus: peak RSS over
+/// 10,000 recordings is within a few MiB of that over 1,000.
+#[test]
+fn rf_features_memory_is_flat_in_the_number_of_recordings() {
+    let tmp = Tmp::new("rf-features-flat");
+    let mut peaks = Vec::new();
+    for count in [1_000usize, 10_000] {
+        let ds = tmp.path(&format!("ds-{count}"));
+        std::fs::create_dir_all(&ds).unwrap();
+        // Raw cf32 files of 512 samples: a noisy tone, different in each file.
+        for i in 0..count {
+            let bytes: Vec<u8> = (0..512)
+                .flat_map(|n| {
+                    let phase = 0.1 * n as f32 + i as f32;
+                    let noise = ((n * 7919 + i * 104_729) % 1000) as f32 / 1e4;
+                    [phase.cos() + noise, phase.sin() - noise]
+                })
+                .flat_map(f32::to_le_bytes)
+                .collect();
+            std::fs::write(ds.join(format!("r{i:05}.cf32")), bytes).unwrap();
+        }
+        let out = tmp.path(&format!("out-{count}"));
+        let o = bin()
+            .arg("rf-features")
+            .arg(&ds)
+            .arg("--out")
+            .arg(&out)
+            .args([
+                "--sample-rate",
+                "1e5",
+                "--nperseg",
+                "128",
+                "--rows-per-part",
+                "500",
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let r = report(&out);
+        assert_eq!(r["items_ok"].as_u64(), Some(count as u64));
+        assert_eq!(r["rows"].as_u64(), Some(count as u64));
+        peaks.push(r["peak_rss_mb"].as_f64().unwrap());
+    }
+    // The source list (about 200 bytes a recording) is all that grows: 2 MB more.
+    assert!(
+        peaks[1] < peaks[0] + 8.0,
+        "peak RSS: 1,000 recordings {:.1} MiB, 10,000 {:.1} MiB",
+        peaks[0],
+        peaks[1]
+    );
+}
+
 #[test]
 fn bad_input_exits_2_with_one_line_naming_the_file() {
     let tmp = Tmp::new("rf-bad");
@@ -359,27 +600,26 @@ fn bad_input_exits_2_with_one_line_naming_the_file() {
         assert!(e.contains(want), "{args:?}: {e}");
         assert_eq!(e.trim_end().lines().count(), 1, "{e}");
     };
-    let out = tmp.path("x.parquet");
+    let out = tmp.path("x");
     let out = out.to_str().unwrap();
-    // A truncated data file.
-    let data = ds.join("sample-000000002.sigmf-data");
-    let bytes = std::fs::read(&data).unwrap();
-    std::fs::write(&data, &bytes[..bytes.len() - 3]).unwrap();
-    check(
-        &["rf-features", ds.to_str().unwrap(), "--out", out],
-        "sample-000000002.sigmf-data: 65533 bytes is not a whole number",
-    );
-    std::fs::write(&data, &bytes[..bytes.len() - 8]).unwrap();
-    check(
-        &["rf-features", ds.to_str().unwrap(), "--out", out],
-        "sample-000000002.sigmf-data: truncated",
-    );
-    // A raw file without its rate; an unknown modulation; another dataset in the folder.
+    // A raw file without its rate: the job's error, before anything is written.
     let raw = tmp.path("r.cf32");
     std::fs::write(&raw, vec![0u8; 8 * 4096]).unwrap();
     check(
         &["rf-features", raw.to_str().unwrap(), "--out", out],
         "r.cf32: a raw IQ file needs --sample-rate",
+    );
+    assert!(!Path::new(out).exists());
+    check(
+        &[
+            "rf-features",
+            raw.to_str().unwrap(),
+            "--out",
+            out,
+            "--window-ms",
+            "nan",
+        ],
+        "window_ms: must be positive",
     );
     let o = bin()
         .args([

@@ -246,7 +246,11 @@ def test_ctrl_c_stops_extract_resumably(tmp_path):
     out = tmp_path / "out"
     script = ("import sonograph, sys\n"
               "try:\n"
-              f"    sonograph.extract({str(corpus)!r}, {str(out)!r}, device='cpu', workers=1)\n"
+              # Parts of 1 MiB: the first is out long before the job could end, however
+              # loaded the machine (with 64 MiB parts it came near the end, and the job
+              # could finish before the interrupt was seen).
+              f"    sonograph.extract({str(corpus)!r}, {str(out)!r}, device='cpu', workers=1,"
+              " part_mb=1)\n"
               "except KeyboardInterrupt:\n"
               "    sys.exit(42)\n")
     job = subprocess.Popen([sys.executable, "-c", script])
@@ -259,5 +263,5 @@ def test_ctrl_c_stops_extract_resumably(tmp_path):
     assert job.wait(timeout=30) == 42
     assert time.monotonic() - sent < 5, "Ctrl-C must stop the job at its next batch"
     assert ledger.is_dir()
-    report = sonograph.extract(corpus, out, device="cpu")
+    report = sonograph.extract(corpus, out, device="cpu", part_mb=1)
     assert report["items_ok"] == 400 and 0 < report["items_resumed"] < 400, report["items_resumed"]

@@ -151,10 +151,7 @@ impl JobConfig {
             )));
         }
         within("part-mb", config.part_mb, bounds::PART_MB)?;
-        within("shard-count", config.shard_count, bounds::SHARD_COUNT)?;
-        if config.shard_index >= config.shard_count {
-            return bad("shard-index must be below shard-count");
-        }
+        check_shard(config.shard_index, config.shard_count)?;
         config.limits.validate().map_err(JobError::Config)?;
         if let Some(rate) = config.iq.sample_rate {
             within("sample-rate", rate, bounds::IQ_SAMPLE_RATE)?;
@@ -298,6 +295,17 @@ pub mod bounds {
 
 /// `value` within `range`, or the job's one-line refusal naming the option (NaN is within no
 /// range).
+/// A shard of a job: a count within bounds, an index below it.
+pub(crate) fn check_shard(index: usize, count: usize) -> Result<(), JobError> {
+    within("shard-count", count, bounds::SHARD_COUNT)?;
+    if index >= count {
+        return Err(JobError::Config(
+            "shard-index must be below shard-count".into(),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn within<T: PartialOrd + std::fmt::Display>(
     name: &str,
     value: T,

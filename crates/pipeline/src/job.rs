@@ -10,7 +10,6 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 use sonograph_dsp::Extractor;
-use sonograph_io::ledger::Ledger;
 use sonograph_io::ledger::LedgerReader;
 use sonograph_io::manifest::Entry;
 use sonograph_io::parquet::PartMeta;
@@ -19,7 +18,7 @@ use crate::config::JobConfig;
 use crate::decode::{decode_worker, LongItems};
 use crate::error::JobError;
 use crate::executor::{run_executor, ExecutorStats, Unit};
-use crate::layout::{check_job_shape, io_err, read_report, write_json_atomically, OutputLayout};
+use crate::layout::{feature_job_shape, finish_output, open_output, Opened, OutputLayout};
 use crate::live::{LiveJob, Queue};
 use crate::model::ModelStage;
 use crate::report::{peak_rss_mb, Failure, ModelReport, Report, StageTimes};
@@ -119,10 +118,6 @@ fn run_stages(
         config.shard_count,
     )?;
     source.check_unique_ids()?;
-    let layout = OutputLayout::new(&config.out, config.shard_index, config.shard_count);
-    layout.confine(&config.roots)?;
-    std::fs::create_dir_all(&layout.meta_dir).map_err(io_err(&layout.meta_dir))?;
-    layout.confine(&config.roots)?;
     if let Some(model) = &config.model {
         // onnxruntime opens the model by its path: checked beneath the roots just before.
         config
@@ -130,27 +125,20 @@ fn run_stages(
             .check(&model.path)
             .map_err(|e| JobError::Config(format!("model: {e}")))?;
     }
-    check_job_shape(&layout, config, &spec_id)?;
-    // One process per shard: a second one (a requeued task, a duplicate pod) would write the
-    // same part numbers.
-    let lock_path = layout
-        .meta_dir
-        .join(format!("shard-{:05}.lock", config.shard_index));
-    let lock = std::fs::File::create(&lock_path).map_err(io_err(&lock_path))?;
-    if lock.try_lock().is_err() {
-        return Err(JobError::Config(format!(
-            "{}: another process is running shard {} of this folder",
-            lock_path.display(),
-            config.shard_index
-        )));
-    }
+    let layout = OutputLayout::new(&config.out, config.shard_index, config.shard_count);
+    let shape = feature_job_shape(config, &spec_id)?;
+    let (ledger, _lock) = match open_output(
+        &layout,
+        &config.roots,
+        &shape,
+        &spec_id,
+        config.shard_index,
+        config.shard_count,
+    )? {
+        Opened::Done(report) => return Ok(JobOutcome::AlreadyDone(*report)),
+        Opened::Run { ledger, lock } => (ledger, lock),
+    };
     let shard = format!("{}/{}", config.shard_index, config.shard_count);
-    let ledger = Ledger::open(&layout.ledger, &layout.out, &spec_id, &shard)?;
-    if layout.done_marker.exists() {
-        if let Some(report) = read_report(&layout.report) {
-            return Ok(JobOutcome::AlreadyDone(report));
-        }
-    }
     let settled_before = ledger.done_count()? + ledger.failed_count()?;
     let todo = (source.len() as u64).saturating_sub(settled_before);
     live.set_items(source.len() as u64, settled_before);
@@ -391,23 +379,7 @@ fn run_stages(
         peak_rss_mb: peak_rss_mb(),
         failures,
     };
-    write_json_atomically(&layout.report, &report)?;
-    let undone =
-        report.items_total - (report.items_ok + report.items_failed).min(report.items_total);
-    if undone > 0 && live.is_canceled() {
-        return Err(JobError::Canceled { undone });
-    }
-    if undone > 0 {
-        // No item is lost: without the marker, the same command runs them again.
-        return Err(JobError::Internal(format!(
-            "{undone} items were left undone (see the log); run the same command again to finish them"
-        )));
-    }
-    sonograph_io::publish::publish_bytes(
-        &layout.done_marker,
-        format!("{}\n", report.spec_id).as_bytes(),
-    )
-    .map_err(io_err(&layout.done_marker))?;
+    finish_output(&layout, &report, live.is_canceled())?;
     Ok(JobOutcome::Finished(report))
 }
 

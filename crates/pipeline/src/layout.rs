@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use sonograph_io::ledger::Ledger;
+
 use crate::config::JobConfig;
 use crate::error::JobError;
 use crate::report::Report;
@@ -77,15 +79,13 @@ impl OutputLayout {
 /// Name of the folder inside the output that holds everything but the parts.
 pub const META_DIR: &str = "__sonograph";
 
-/// Records the job's spec and shard count in `job.json` the first time, and refuses a run
-/// that disagrees: shards of different counts would write parts of the same names.
-pub(crate) fn check_job_shape(
-    layout: &OutputLayout,
+/// The shape of a feature job: everything that changes which rows exist or how they are
+/// stored, which every run on the folder must share (a resume with other values would mix
+/// pieces of different lengths or parts of different types).
+pub(crate) fn feature_job_shape(
     config: &JobConfig,
     spec_id: &str,
-) -> Result<(), JobError> {
-    // Everything that changes which rows exist or how they are stored: a resume with other
-    // values would mix pieces of different lengths or parts of different types.
+) -> Result<serde_json::Value, JobError> {
     let mut shape = serde_json::json!({
         "spec_id": spec_id,
         "shard_count": config.shard_count,
@@ -113,6 +113,54 @@ pub(crate) fn check_job_shape(
         let library = rt.library().file_name().unwrap_or_default();
         shape["onnxruntime"] = library.to_string_lossy().into_owned().into();
     }
+    Ok(shape)
+}
+
+/// An output folder opened for a run of one shard.
+pub(crate) enum Opened {
+    /// The shard's completion marker and report are there: nothing to do.
+    Done(Box<Report>),
+    /// The shard's ledger, and the lock that keeps a second process (a requeued task, a
+    /// duplicate pod, which would write the same part numbers) off the shard while it runs.
+    Run { ledger: Ledger, lock: std::fs::File },
+}
+
+/// Opens `layout` for a run of shard `shard_index` of `shard_count` of a job of `shape`
+/// whose rows are `spec_id`: creates the folder (beneath `roots`), claims the shape in
+/// job.json (or refuses a run that disagrees with it), locks the shard and opens its ledger.
+pub(crate) fn open_output(
+    layout: &OutputLayout,
+    roots: &sonograph_io::Roots,
+    shape: &serde_json::Value,
+    spec_id: &str,
+    shard_index: usize,
+    shard_count: usize,
+) -> Result<Opened, JobError> {
+    layout.confine(roots)?;
+    std::fs::create_dir_all(&layout.meta_dir).map_err(io_err(&layout.meta_dir))?;
+    layout.confine(roots)?;
+    claim_job_shape(layout, shape)?;
+    let lock_path = layout.meta_dir.join(format!("shard-{shard_index:05}.lock"));
+    let lock = std::fs::File::create(&lock_path).map_err(io_err(&lock_path))?;
+    if lock.try_lock().is_err() {
+        return Err(JobError::Config(format!(
+            "{}: another process is running shard {shard_index} of this folder",
+            lock_path.display(),
+        )));
+    }
+    let shard = format!("{shard_index}/{shard_count}");
+    let ledger = Ledger::open(&layout.ledger, &layout.out, spec_id, &shard)?;
+    if layout.done_marker.exists() {
+        if let Some(report) = read_report(&layout.report) {
+            return Ok(Opened::Done(Box::new(report)));
+        }
+    }
+    Ok(Opened::Run { ledger, lock })
+}
+
+/// Records the job's shape in `job.json` the first time, and refuses a run that disagrees:
+/// shards of different counts would write parts of the same names.
+fn claim_job_shape(layout: &OutputLayout, shape: &serde_json::Value) -> Result<(), JobError> {
     let text = format!("{shape}\n");
     // Linked into place only where no job.json is: `job.json` either does not exist or is
     // complete and on the disk, whatever instant a process dies at, and two shards racing to
@@ -133,13 +181,38 @@ pub(crate) fn check_job_shape(
     let found = std::fs::read_to_string(&layout.job).map_err(io_err(&layout.job))?;
     let found: serde_json::Value = serde_json::from_str(&found)
         .map_err(|e| JobError::Config(format!("{}: unreadable: {e}", layout.job.display())))?;
-    if found == shape {
+    if &found == shape {
         return Ok(());
     }
     Err(JobError::Config(format!(
         "{}: this output folder belongs to another job ({found}); this run is {shape}; use another folder or the same settings",
         layout.out.display()
     )))
+}
+
+/// Ends a shard's run: writes its report, and marks the shard done unless items were left
+/// undone (then the same command runs them again; none is lost).
+pub(crate) fn finish_output(
+    layout: &OutputLayout,
+    report: &Report,
+    canceled: bool,
+) -> Result<(), JobError> {
+    write_json_atomically(&layout.report, report)?;
+    let undone =
+        report.items_total - (report.items_ok + report.items_failed).min(report.items_total);
+    if undone > 0 && canceled {
+        return Err(JobError::Canceled { undone });
+    }
+    if undone > 0 {
+        return Err(JobError::Internal(format!(
+            "{undone} items were left undone (see the log); run the same command again to finish them"
+        )));
+    }
+    sonograph_io::publish::publish_bytes(
+        &layout.done_marker,
+        format!("{}\n", report.spec_id).as_bytes(),
+    )
+    .map_err(io_err(&layout.done_marker))
 }
 
 pub(crate) fn io_err(path: &Path) -> impl Fn(std::io::Error) -> JobError + '_ {
@@ -149,11 +222,11 @@ pub(crate) fn io_err(path: &Path) -> impl Fn(std::io::Error) -> JobError + '_ {
     }
 }
 
-pub(crate) fn read_report(path: &Path) -> Option<Report> {
+fn read_report(path: &Path) -> Option<Report> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
 }
 
-pub(crate) fn write_json_atomically(path: &Path, report: &Report) -> Result<(), JobError> {
+fn write_json_atomically(path: &Path, report: &Report) -> Result<(), JobError> {
     let text =
         serde_json::to_string_pretty(report).map_err(|e| JobError::Internal(e.to_string()))?;
     sonograph_io::publish::publish_bytes(path, text.as_bytes()).map_err(io_err(path))

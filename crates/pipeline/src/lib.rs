@@ -25,6 +25,7 @@ pub mod manifest;
 pub mod model;
 pub mod options;
 mod report;
+pub mod rf_features;
 mod sample;
 pub mod segment;
 mod source;

@@ -19,6 +19,7 @@ mod ndtri_table;
 pub mod normal;
 pub mod philox;
 mod pool;
+pub mod rows;
 pub mod sigmf;
 #[cfg(target_arch = "x86_64")]
 mod simd;
