@@ -72,6 +72,23 @@ pub mod rf {
     }
 }
 
+/// `rf-features` jobs compute their windows' PSDs here, through rf's device trait (in both
+/// builds: the stand-in cannot be constructed).
+impl sonograph_rf::rows::PsdDevice for rf::RfGpu {
+    fn name(&self) -> String {
+        self.device().to_string()
+    }
+
+    fn welch(
+        &mut self,
+        windows: &[&[sonograph_rf::Complex32]],
+        rates: &[f64],
+        cfg: &sonograph_rf::WelchConfig,
+    ) -> Result<Vec<sonograph_rf::Psd>, String> {
+        rf::RfGpu::welch(self, windows, rates, cfg).map_err(|e| e.to_string())
+    }
+}
+
 pub use device::{DeviceInfo, DeviceRegistry, DeviceSelection, DeviceState, DeviceType, Selected};
 pub use error::GpuError;
 #[cfg(feature = "gpu")]

@@ -99,22 +99,6 @@ fn unavailable(msg: impl Into<String>) -> DeviceError {
     DeviceError::Unavailable(msg.into())
 }
 
-/// `rf-features` jobs compute their windows' PSDs here through the pipeline's device trait.
-impl sonograph_rf::rows::PsdDevice for RfGpu {
-    fn name(&self) -> String {
-        self.device().to_string()
-    }
-
-    fn welch(
-        &mut self,
-        windows: &[&[Complex32]],
-        rates: &[f64],
-        cfg: &WelchConfig,
-    ) -> Result<Vec<Psd>, String> {
-        RfGpu::welch(self, windows, rates, cfg).map_err(|e| e.to_string())
-    }
-}
-
 impl RfGpu {
     /// Opens adapter `gpu:N` (or the best one, software included) and compiles the synthesis
     /// kernel.

@@ -17,6 +17,7 @@ use crate::config::{defaults, IqOptions, JobConfig, ModelConfig};
 use crate::error::JobError;
 
 /// The arithmetic of the spectral core.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
@@ -39,6 +40,7 @@ impl PrecisionChoice {
 }
 
 /// How the features column is stored.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
@@ -58,6 +60,7 @@ impl From<DtypeChoice> for Dtype {
 }
 
 /// The sample type of raw IQ files whose extension does not say it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
@@ -229,6 +232,7 @@ impl LimitOptions {
 /// Every option of a dataset job (`sonograph extract`, `POST /api/v1/jobs`,
 /// `sonograph.extract`), by the names of `extract`'s flags. A request or a keyword argument
 /// that is not one of them is refused, never ignored.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
@@ -237,9 +241,11 @@ pub struct JobOptions {
     /// (id,path[,offset,duration]); for IQ specs, a SigMF recording (.sigmf-meta/.sigmf-data),
     /// a .sigmf archive, a raw IQ file (.cf32, .ci16, .cu8, .ci8), or a folder of them.
     #[cfg_attr(feature = "cli", arg(value_name = "SOURCE"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, required = true, min_length = 1))]
     pub source: PathBuf,
     /// Output folder: Parquet parts, and __sonograph/ (ledger, report).
     #[cfg_attr(feature = "cli", arg(long, env = "SONOGRAPH_OUT"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, required = true, min_length = 1))]
     pub out: PathBuf,
     /// Named preset (see `sonograph presets`).
     #[cfg_attr(
@@ -252,6 +258,7 @@ pub struct JobOptions {
         feature = "cli",
         arg(long, env = "SONOGRAPH_SPEC", value_name = "FILE")
     )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub spec: Option<SpecSource>,
     /// Override the number of mel bands.
     #[cfg_attr(feature = "cli", arg(long, env = "SONOGRAPH_N_MELS"))]
@@ -357,6 +364,7 @@ pub struct JobOptions {
     /// `audio_signal` and `length`) and write its outputs in the columns model_frames,
     /// model_dim and model_outputs. Needs onnxruntime (see the README).
     #[cfg_attr(feature = "cli", arg(long, env = "SONOGRAPH_MODEL"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub model: Option<PathBuf>,
     /// Where the model runs: cpu (the default), or gpu / gpu:N (onnxruntime's CUDA provider:
     /// a build with the `cuda` feature, and onnxruntime-gpu loaded).

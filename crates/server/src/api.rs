@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
@@ -33,6 +34,7 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route("/health", get(health))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics_text))
+        .route("/api/v1/openapi.json", get(openapi))
         .route("/api/v1/status", get(status))
         .route("/api/v1/jobs", get(list_jobs).post(submit_job))
         .route("/api/v1/plan", axum::routing::post(plan_job))
@@ -44,6 +46,37 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .layer(middleware::from_fn_with_state(app.clone(), authorize))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(app)
+}
+
+/// The jobs API as OpenAPI 3.1, generated from the handlers and the request type
+/// ([`JobOptions`]) they read: what a client generator or schemathesis reads.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "sonograph",
+        description = "Audio and RF features as a service: jobs on a queue, their plans, \
+                       devices, telemetry and alerts. Paths are confined to the service's data \
+                       roots; a spec is given as an object (the service reads no spec files)."
+    ),
+    paths(
+        health, ready, status, list_jobs, submit_job, plan_job, get_job, cancel_job, alerts,
+        telemetry
+    ),
+    components(schemas(JobOptions, ErrorBody))
+)]
+pub struct ApiDoc;
+
+/// The answer of every error: `{"error": reason}`.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // read by the OpenAPI description only
+struct ErrorBody {
+    /// Why, in one line.
+    error: String,
+}
+
+async fn openapi() -> Response {
+    use utoipa::OpenApi;
+    Json(ApiDoc::openapi()).into_response()
 }
 
 async fn not_found() -> ApiError {
@@ -169,10 +202,15 @@ async fn dashboard() -> impl IntoResponse {
     ([(header::CACHE_CONTROL, "no-store")], Html(DASHBOARD))
 }
 
+#[utoipa::path(get, path = "/health", tag = "service",
+    responses((status = 200, description = "the process serves", body = Object)))]
 async fn health() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
+#[utoipa::path(get, path = "/ready", tag = "service",
+    responses((status = 200, description = "ready for jobs", body = Object),
+              (status = 503, description = "not ready, and why", body = Object)))]
 async fn ready(State(app): Shared) -> Response {
     match app.is_ready() {
         Ok(()) => Json(json!({ "status": "ready" })).into_response(),
@@ -208,6 +246,8 @@ async fn metrics_text(State(app): Shared) -> Result<Response, ApiError> {
     Ok(([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response())
 }
 
+#[utoipa::path(get, path = "/api/v1/status", tag = "service",
+    responses((status = 200, description = "version, devices, pools, running job, configuration", body = Object), (status = 401, description = "a token is required and was not given", body = ErrorBody)))]
 async fn status(State(app): Shared) -> Json<Value> {
     let latest = app.telemetry.latest();
     let running = app
@@ -247,6 +287,12 @@ async fn status(State(app): Shared) -> Json<Value> {
     }))
 }
 
+/// A job's id from its path, or the API's 400 answer (not axum's plain-text one).
+fn job_id(id: Result<Path<i64>, PathRejection>) -> Result<i64, ApiError> {
+    id.map(|Path(id)| id)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))
+}
+
 fn jobs_of(app: &App) -> Result<&crate::JobStore, ApiError> {
     app.jobs.as_deref().ok_or_else(|| {
         ApiError::new(
@@ -256,6 +302,9 @@ fn jobs_of(app: &App) -> Result<&crate::JobStore, ApiError> {
     })
 }
 
+#[utoipa::path(get, path = "/api/v1/jobs", tag = "jobs",
+    responses((status = 200, description = "every job, newest first", body = Object),
+              (status = 404, description = "no jobs API here", body = ErrorBody), (status = 401, description = "a token is required and was not given", body = ErrorBody)))]
 async fn list_jobs(State(app): Shared) -> Result<Json<Value>, ApiError> {
     tokio::task::spawn_blocking(move || {
         let jobs = jobs_of(&app)?.list()?;
@@ -265,7 +314,16 @@ async fn list_jobs(State(app): Shared) -> Result<Json<Value>, ApiError> {
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
 }
 
-async fn get_job(State(app): Shared, Path(id): Path<i64>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs",
+    params(("id" = i64, Path, description = "the job's id")),
+    responses((status = 200, description = "the job, its state and report", body = Object),
+              (status = 400, description = "an id that is not a number", body = ErrorBody),
+              (status = 404, description = "no such job", body = ErrorBody), (status = 401, description = "a token is required and was not given", body = ErrorBody)))]
+async fn get_job(
+    State(app): Shared,
+    id: Result<Path<i64>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let id = job_id(id)?;
     tokio::task::spawn_blocking(move || match jobs_of(&app)?.get(id)? {
         Some(job) => Ok(Json(serde_json::to_value(job).unwrap_or(Value::Null))),
         None => Err(ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}"))),
@@ -274,7 +332,18 @@ async fn get_job(State(app): Shared, Path(id): Path<i64>) -> Result<Json<Value>,
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
 }
 
-async fn cancel_job(State(app): Shared, Path(id): Path<i64>) -> Result<Response, ApiError> {
+#[utoipa::path(delete, path = "/api/v1/jobs/{id}", tag = "jobs",
+    params(("id" = i64, Path, description = "the job's id")),
+    responses((status = 200, description = "a queued job, canceled", body = Object),
+              (status = 202, description = "a running job, stopping at its next batch", body = Object),
+              (status = 400, description = "an id that is not a number", body = ErrorBody),
+              (status = 404, description = "no such job", body = ErrorBody),
+              (status = 409, description = "the job has ended already", body = ErrorBody), (status = 401, description = "a token is required and was not given", body = ErrorBody)))]
+async fn cancel_job(
+    State(app): Shared,
+    id: Result<Path<i64>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let id = job_id(id)?;
     tokio::task::spawn_blocking(move || {
         let jobs = jobs_of(&app)?;
         match jobs.cancel(id)? {
@@ -362,11 +431,25 @@ fn accept(app: &App, body: &[u8]) -> Result<(JobOptions, crate::jobs::Planned), 
 
 /// `POST /api/v1/plan`: the job a request describes, every default filled in and every
 /// option resolved, as `extract --plan` prints it; nothing is queued.
+#[utoipa::path(post, path = "/api/v1/plan", tag = "jobs", request_body = JobOptions,
+    responses((status = 200, description = "the planned job: its options with every default, and what they resolve to", body = Object),
+              (status = 400, description = "options that cannot make a job, and why", body = ErrorBody),
+              (status = 403, description = "a path outside the data roots", body = ErrorBody),
+              (status = 413, description = "a body over the limit", body = ErrorBody),
+              (status = 415, description = "a body that is not JSON", body = ErrorBody), (status = 401, description = "a token is required and was not given", body = ErrorBody)))]
 async fn plan_job(State(app): Shared, body: Bytes) -> Result<Response, ApiError> {
     let (_, planned) = accept(&app, &body)?;
     Ok(Json(planned.plan.describe()).into_response())
 }
 
+#[utoipa::path(post, path = "/api/v1/jobs", tag = "jobs", request_body = JobOptions,
+    responses((status = 201, description = "queued: its id (and Location)", body = Object),
+              (status = 400, description = "options that cannot make a job, and why", body = ErrorBody),
+              (status = 403, description = "a path outside the data roots", body = ErrorBody),
+              (status = 404, description = "no jobs API here", body = ErrorBody),
+              (status = 413, description = "a body over the limit", body = ErrorBody),
+              (status = 415, description = "a body that is not JSON", body = ErrorBody),
+              (status = 503, description = "shutting down", body = ErrorBody), (status = 401, description = "a token is required and was not given", body = ErrorBody)))]
 async fn submit_job(State(app): Shared, body: Bytes) -> Result<Response, ApiError> {
     jobs_of(&app)?;
     if app.stopping.load(std::sync::atomic::Ordering::SeqCst) {
@@ -393,6 +476,8 @@ async fn submit_job(State(app): Shared, body: Bytes) -> Result<Response, ApiErro
     Ok(response)
 }
 
+#[utoipa::path(get, path = "/api/v1/alerts", tag = "service",
+    responses((status = 200, description = "alerts, active and ended", body = Object), (status = 401, description = "a token is required and was not given", body = ErrorBody)))]
 async fn alerts(State(app): Shared) -> Json<Value> {
     let all = app.telemetry.alerts();
     let active = all.iter().filter(|a| a.ended.is_none()).count();
@@ -408,6 +493,10 @@ struct TelemetryQuery {
     token: Option<String>,
 }
 
+#[utoipa::path(get, path = "/api/v1/telemetry", tag = "service",
+    params(("since" = Option<f64>, Query, minimum = 0, description = "only samples after this many seconds since the epoch")),
+    responses((status = 200, description = "the telemetry samples kept", body = Object),
+              (status = 400, description = "a query that is not understood", body = ErrorBody), (status = 401, description = "a token is required and was not given", body = ErrorBody)))]
 async fn telemetry(
     State(app): Shared,
     query: Result<Query<TelemetryQuery>, axum::extract::rejection::QueryRejection>,
