@@ -232,16 +232,9 @@ impl AudioReader {
                 reason: format!("offset {} s must be finite and ≥ 0", opts.offset_s),
             });
         }
-        if let Some(n) = declared_frames {
-            let total = n as f64 / f64::from(sample_rate);
-            if opts.offset_s > 0.0 && opts.offset_s >= total {
-                return Err(DecodeError::OffsetPastEnd {
-                    path: path.to_path_buf(),
-                    offset_s: opts.offset_s,
-                    length_s: total,
-                });
-            }
-        }
+        // An offset past the end is found by decoding (`next_chunk`), not from the header's
+        // count: a header may under-declare (the fuzzer found a WAV whose probe declared one
+        // frame and decoded three), and refusing an offset the audio reaches loses an item.
         if let Some(n) = declared_frames {
             let seconds = n as f64 / f64::from(sample_rate);
             let max = opts.limits.max_seconds;
@@ -437,6 +430,19 @@ impl AudioReader {
                     reason: format!("sample {} is not finite", self.frames_decoded + i as u64),
                 });
             }
+            // Full scale is ±1. A float sample 120 dB above it is no recording, and values
+            // near f32's range overflow the resampler's sums and the power spectra into
+            // inf and NaN (the fuzzer's 3e38 in a float WAV): refused, saying why.
+            if let Some(i) = self.mono.iter().position(|s| s.abs() > MAX_SAMPLE_MAGNITUDE) {
+                return Err(DecodeError::Corrupt {
+                    path: self.path.clone(),
+                    reason: format!(
+                        "sample {} is {:e}, beyond ±{MAX_SAMPLE_MAGNITUDE:e} (full scale is ±1)",
+                        self.frames_decoded + i as u64,
+                        self.mono[i]
+                    ),
+                });
+            }
             self.frames_decoded += self.mono.len() as u64;
             let max = self.opts.limits.max_seconds;
             if self.frames_decoded as f64 / f64::from(self.info.sample_rate) > max {
@@ -470,6 +476,10 @@ impl AudioReader {
         Ok(())
     }
 }
+
+/// The largest sample magnitude decoded (2^20, 120 dB above full scale): every stage after
+/// (resampling, spectra of up to 65,536 points, their power) stays finite in f32 below it.
+pub const MAX_SAMPLE_MAGNITUDE: f32 = 1_048_576.0;
 
 /// Appends the frames of `buf` to `mono` as f32: one channel, or the mean of all (summed in
 /// channel order and scaled, as an interleaved mix would). Each sample is converted once, by
