@@ -7,11 +7,11 @@
 mod common;
 #[path = "shared/serving.rs"]
 mod serving;
-#[path = "shared/skip_ort.rs"]
-mod skip_ort;
 #[allow(clippy::duplicate_mod)]
 #[path = "shared/skip.rs"]
 mod skip;
+#[path = "shared/skip_ort.rs"]
+mod skip_ort;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -155,7 +155,10 @@ fn the_openapi_description_is_the_apis_own() {
         .map(String::as_str)
         .collect();
     assert_eq!(documented, read);
-    assert_eq!(schema["additionalProperties"], false, "unknown fields are refused");
+    assert_eq!(
+        schema["additionalProperties"], false,
+        "unknown fields are refused"
+    );
     assert_eq!(schema["required"], json!(["source", "out"]));
     let (code, text) = server.call("GET", "/api/v1/jobs/99999999999999999999", None);
     assert_eq!(code, 400);
@@ -212,7 +215,11 @@ fn schemathesis_finds_nothing_in_the_jobs_api() {
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{said}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // "N generated, N passed": the run did test cases (a description it could not read
     // would test none).
     let cases = said

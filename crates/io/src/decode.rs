@@ -433,7 +433,11 @@ impl AudioReader {
             // Full scale is ±1. A float sample 120 dB above it is no recording, and values
             // near f32's range overflow the resampler's sums and the power spectra into
             // inf and NaN (the fuzzer's 3e38 in a float WAV): refused, saying why.
-            if let Some(i) = self.mono.iter().position(|s| s.abs() > MAX_SAMPLE_MAGNITUDE) {
+            if let Some(i) = self
+                .mono
+                .iter()
+                .position(|s| s.abs() > MAX_SAMPLE_MAGNITUDE)
+            {
                 return Err(DecodeError::Corrupt {
                     path: self.path.clone(),
                     reason: format!(
