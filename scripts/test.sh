@@ -76,6 +76,7 @@ step cargo test --locked --no-fail-fast -p sonograph-model --features failpoints
 named_step cargo test --locked -p sonograph --features failpoints --test extract killed_at_random
 named_step cargo test --locked -p sonograph --features failpoints --test extract crash_at_any_step
 named_step cargo test --locked -p sonograph --features failpoints --test rf_cli crash_at_any_step
+named_step cargo test --locked -p sonograph --features failpoints --test models crash_at_any_step
 step cargo test --locked -p sonograph --features failpoints --test extract_model
 named_step cargo test --locked -p sonograph --features failpoints --test cli probe
 named_step cargo test --locked -p sonograph --features failpoints --test serve gpu_faults

@@ -1,34 +1,28 @@
 //! `sonograph vad` and `sonograph transcribe`: Silero VAD and NeMo ASR exports through
-//! sonograph-model (onnxruntime, loaded at run time).
-//!
-//! Both stream: a file is decoded chunk by chunk, the VAD consumes each chunk at once, and
-//! `transcribe` keeps only the audio a segment not yet given out can still need. Bad input (a
-//! file that does not decode, NaN samples, a model folder that is not one) stops the command
-//! with one line naming the file and the reason (exit 2); outputs are written under a
-//! temporary name and renamed when complete, so a failed run leaves none.
+//! sonograph-model (onnxruntime, loaded at run time). `transcribe` is a job of the pipeline
+//! (sonograph_pipeline::transcribe); this file parses its flags and calls it. `vad` streams
+//! each file through the segmenter; bad input stops it with one line naming the file
+//! (exit 2), and its output is written under a temporary name and renamed when complete.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use anyhow::{anyhow, Context, Result};
-use clap::{Args, ValueEnum};
+use clap::Args;
 use rayon::prelude::*;
-use sonograph_dsp::{CpuExtractor, FeatureSpec};
 use sonograph_io::manifest::{Entry, Source, SourceItem};
-use sonograph_io::transcripts::{TranscriptRow, TranscriptWriter};
-use sonograph_io::{AudioReader, DecodeOptions, StreamError};
-use sonograph_model::{
-    AsrModel, ModelBatch, ModelError, Runtime, Segment, VadParams, VadSegmenter,
+use sonograph_io::DecodeOptions;
+use sonograph_model::{Runtime, Segment, VadParams};
+use sonograph_pipeline::transcribe::{
+    at_16k, run_transcribe, stream_vad, SegmentMode, Segmenters, TranscribeJob, TranscriptFormat,
+    VadEvent, VadStop,
 };
-use sonograph_pipeline::{AdaptiveBatcher, BatcherConfig, FeatureRows, NoFallback};
 
 use crate::{user, LimitArgs};
 
-/// Timestamps are given in samples at this rate, whatever the file's.
-const OUT_RATE: u32 = 16_000;
+use sonograph_pipeline::transcribe::OUT_RATE;
 
 /// What both commands take about their input and the runtime.
 #[derive(Args)]
@@ -124,15 +118,6 @@ pub(crate) struct VadArgs {
     input: InputArgs,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum SegmentMode {
-    /// An item longer than --window-s is cut at its speech segments (Silero VAD; the --vad
-    /// flags apply); a shorter one is transcribed whole, as NeMo and onnx-asr transcribe it.
-    Vad,
-    /// Consecutive windows of --window-s seconds.
-    Fixed,
-}
-
 #[derive(Args)]
 pub(crate) struct TranscribeArgs {
     /// An audio file, a folder (walked), or a manifest (NeMo .jsonl, or .csv).
@@ -142,10 +127,20 @@ pub(crate) struct TranscribeArgs {
     /// config.json).
     #[arg(long)]
     model: PathBuf,
-    /// Output: JSON lines, or Parquet when it ends in .parquet (id, source, start_s, end_s,
-    /// text, tokens, timestamps).
+    /// Output folder: parts of JSON lines (or Parquet with --format parquet, or an --out
+    /// ending in .parquet), the ledger and report.json under __sonograph/. The same command
+    /// run again resumes; shards share it.
     #[arg(long)]
     out: PathBuf,
+    /// JSON lines (id, source, start, end, start_s, end_s, text, tokens, timestamps) or
+    /// Parquet.
+    #[arg(long, value_enum)]
+    format: Option<TranscriptFormat>,
+    /// Items per part (an item's transcripts never span two).
+    #[arg(long, default_value_t = sonograph_pipeline::transcribe::DEFAULT_PART_ITEMS)]
+    items_per_part: usize,
+    #[command(flatten)]
+    shard: crate::rf_cli::ShardArgs,
     /// How items longer than --window-s are cut.
     #[arg(long, value_enum, default_value_t = SegmentMode::Vad)]
     segment: SegmentMode,
@@ -232,117 +227,6 @@ fn is_manifest(p: &Path) -> bool {
     )
 }
 
-/// An error that stops a stream from inside its sink, carried out of sonograph-io unchanged
-/// (it names its file already; a bad-input error stays one).
-#[derive(Debug)]
-struct Stop(anyhow::Error);
-
-impl std::fmt::Display for Stop {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:#}", self.0)
-    }
-}
-
-impl std::error::Error for Stop {}
-
-fn stream_error(e: StreamError<Stop>) -> anyhow::Error {
-    match e {
-        StreamError::Sink { source, .. } => source.0,
-        other => user(other.to_string()),
-    }
-}
-
-/// A model error on `path`: the input's fault (exit 2) unless onnxruntime failed.
-fn model_error(path: &Path, e: ModelError) -> anyhow::Error {
-    match e {
-        ModelError::Runtime(msg) => anyhow!("{}: onnxruntime: {msg}", path.display()),
-        other => user(format!("{}: {other}", path.display())),
-    }
-}
-
-/// What [`stream_vad`] reports, in order: the samples of a chunk, the segments they complete,
-/// then the segmenter after the chunk.
-enum VadEvent<'a> {
-    Samples(&'a [f32]),
-    Segment(Segment),
-    Pushed(&'a VadSegmenter),
-}
-
-/// Segmenters by rate, kept from one file to the next: opening one loads the model into a new
-/// onnxruntime session, which costs more than a short clip's VAD.
-struct Segmenters {
-    rt: &'static Runtime,
-    params: VadParams,
-    by_rate: HashMap<u32, VadSegmenter>,
-}
-
-impl Segmenters {
-    fn new(rt: &'static Runtime, params: VadParams) -> Self {
-        Segmenters {
-            rt,
-            params,
-            by_rate: HashMap::new(),
-        }
-    }
-
-    /// A segmenter at `rate`, reset.
-    fn at(&mut self, rate: u32) -> Result<&mut VadSegmenter, ModelError> {
-        let seg = match self.by_rate.entry(rate) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(VadSegmenter::new(self.rt, &self.params, rate)?)
-            }
-        };
-        seg.reset();
-        Ok(seg)
-    }
-}
-
-/// Streams `item` through Silero VAD: at the file's rate where silero-vad takes it (8 kHz, or
-/// a multiple of 16 kHz, decimated as it does), else resampled to 16 kHz (or always at
-/// `force_rate`); returns that rate, in whose samples the segments are. An error from `on`
-/// stops the stream.
-fn stream_vad(
-    segmenters: &mut Segmenters,
-    item: &SourceItem,
-    opts: &DecodeOptions,
-    force_rate: Option<u32>,
-    mut on: impl FnMut(VadEvent<'_>) -> Result<()>,
-) -> Result<u32> {
-    let reader = AudioReader::open(&item.path, opts).map_err(|e| user(e.to_string()))?;
-    let native = reader.info().sample_rate;
-    let rate = force_rate.unwrap_or(match VadSegmenter::model_rate(native) {
-        Some(_) => native,
-        None => OUT_RATE,
-    });
-    let seg = segmenters
-        .at(rate)
-        .map_err(|e| model_error(&item.path, e))?;
-    let mut found = Vec::new();
-    sonograph_io::stream_reader(reader, rate, |chunk| {
-        on(VadEvent::Samples(chunk)).map_err(Stop)?;
-        seg.push(chunk, &mut found)
-            .map_err(|e| Stop(model_error(&item.path, e)))?;
-        for s in found.drain(..) {
-            on(VadEvent::Segment(s)).map_err(Stop)?;
-        }
-        on(VadEvent::Pushed(seg)).map_err(Stop)
-    })
-    .map_err(stream_error)?;
-    seg.finish(&mut found)
-        .map_err(|e| model_error(&item.path, e))?;
-    for s in found.drain(..) {
-        on(VadEvent::Segment(s))?;
-    }
-    Ok(rate)
-}
-
-/// Samples at `rate` as samples at 16 kHz: exact for 8 kHz (× 2) and for multiples of 16 kHz
-/// (segments there are multiples of the decimation step).
-fn at_16k(samples: u64, rate: u32) -> u64 {
-    samples * u64::from(OUT_RATE) / u64::from(rate)
-}
-
 /// Files whose segments are computed at once (in parallel) before they are written in order.
 const VAD_CHUNK: usize = 256;
 
@@ -366,6 +250,10 @@ pub(crate) fn vad(args: &VadArgs) -> Result<()> {
                 found.push(s);
             }
             Ok(())
+        })
+        .map_err(|e| match e {
+            VadStop::Runtime(message) => anyhow!(message),
+            input => user(input.to_string()),
         })?;
         if let Ok(mut v) = idle.lock() {
             v.push(segmenters);
@@ -405,270 +293,39 @@ pub(crate) fn vad(args: &VadArgs) -> Result<()> {
     staged.commit(w)
 }
 
-/// A segment waiting for its batch.
-struct Pending {
-    source: String,
-    index: usize,
-    start: u64,
-    end: u64,
-    samples: Vec<f32>,
-}
-
-/// Where transcripts go.
-enum Sink {
-    Jsonl(Staged, BufWriter<File>),
-    Parquet(Box<TranscriptWriter>),
-}
-
-impl Sink {
-    fn open(path: &Path) -> Result<Self> {
-        if path.extension().and_then(|e| e.to_str()) == Some("parquet") {
-            Ok(Sink::Parquet(Box::new(
-                TranscriptWriter::create(path).map_err(|e| user(e.to_string()))?,
-            )))
-        } else {
-            let (staged, w) = Staged::create(path)?;
-            Ok(Sink::Jsonl(staged, w))
-        }
-    }
-
-    fn write(&mut self, row: TranscriptRow, start: u64, end: u64) -> Result<()> {
-        match self {
-            Sink::Jsonl(staged, w) => {
-                let line = serde_json::json!({
-                    "id": row.id,
-                    "source": row.source,
-                    "start": start,
-                    "end": end,
-                    "start_s": row.start_s,
-                    "end_s": row.end_s,
-                    "text": row.text,
-                    "tokens": row.tokens,
-                    "timestamps": row.timestamps,
-                });
-                writeln!(w, "{line}")
-                    .with_context(|| format!("{}: cannot write", staged.path().display()))
-            }
-            Sink::Parquet(p) => p.push(row).map_err(|e| user(e.to_string())),
-        }
-    }
-
-    fn finish(self) -> Result<()> {
-        match self {
-            Sink::Jsonl(staged, w) => staged.commit(w),
-            Sink::Parquet(p) => p.finish().map_err(|e| anyhow!(e.to_string())),
-        }
-    }
-}
-
-/// The model, its features and the batcher, turning pending segments into rows.
-struct Transcriber<'m> {
-    model: &'m mut AsrModel,
-    spec: FeatureSpec,
-    batcher: AdaptiveBatcher,
-    failed: usize,
-    batch: usize,
-}
-
-impl Transcriber<'_> {
-    /// Runs the pending segments once there is a batch of them.
-    fn flush_full(&mut self, pending: &mut Vec<Pending>, sink: &mut Sink) -> Result<()> {
-        if pending.len() >= self.batch {
-            self.flush(pending, sink)?;
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self, pending: &mut Vec<Pending>, sink: &mut Sink) -> Result<()> {
-        if pending.is_empty() {
-            return Ok(());
-        }
-        let spec = &self.spec;
-        // NeMo normalises each segment over its own frames, as it does each utterance.
-        let features: Vec<Result<Vec<f32>, String>> = pending
-            .par_iter()
-            .map_init(
-                || CpuExtractor::new(spec).expect("validated when the model was opened"),
-                |ex, p| {
-                    let mut rows = Vec::new();
-                    ex.extract(&p.samples, &mut rows)
-                        .map(|_| rows)
-                        .map_err(|e| e.to_string())
-                },
-            )
-            .collect();
-        let valid: Vec<usize> = (0..pending.len())
-            .filter(|&i| features[i].is_ok())
-            .collect();
-        let rows = FeatureRows::new(
-            valid
-                .iter()
-                .map(|&i| features[i].as_deref().unwrap_or_default())
-                .collect(),
-            self.spec.n_mels,
-        );
-        let mut outputs = ModelBatch::new();
-        self.batcher.run_on(
-            &rows,
-            self.model.runner(),
-            &mut NoFallback("the model's only device failed".into()),
-            &mut outputs,
-        );
-        let mut results = valid.iter().zip(outputs.into_items());
-        for (i, p) in pending.drain(..).enumerate() {
-            let decoded = match &features[i] {
-                Err(e) => Err(e.clone()),
-                Ok(_) => {
-                    let (_, out) = results.next().expect("one output per valid segment");
-                    out.map_err(|e| e.to_string())
-                        .and_then(|o| self.model.decode(&o).map_err(|e| e.to_string()))
-                }
-            };
-            let (start_s, end_s) = (
-                p.start as f64 / f64::from(OUT_RATE),
-                p.end as f64 / f64::from(OUT_RATE),
-            );
-            let id = format!("{}#{}", p.source, p.index);
-            let t = match decoded {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("sonograph: warning: {id}: {e}");
-                    self.failed += 1;
-                    continue;
-                }
-            };
-            let row = TranscriptRow {
-                id,
-                source: p.source,
-                start_s,
-                end_s,
-                text: t.text,
-                tokens: t.tokens,
-                timestamps: t.timestamps.iter().map(|x| start_s + x).collect(),
-            };
-            sink.write(row, p.start, p.end)?;
-        }
-        Ok(())
-    }
-}
-
-/// Transcribes; returns the exit code (3 when some segments failed; they were named on
-/// stderr).
+/// `sonograph transcribe`: exit 0, 3 when items or segments failed (listed in the report and
+/// the first on stderr), 2 on bad options or a model that cannot load.
 pub(crate) fn transcribe(args: &TranscribeArgs) -> Result<u8> {
-    let params = args.vad.params()?;
-    if !(args.window_s.is_finite() && args.window_s > 0.0) {
-        return Err(user(format!(
-            "--window-s must be > 0, not {}",
-            args.window_s
-        )));
-    }
-    let batch = args.batch.max(1);
-    let rt = args.input.runtime()?;
-    let mut model =
-        AsrModel::open(rt, &args.model, args.threads).map_err(|e| user(e.to_string()))?;
-    let n_mels = model.n_mels();
-    let mut spec = FeatureSpec::preset(if n_mels == 128 { "nemo-128" } else { "nemo" })
-        .map_err(|e| anyhow!(e.to_string()))?;
-    spec.n_mels = n_mels;
-    spec.validate()
-        .map_err(|e| user(format!("{}: {e}", args.model.display())))?;
-    crate::limits(&args.input.limits)?;
-    let mut sink = Sink::open(&args.out)?;
-    let mut tr = Transcriber {
-        model: &mut model,
-        spec,
-        batcher: AdaptiveBatcher::new(BatcherConfig {
-            initial: batch,
-            max: batch,
-            ..Default::default()
-        }),
-        failed: 0,
-        batch,
-    };
-    let window = (args.window_s * f64::from(OUT_RATE)).round().max(1.0) as u64;
-    let mut segmenters = Segmenters::new(rt, params);
-    // Segments wait here for a full batch, across files: at most `batch` at a time.
-    let mut pending: Vec<Pending> = Vec::new();
-    for_each_item(std::slice::from_ref(&args.source), true, |item| {
-        let opts = args.input.options(item)?;
-        // Samples from `base` on: what a segment not yet given out may still need.
-        let mut buf: Vec<f32> = Vec::new();
-        let mut base = 0u64;
-        let mut index = 0usize;
-        let mut cut = |start: u64, end: u64, buf: &[f32], base: u64| -> Result<Pending> {
-            // A segment never starts before what the segmenter let go (earliest_open_sample)
-            // nor ends past what it was given; if one did, that is a bug, said so.
-            let kept = base..base + buf.len() as u64;
-            if !(kept.start <= start && start <= end && end <= kept.end) {
-                return Err(anyhow!(
-                    "{}: segment {start}..{end} is outside the samples kept ({kept:?}): a bug in sonograph",
-                    item.path.display()
-                ));
-            }
-            let p = Pending {
-                source: item.id.clone(),
-                index,
-                start,
-                end,
-                samples: buf[(start - base) as usize..(end - base) as usize].to_vec(),
-            };
-            index += 1;
-            Ok(p)
-        };
-        // An item that fits the model's window is transcribed whole, whatever the mode: one
-        // window of the fixed cut. (A header that understates the length is cut in windows.)
-        let fits = sonograph_io::AudioReader::open(&item.path, &opts)
-            .ok()
-            .and_then(|r| r.expected_seconds())
-            .is_some_and(|s| s <= args.window_s);
-        let segment = if fits {
-            SegmentMode::Fixed
+    let (shard_index, shard_count) = crate::rf_cli::shard(&args.shard)?;
+    let by_name = args.out.extension().and_then(|e| e.to_str()) == Some("parquet");
+    let job = TranscribeJob {
+        ort_lib: args.input.ort_lib.clone(),
+        format: args.format.unwrap_or(if by_name {
+            TranscriptFormat::Parquet
         } else {
-            args.segment
-        };
-        match segment {
-            SegmentMode::Vad => {
-                stream_vad(&mut segmenters, item, &opts, Some(OUT_RATE), |event| {
-                    match event {
-                        VadEvent::Samples(chunk) => buf.extend_from_slice(chunk),
-                        VadEvent::Segment(s) => {
-                            pending.push(cut(s.start, s.end, &buf, base)?);
-                            tr.flush_full(&mut pending, &mut sink)?;
-                        }
-                        VadEvent::Pushed(seg) => {
-                            // Drop what no segment still to come can start at.
-                            let keep = seg.earliest_open_sample().max(base);
-                            buf.drain(..(keep - base) as usize);
-                            base = keep;
-                        }
-                    }
-                    Ok(())
-                })?;
-            }
-            SegmentMode::Fixed => {
-                let mut total = 0u64;
-                sonograph_io::stream_mono(&item.path, &opts, OUT_RATE, |chunk| {
-                    buf.extend_from_slice(chunk);
-                    total += chunk.len() as u64;
-                    while total - base >= window {
-                        pending.push(cut(base, base + window, &buf, base).map_err(Stop)?);
-                        buf.drain(..window as usize);
-                        base += window;
-                        tr.flush_full(&mut pending, &mut sink).map_err(Stop)?;
-                    }
-                    Ok::<(), Stop>(())
-                })
-                .map_err(stream_error)?;
-                if total > base {
-                    pending.push(cut(base, total, &buf, base)?);
-                    tr.flush_full(&mut pending, &mut sink)?;
-                }
-            }
-        }
-        Ok(())
-    })?;
-    tr.flush(&mut pending, &mut sink)?;
-    let failed = tr.failed;
-    sink.finish()?;
-    Ok(if failed > 0 { 3 } else { 0 })
+            TranscriptFormat::Jsonl
+        }),
+        segment: args.segment,
+        window_s: args.window_s,
+        vad: args.vad.params()?,
+        batch: args.batch,
+        threads: args.threads,
+        channel: args.input.channel,
+        limits: crate::limits(&args.input.limits)?,
+        shard_index,
+        shard_count,
+        part_items: args.items_per_part,
+        ..TranscribeJob::new(args.source.clone(), args.out.clone(), args.model.clone())
+    };
+    let outcome = run_transcribe(&job).map_err(crate::extract::job_error)?;
+    let code = crate::extract::print_outcome(&args.out, &outcome, "audio");
+    // Segments the model could not take fail no item; they are listed, and said by the code.
+    let segments_failed = outcome.report().failures.len() as u64 > outcome.report().items_failed;
+    Ok(
+        if segments_failed && matches!(outcome, sonograph_pipeline::JobOutcome::Finished(_)) {
+            crate::extract::EXIT_SOME_FAILED
+        } else {
+            code
+        },
+    )
 }

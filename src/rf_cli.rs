@@ -156,7 +156,7 @@ pub struct ShardArgs {
 }
 
 /// The shard from the flags or the batch system's environment, as `extract` reads it.
-fn shard(args: &ShardArgs) -> Result<(usize, usize)> {
+pub(crate) fn shard(args: &ShardArgs) -> Result<(usize, usize)> {
     sonograph_pipeline::resolve_shard(args.shard_index, args.shard_count, |k| {
         std::env::var(k).ok()
     })

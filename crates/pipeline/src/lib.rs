@@ -33,6 +33,7 @@ pub mod stage;
 pub mod telemetry;
 #[cfg(test)]
 mod testing;
+pub mod transcribe;
 mod writer;
 
 pub use batcher::{

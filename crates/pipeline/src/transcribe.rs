@@ -1,0 +1,816 @@
+//! `transcribe` as a dataset job: audio items (a file, a folder, a manifest) cut into segments
+//! (whole where an item fits the model's window, else at Silero VAD's speech or in fixed
+//! windows), their NeMo features run through an ASR export in batches, the transcripts written
+//! as parts (JSON lines or Parquet) in an output folder with the ledger, shards and report of
+//! a feature job. A run killed at any instant and run again ends with each item's transcripts
+//! once; an item that cannot be decoded is a failure listed in the report, never the end of
+//! the job. Items are streamed: memory holds a batch of segments, the audio a segment not yet
+//! given out can still need, and one part's transcripts.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rayon::prelude::*;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use sonograph_dsp::{CpuExtractor, FeatureSpec};
+use sonograph_io::decode::{ChannelMix, DecodeOptions, Limits};
+use sonograph_io::ledger::{Ledger, LedgerReader, PieceRecord};
+use sonograph_io::manifest::{Entry, SourceItem, SourceOptions};
+use sonograph_io::transcripts::{TranscriptRow, TranscriptWriter};
+use sonograph_io::{AudioReader, StreamError};
+use sonograph_model::{
+    AsrModel, ModelBatch, ModelError, Runtime, Segment, VadParams, VadSegmenter,
+};
+
+use crate::batcher::{AdaptiveBatcher, BatcherConfig};
+use crate::error::JobError;
+use crate::job::JobOutcome;
+use crate::layout::{finish_output, io_err, open_output, Opened, OutputLayout};
+use crate::live::LiveJob;
+use crate::model::{FeatureRows, NoFallback};
+use crate::report::{peak_rss_mb, DeviceReport, Failure, Report, StageTimes};
+use crate::source::ShardSource;
+
+/// Timestamps are given in samples at this rate, whatever the file's.
+pub const OUT_RATE: u32 = 16_000;
+
+/// Items per part by default.
+pub const DEFAULT_PART_ITEMS: usize = 1024;
+
+/// Failures listed in report.json, as for a feature job.
+const REPORT_FAILURES: usize = 1000;
+
+/// How an item longer than the model's window is cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum SegmentMode {
+    /// An item longer than the window is cut at its speech segments (Silero VAD; the VAD
+    /// settings apply); a shorter one is transcribed whole, as NeMo and onnx-asr transcribe it.
+    Vad,
+    /// Consecutive windows of the window's length.
+    Fixed,
+}
+
+/// What the parts are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum TranscriptFormat {
+    /// JSON lines: id, source, start and end (samples at 16 kHz), start_s, end_s, text,
+    /// tokens, timestamps.
+    Jsonl,
+    /// Parquet of the same columns (start and end in seconds only).
+    Parquet,
+}
+
+/// A `transcribe` job.
+#[derive(Debug, Clone)]
+pub struct TranscribeJob {
+    /// An audio file, a folder (walked), or a manifest (NeMo .jsonl, or .csv).
+    pub source: PathBuf,
+    /// The output folder (parts in it, the ledger and report under `__sonograph/`).
+    pub out: PathBuf,
+    /// The model folder (a NeMo Parakeet/FastConformer export as onnx-asr reads it).
+    pub model: PathBuf,
+    /// The onnxruntime library, where it is not found by itself.
+    pub ort_lib: Option<PathBuf>,
+    pub format: TranscriptFormat,
+    pub segment: SegmentMode,
+    /// The model's window, in seconds: an item up to this long (by its header) is transcribed
+    /// whole; a longer one is cut.
+    pub window_s: f64,
+    pub vad: VadParams,
+    /// Segments per model batch (the batcher splits a batch that runs out of memory).
+    pub batch: usize,
+    /// onnxruntime threads (0: one per core).
+    pub threads: usize,
+    /// One channel (0-based) instead of the mean of all.
+    pub channel: Option<usize>,
+    pub limits: Limits,
+    pub shard_index: usize,
+    pub shard_count: usize,
+    /// Items per part (an item's transcripts never span two parts).
+    pub part_items: usize,
+}
+
+impl TranscribeJob {
+    /// A job with the defaults (VAD cut past a 30 s window, batches of 8, JSON lines).
+    pub fn new(source: PathBuf, out: PathBuf, model: PathBuf) -> Self {
+        TranscribeJob {
+            source,
+            out,
+            model,
+            ort_lib: None,
+            format: TranscriptFormat::Jsonl,
+            segment: SegmentMode::Vad,
+            window_s: 30.0,
+            vad: VadParams::default(),
+            batch: 8,
+            threads: 0,
+            channel: None,
+            limits: Limits::default(),
+            shard_index: 0,
+            shard_count: 1,
+            part_items: DEFAULT_PART_ITEMS,
+        }
+    }
+
+    fn check(&self) -> Result<(), JobError> {
+        if !(self.window_s.is_finite() && self.window_s > 0.0) {
+            return Err(JobError::Config(format!(
+                "window-s must be > 0, not {}",
+                self.window_s
+            )));
+        }
+        crate::config::within("batch", self.batch, 1..=4096)?;
+        crate::config::within("threads", self.threads, 0..=1024)?;
+        if self.part_items == 0 {
+            return Err(JobError::Config("part-items must be at least 1".into()));
+        }
+        self.vad
+            .validate()
+            .map_err(|e| JobError::Config(e.to_string()))?;
+        self.limits.validate().map_err(JobError::Config)?;
+        crate::config::check_shard(self.shard_index, self.shard_count)
+    }
+
+    /// What every run on the output folder must share: other settings give other rows.
+    fn shape(&self) -> serde_json::Value {
+        // The same model however it is named.
+        let model = std::fs::canonicalize(&self.model).unwrap_or_else(|_| self.model.clone());
+        serde_json::json!({
+            "kind": "transcribe",
+            "model": model.display().to_string(),
+            "format": self.format,
+            "segment": self.segment,
+            "window_s": self.window_s,
+            "vad": serde_json::to_value(self.vad).unwrap_or_default(),
+            "channel": self.channel,
+            "shard_count": self.shard_count,
+        })
+    }
+}
+
+/// The transcripts of items, and the segments that could not be transcribed.
+#[derive(Default)]
+struct Transcribed {
+    /// (item, row, start, end in samples at 16 kHz), in item and segment order.
+    rows: Vec<(String, TranscriptRow, u64, u64)>,
+    segment_failures: Vec<Failure>,
+}
+
+/// A segment waiting for its batch.
+struct Pending {
+    item: String,
+    source: PathBuf,
+    index: usize,
+    start: u64,
+    end: u64,
+    samples: Vec<f32>,
+}
+
+/// The model, its features and the batcher, turning pending segments into rows.
+struct Transcriber {
+    model: AsrModel,
+    spec: FeatureSpec,
+    batcher: AdaptiveBatcher,
+    batch: usize,
+    busy_s: f64,
+    batches: u64,
+}
+
+impl Transcriber {
+    /// Runs the pending segments once there is a batch of them.
+    fn flush_full(&mut self, pending: &mut Vec<Pending>, out: &mut Transcribed) {
+        if pending.len() >= self.batch {
+            self.flush(pending, out);
+        }
+    }
+
+    fn flush(&mut self, pending: &mut Vec<Pending>, out: &mut Transcribed) {
+        if pending.is_empty() {
+            return;
+        }
+        let started = Instant::now();
+        let spec = &self.spec;
+        // NeMo normalises each segment over its own frames, as it does each utterance.
+        let features: Vec<Result<Vec<f32>, String>> = pending
+            .par_iter()
+            .map_init(
+                || CpuExtractor::new(spec).expect("validated when the model was opened"),
+                |ex, p| {
+                    let mut rows = Vec::new();
+                    ex.extract(&p.samples, &mut rows)
+                        .map(|_| rows)
+                        .map_err(|e| e.to_string())
+                },
+            )
+            .collect();
+        let valid: Vec<usize> = (0..pending.len())
+            .filter(|&i| features[i].is_ok())
+            .collect();
+        let rows = FeatureRows::new(
+            valid
+                .iter()
+                .map(|&i| features[i].as_deref().unwrap_or_default())
+                .collect(),
+            self.spec.n_mels,
+        );
+        let mut outputs = ModelBatch::new();
+        self.batcher.run_on(
+            &rows,
+            self.model.runner(),
+            &mut NoFallback("the model's only device failed".into()),
+            &mut outputs,
+        );
+        let mut results = valid.iter().zip(outputs.into_items());
+        for (i, p) in pending.drain(..).enumerate() {
+            let decoded = match &features[i] {
+                Err(e) => Err(e.clone()),
+                Ok(_) => {
+                    let (_, output) = results.next().expect("one output per valid segment");
+                    output
+                        .map_err(|e| e.to_string())
+                        .and_then(|o| self.model.decode(&o).map_err(|e| e.to_string()))
+                }
+            };
+            let (start_s, end_s) = (
+                p.start as f64 / f64::from(OUT_RATE),
+                p.end as f64 / f64::from(OUT_RATE),
+            );
+            let id = format!("{}#{}", p.item, p.index);
+            match decoded {
+                Ok(t) => out.rows.push((
+                    p.item,
+                    TranscriptRow {
+                        id,
+                        source: p.source.display().to_string(),
+                        start_s,
+                        end_s,
+                        text: t.text,
+                        tokens: t.tokens,
+                        timestamps: t.timestamps.iter().map(|x| start_s + x).collect(),
+                    },
+                    p.start,
+                    p.end,
+                )),
+                Err(reason) => out.segment_failures.push(Failure {
+                    id,
+                    source: p.source.display().to_string(),
+                    reason,
+                }),
+            }
+        }
+        self.busy_s += started.elapsed().as_secs_f64();
+        self.batches += 1;
+    }
+}
+
+/// Runs the job.
+pub fn run_transcribe(job: &TranscribeJob) -> Result<JobOutcome, JobError> {
+    job.check()?;
+    let started = Instant::now();
+    let rt = Runtime::get(job.ort_lib.as_deref()).map_err(|e| JobError::Model(e.to_string()))?;
+    let model = AsrModel::open(rt, &job.model, job.threads)
+        .map_err(|e| JobError::Model(format!("{}: {e}", job.model.display())))?;
+    let n_mels = model.n_mels();
+    let mut spec = FeatureSpec::preset(if n_mels == 128 { "nemo-128" } else { "nemo" })
+        .map_err(|e| JobError::Internal(e.to_string()))?;
+    spec.n_mels = n_mels;
+    spec.validate()
+        .map_err(|e| JobError::Model(format!("{}: {e}", job.model.display())))?;
+    // A single audio file is its own item; anything else is a source of items.
+    let single = job.source.is_file() && !is_manifest(&job.source);
+    let source = if single {
+        None
+    } else {
+        let options = SourceOptions {
+            iq: false,
+            raw: None,
+            roots: sonograph_io::Roots::anywhere(),
+        };
+        let s = ShardSource::open(&job.source, &options, job.shard_index, job.shard_count)?;
+        s.check_unique_ids()?;
+        Some(s)
+    };
+    let shape = job.shape();
+    let spec_id: String = Sha256::digest(shape.to_string().as_bytes())
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let layout = OutputLayout::new(&job.out, job.shard_index, job.shard_count);
+    let (ledger, _lock) = match open_output(
+        &layout,
+        &sonograph_io::Roots::anywhere(),
+        &shape,
+        &spec_id,
+        job.shard_index,
+        job.shard_count,
+    )? {
+        Opened::Done(report) => return Ok(JobOutcome::AlreadyDone(*report)),
+        Opened::Run { ledger, lock } => (ledger, lock),
+    };
+    let reader = LedgerReader::open(&layout.ledger)?;
+    let mut tr = Transcriber {
+        model,
+        spec,
+        batcher: AdaptiveBatcher::new(BatcherConfig {
+            initial: job.batch,
+            max: job.batch,
+            ..Default::default()
+        }),
+        batch: job.batch,
+        busy_s: 0.0,
+        batches: 0,
+    };
+    let mut sink = TranscriptSink::new(job, ledger);
+    let mut segmenters = Segmenters::new(rt, job.vad);
+    let live = LiveJob::new();
+    let items_total = source.as_ref().map_or(1, |s| s.len() as u64);
+    let (tx, rx) = crossbeam_channel::bounded::<Entry>(64);
+    let (resumed, decode_s) = std::thread::scope(|scope| -> Result<(u64, f64), JobError> {
+        let (source, live) = (&source, &live);
+        // The ledger's reader is the feeder's alone (a SQLite connection is not shared).
+        let feeder = scope.spawn(move || -> Result<u64, JobError> {
+            match source {
+                Some(s) => s.feed(&reader, &tx, live),
+                None => {
+                    let id = file_id(&job.source);
+                    let settled = reader.settled(&[id.as_str()])?;
+                    if settled.done.contains(&id) || settled.failed.contains(&id) {
+                        return Ok(u64::from(settled.done.contains(&id)));
+                    }
+                    let item = SourceItem {
+                        id,
+                        path: job.source.clone(),
+                        offset_s: 0.0,
+                        duration_s: None,
+                    };
+                    let _ = tx.send(Entry::Item(item));
+                    Ok(0)
+                }
+            }
+        });
+        let mut pending: Vec<Pending> = Vec::new();
+        let mut done = Transcribed::default();
+        let mut decode_s = 0.0;
+        for entry in rx.iter() {
+            let (id, path, outcome) = match entry {
+                Entry::Item(item) => {
+                    let t = Instant::now();
+                    let outcome = segment_item(
+                        job,
+                        &item,
+                        &mut segmenters,
+                        &mut tr,
+                        &mut pending,
+                        &mut done,
+                    );
+                    decode_s += t.elapsed().as_secs_f64();
+                    (item.id, item.path, outcome)
+                }
+                Entry::Invalid { id, reason } => (id, job.source.clone(), Err(reason)),
+                Entry::Iq { id, source } => (id, source.path(), Err("not audio".to_string())),
+            };
+            match outcome {
+                Ok(()) => sink.ended.push(id),
+                Err(reason) => {
+                    // What of it was cut or transcribed already goes with it.
+                    pending.retain(|p| p.item != id);
+                    done.rows.retain(|r| r.0 != id);
+                    done.segment_failures
+                        .retain(|f| !f.id.starts_with(&format!("{id}#")));
+                    sink.failures.push(Failure {
+                        id,
+                        source: path.display().to_string(),
+                        reason,
+                    });
+                }
+            }
+            if sink.ended.len() + sink.failures.len() >= job.part_items {
+                tr.flush(&mut pending, &mut done);
+                sink.write_part(&mut done)?;
+            }
+        }
+        tr.flush(&mut pending, &mut done);
+        sink.write_part(&mut done)?;
+        let resumed = feeder
+            .join()
+            .map_err(|_| JobError::Internal("the item feeder panicked".into()))??;
+        Ok((resumed, decode_s))
+    })?;
+    let ledger = &sink.ledger;
+    let mut failures: Vec<Failure> = ledger
+        .first_failures(REPORT_FAILURES)?
+        .into_iter()
+        .map(|(id, source, reason)| Failure { id, source, reason })
+        .collect();
+    // Segments that could not be transcribed, of items done all the same (their other
+    // segments written): listed, not counted as failed items.
+    let room = REPORT_FAILURES.saturating_sub(failures.len());
+    failures.extend(sink.segment_failures.drain(..).take(room));
+    let wall = started.elapsed().as_secs_f64();
+    let report = Report {
+        spec_id,
+        precision: "f32".into(),
+        shard_index: job.shard_index,
+        shard_count: job.shard_count,
+        items_total,
+        items_ok: ledger.done_count()?,
+        items_failed: ledger.failed_count()?,
+        items_resumed: resumed,
+        rows: sink.rows_written,
+        parts: sink.parts_written,
+        part_bytes: sink.bytes_written,
+        compression_ratio: 0.0,
+        audio_seconds: sink.seconds_written,
+        wall_seconds: wall,
+        real_time_factor: sink.seconds_written / wall.max(1e-9),
+        core_utilisation: 0.0,
+        stages: StageTimes {
+            decode_s: (decode_s - tr.busy_s).max(0.0),
+            compute_s: tr.busy_s,
+            write_s: sink.write_s,
+            ..StageTimes::default()
+        },
+        devices: vec![DeviceReport {
+            device: "cpu".into(),
+            items: sink.rows_written,
+            batches: tr.batches,
+            ..DeviceReport::default()
+        }],
+        device_choice: None,
+        model: None,
+        peak_rss_mb: peak_rss_mb(),
+        failures,
+    };
+    finish_output(&layout, &report, false)?;
+    Ok(JobOutcome::Finished(report))
+}
+
+/// A file's id as a folder source gives it: its name.
+fn file_id(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+fn is_manifest(p: &Path) -> bool {
+    matches!(
+        p.extension().and_then(|e| e.to_str()),
+        Some("jsonl" | "json" | "ndjson" | "csv")
+    )
+}
+
+/// Cuts `item` into segments (streamed), running the model on each batch that fills; an
+/// error is the item's (it names the file).
+fn segment_item(
+    job: &TranscribeJob,
+    item: &SourceItem,
+    segmenters: &mut Segmenters,
+    tr: &mut Transcriber,
+    pending: &mut Vec<Pending>,
+    done: &mut Transcribed,
+) -> Result<(), String> {
+    let opts = DecodeOptions {
+        mix: job.channel.map_or(ChannelMix::Mean, ChannelMix::Select),
+        limits: job.limits,
+        offset_s: item.offset_s,
+        duration_s: item.duration_s,
+    };
+    // Samples from `base` on: what a segment not yet given out may still need.
+    let mut buf: Vec<f32> = Vec::new();
+    let mut base = 0u64;
+    let mut index = 0usize;
+    let mut cut = |start: u64, end: u64, buf: &[f32], base: u64| -> Result<Pending, String> {
+        // A segment never starts before what the segmenter let go (earliest_open_sample) nor
+        // ends past what it was given; if one did, that is a bug, said so.
+        let kept = base..base + buf.len() as u64;
+        if !(kept.start <= start && start <= end && end <= kept.end) {
+            return Err(format!(
+                "{}: segment {start}..{end} is outside the samples kept ({kept:?}): a bug in sonograph",
+                item.path.display()
+            ));
+        }
+        let p = Pending {
+            item: item.id.clone(),
+            source: item.path.clone(),
+            index,
+            start,
+            end,
+            samples: buf[(start - base) as usize..(end - base) as usize].to_vec(),
+        };
+        index += 1;
+        Ok(p)
+    };
+    // An item that fits the model's window is transcribed whole, whatever the mode: one
+    // window of the fixed cut. (A header that understates the length is cut in windows.)
+    let fits = AudioReader::open(&item.path, &opts)
+        .ok()
+        .and_then(|r| r.expected_seconds())
+        .is_some_and(|s| s <= job.window_s);
+    let mode = if fits {
+        SegmentMode::Fixed
+    } else {
+        job.segment
+    };
+    match mode {
+        SegmentMode::Vad => {
+            stream_vad(segmenters, item, &opts, Some(OUT_RATE), |event| {
+                match event {
+                    VadEvent::Samples(chunk) => buf.extend_from_slice(chunk),
+                    VadEvent::Segment(s) => {
+                        pending.push(cut(s.start, s.end, &buf, base)?);
+                        tr.flush_full(pending, done);
+                    }
+                    VadEvent::Pushed(seg) => {
+                        // Drop what no segment still to come can start at.
+                        let keep = seg.earliest_open_sample().max(base);
+                        buf.drain(..(keep - base) as usize);
+                        base = keep;
+                    }
+                }
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
+        }
+        SegmentMode::Fixed => {
+            let window = (job.window_s * f64::from(OUT_RATE)).round().max(1.0) as u64;
+            let mut total = 0u64;
+            sonograph_io::stream_mono(&item.path, &opts, OUT_RATE, |chunk| {
+                buf.extend_from_slice(chunk);
+                total += chunk.len() as u64;
+                while total - base >= window {
+                    pending.push(cut(base, base + window, &buf, base).map_err(SinkStop)?);
+                    buf.drain(..window as usize);
+                    base += window;
+                    tr.flush_full(pending, done);
+                }
+                Ok::<(), SinkStop>(())
+            })
+            .map_err(|e| match e {
+                StreamError::Sink { source, .. } => source.0,
+                other => other.to_string(),
+            })?;
+            if total > base {
+                pending.push(cut(base, total, &buf, base)?);
+                tr.flush_full(pending, done);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Transcripts into parts, parts into the ledger: a part's items are recorded as pending, its
+/// file published (fsync, rename, fsync of the folder), then the part committed; a crash
+/// anywhere leaves a part the ledger settles when the job opens again.
+struct TranscriptSink {
+    ledger: Ledger,
+    dir: PathBuf,
+    shard_index: usize,
+    format: TranscriptFormat,
+    next_part: Option<u32>,
+    /// Items ended since the last part, in order, and those that failed.
+    ended: Vec<String>,
+    failures: Vec<Failure>,
+    segment_failures: Vec<Failure>,
+    rows_written: u64,
+    parts_written: u64,
+    bytes_written: u64,
+    seconds_written: f64,
+    write_s: f64,
+}
+
+impl TranscriptSink {
+    fn new(job: &TranscribeJob, ledger: Ledger) -> Self {
+        TranscriptSink {
+            ledger,
+            dir: job.out.clone(),
+            shard_index: job.shard_index,
+            format: job.format,
+            next_part: None,
+            ended: Vec::new(),
+            failures: Vec::new(),
+            segment_failures: Vec::new(),
+            rows_written: 0,
+            parts_written: 0,
+            bytes_written: 0,
+            seconds_written: 0.0,
+            write_s: 0.0,
+        }
+    }
+
+    /// Writes the transcripts of the items ended since the last part (all of `done`: the
+    /// pending segments were run before) and records the items that failed.
+    fn write_part(&mut self, done: &mut Transcribed) -> Result<(), JobError> {
+        let t = Instant::now();
+        if !self.failures.is_empty() {
+            let list: Vec<(&str, &str, &str)> = self
+                .failures
+                .iter()
+                .map(|f| (f.id.as_str(), f.source.as_str(), f.reason.as_str()))
+                .collect();
+            self.ledger.record_failures(&list)?;
+            self.failures.clear();
+        }
+        self.segment_failures.append(&mut done.segment_failures);
+        if self.ended.is_empty() {
+            return Ok(());
+        }
+        let mut per_item: HashMap<&str, (u32, f64)> = HashMap::new();
+        for (item, row, ..) in &done.rows {
+            let e = per_item.entry(item.as_str()).or_default();
+            e.0 += 1;
+            e.1 += row.end_s - row.start_s;
+        }
+        let mut records = Vec::new();
+        for id in &self.ended {
+            let (count, seconds) = per_item.get(id.as_str()).copied().unwrap_or_default();
+            // An item with no speech is done with no row.
+            let pieces = count.max(1);
+            for piece in 0..pieces {
+                records.push(PieceRecord {
+                    item_id: id.clone(),
+                    piece,
+                    last: piece + 1 == pieces,
+                    audio_seconds: if piece + 1 == pieces { seconds } else { 0.0 },
+                });
+            }
+        }
+        let part = match self.next_part {
+            Some(p) => p,
+            None => self.ledger.next_part()?,
+        };
+        let extension = match self.format {
+            TranscriptFormat::Jsonl => "jsonl",
+            TranscriptFormat::Parquet => "parquet",
+        };
+        let file = format!("part-{:05}-{part:05}.{extension}", self.shard_index);
+        let path = self.dir.join(&file);
+        self.ledger.begin_part(part, &file, &records)?;
+        let rows = std::mem::take(&mut done.rows);
+        let count = rows.len() as u64;
+        match self.format {
+            TranscriptFormat::Jsonl => {
+                let mut text = String::new();
+                for (_, row, start, end) in rows {
+                    let line = serde_json::json!({
+                        "id": row.id,
+                        "source": row.source,
+                        "start": start,
+                        "end": end,
+                        "start_s": row.start_s,
+                        "end_s": row.end_s,
+                        "text": row.text,
+                        "tokens": row.tokens,
+                        "timestamps": row.timestamps,
+                    });
+                    text.push_str(&line.to_string());
+                    text.push('\n');
+                }
+                sonograph_io::publish::publish_bytes(&path, text.as_bytes())
+                    .map_err(io_err(&path))?;
+            }
+            TranscriptFormat::Parquet => {
+                let mut writer = TranscriptWriter::create(&path)?;
+                for (_, row, ..) in rows {
+                    writer.push(row)?;
+                }
+                writer.finish()?;
+            }
+        }
+        let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        self.ledger.commit_part(part, bytes)?;
+        self.next_part = Some(part + 1);
+        self.rows_written += count;
+        self.parts_written += 1;
+        self.bytes_written += bytes;
+        self.seconds_written += records.iter().map(|r| r.audio_seconds).sum::<f64>();
+        self.ended.clear();
+        self.write_s += t.elapsed().as_secs_f64();
+        Ok(())
+    }
+}
+
+/// An error from inside a stream's sink, carried out of sonograph-io as it is.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct SinkStop(String);
+
+/// What [`stream_vad`] reports, in order: the samples of a chunk, the segments they complete,
+/// then the segmenter after the chunk.
+pub enum VadEvent<'a> {
+    Samples(&'a [f32]),
+    Segment(Segment),
+    Pushed(&'a VadSegmenter),
+}
+
+/// Why streaming a file through the VAD stopped. Each message names the file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum VadStop {
+    /// The input: a file that does not decode, NaN samples, a rate the model cannot take.
+    #[error("{0}")]
+    Input(String),
+    /// onnxruntime itself.
+    #[error("{0}")]
+    Runtime(String),
+}
+
+/// A model error on `path`: the input's fault unless onnxruntime failed.
+fn model_error(path: &Path, e: ModelError) -> VadStop {
+    match e {
+        ModelError::Runtime(msg) => {
+            VadStop::Runtime(format!("{}: onnxruntime: {msg}", path.display()))
+        }
+        other => VadStop::Input(format!("{}: {other}", path.display())),
+    }
+}
+
+/// Segmenters by rate, kept from one file to the next: opening one loads the model into a new
+/// onnxruntime session, which costs more than a short clip's VAD.
+pub struct Segmenters {
+    rt: &'static Runtime,
+    params: VadParams,
+    by_rate: HashMap<u32, VadSegmenter>,
+}
+
+impl Segmenters {
+    pub fn new(rt: &'static Runtime, params: VadParams) -> Self {
+        Segmenters {
+            rt,
+            params,
+            by_rate: HashMap::new(),
+        }
+    }
+
+    /// A segmenter at `rate`, reset.
+    fn at(&mut self, rate: u32) -> Result<&mut VadSegmenter, ModelError> {
+        let seg = match self.by_rate.entry(rate) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(VadSegmenter::new(self.rt, &self.params, rate)?)
+            }
+        };
+        seg.reset();
+        Ok(seg)
+    }
+}
+
+/// Streams `item` through Silero VAD: at the file's rate where silero-vad takes it (8 kHz, or
+/// a multiple of 16 kHz, decimated as it does), else resampled to 16 kHz (or always at
+/// `force_rate`); returns that rate, in whose samples the segments are. An error from `on`
+/// (an input error, naming the file) stops the stream.
+pub fn stream_vad(
+    segmenters: &mut Segmenters,
+    item: &SourceItem,
+    opts: &DecodeOptions,
+    force_rate: Option<u32>,
+    mut on: impl FnMut(VadEvent<'_>) -> Result<(), String>,
+) -> Result<u32, VadStop> {
+    let reader = AudioReader::open(&item.path, opts).map_err(|e| VadStop::Input(e.to_string()))?;
+    let native = reader.info().sample_rate;
+    let rate = force_rate.unwrap_or(match VadSegmenter::model_rate(native) {
+        Some(_) => native,
+        None => OUT_RATE,
+    });
+    let seg = segmenters
+        .at(rate)
+        .map_err(|e| model_error(&item.path, e))?;
+    let mut found = Vec::new();
+    let mut runtime_failed = None;
+    sonograph_io::stream_reader(reader, rate, |chunk| {
+        on(VadEvent::Samples(chunk)).map_err(SinkStop)?;
+        if let Err(e) = seg.push(chunk, &mut found) {
+            let stop = model_error(&item.path, e);
+            let message = stop.to_string();
+            runtime_failed = Some(stop);
+            return Err(SinkStop(message));
+        }
+        for s in found.drain(..) {
+            on(VadEvent::Segment(s)).map_err(SinkStop)?;
+        }
+        on(VadEvent::Pushed(seg)).map_err(SinkStop)
+    })
+    .map_err(|e| match (runtime_failed.take(), e) {
+        (Some(stop), _) => stop,
+        (None, StreamError::Sink { source, .. }) => VadStop::Input(source.0),
+        (None, other) => VadStop::Input(other.to_string()),
+    })?;
+    seg.finish(&mut found)
+        .map_err(|e| model_error(&item.path, e))?;
+    for s in found.drain(..) {
+        on(VadEvent::Segment(s)).map_err(VadStop::Input)?;
+    }
+    Ok(rate)
+}
+
+/// Samples at `rate` as samples at 16 kHz: exact for 8 kHz (× 2) and for multiples of 16 kHz
+/// (segments there are multiples of the decimation step).
+pub fn at_16k(samples: u64, rate: u32) -> u64 {
+    samples * u64::from(OUT_RATE) / u64::from(rate)
+}
