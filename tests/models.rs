@@ -560,6 +560,17 @@ fn transcribe_lists_a_bad_item_and_shards_and_resumes() {
     let mut got = transcripts(&sharded);
     got.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
     assert_eq!(got, rows, "two shards");
+    // A single file is shard 0's item: another shard has nothing to do.
+    let one = tmp.path("one");
+    let shard_1 = ["--shard-index", "1", "--shard-count", "2"];
+    let o = transcribe(&corpus.join("item0.wav"), &model, &one, &shard_1);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("0 items ok, 0 failed"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(parts(&one, "jsonl").is_empty());
 }
 
 /// A crash (by failpoint, as kill -9 or a power cut) at each step of publishing each file of

@@ -350,7 +350,8 @@ impl AudioReader {
                 return Ok(None);
             }
             if !guard(&path, || self.decode_next())? {
-                if self.skip_left > 0 {
+                // Past the end, or exactly at it: an offset that leaves nothing to read.
+                if self.skip_left > 0 || (self.opts.offset_s > 0.0 && self.frames_read == 0) {
                     return Err(DecodeError::OffsetPastEnd {
                         path,
                         offset_s: self.opts.offset_s,

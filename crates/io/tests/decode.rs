@@ -322,6 +322,42 @@ fn offsets_by_seeking_equal_a_decode_from_the_start() {
     }
 }
 
+/// An offset at the end of the audio, or past it, is an error naming the file and the length
+/// decoded (found by decoding, not from the header's count), in every format: an item with
+/// nothing to read is never taken for an empty one.
+#[test]
+fn an_offset_at_or_past_the_end_is_an_error() {
+    for name in [
+        "speech_16000_mono_s16.wav",
+        "speech_16000_mono_s16.flac",
+        "speech_44100_stereo.mp3",
+    ] {
+        let path = data_dir().join(name);
+        let mut r = AudioReader::open(&path, &DecodeOptions::default()).unwrap();
+        let rate = f64::from(r.info().sample_rate);
+        let mut frames = 0usize;
+        while let Some(c) = r.next_chunk().unwrap() {
+            frames += c.len();
+        }
+        for offset_s in [frames as f64 / rate, frames as f64 / rate + 1.0] {
+            let opts = DecodeOptions {
+                offset_s,
+                ..Default::default()
+            };
+            let result = AudioReader::open(&path, &opts).and_then(|mut r| {
+                while r.next_chunk()?.is_some() {}
+                Ok(r.frames_read())
+            });
+            let e = result.expect_err(&format!("{name} at {offset_s} s"));
+            let message = e.to_string();
+            assert!(
+                message.contains(name) && message.contains("past the end"),
+                "{name} at {offset_s} s: {message}"
+            );
+        }
+    }
+}
+
 /// The mean of the channels is computed as an interleaved mix would: each sample converted
 /// once, summed in channel order, times 1/channels — bit for bit, every lossless format.
 #[test]

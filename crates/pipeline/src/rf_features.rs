@@ -211,8 +211,9 @@ pub fn run_rf_features(
     let bar = progress_bar(job.progress, sources.len() as u64);
     let mut resumed = 0u64;
     // Enough recordings at once to keep every thread busy (windows of one recording spread
-    // over all of them), few enough that memory holds one group.
-    let group = (pool.current_num_threads() * 4).clamp(4, 64);
+    // over all of them), few enough that memory holds one group: at most 16, as many as
+    // `max_samples` allows each.
+    let group = (pool.current_num_threads() * 4).clamp(4, 16);
     for chunk in sources.chunks(group) {
         let ids: Vec<&str> = chunk.iter().map(|s| s.id()).collect();
         let settled = reader.settled(&ids)?;
@@ -220,7 +221,10 @@ pub fn run_rf_features(
             .iter()
             .filter(|s| !settled.done.contains(s.id()) && !settled.failed.contains(s.id()))
             .collect();
-        resumed += (chunk.len() - todo.len()) as u64;
+        resumed += chunk
+            .iter()
+            .filter(|s| settled.done.contains(s.id()))
+            .count() as u64;
         bar.inc((chunk.len() - todo.len()) as u64);
         let results = pool.install(|| state.rows_of(job, &todo));
         let mut failures = Vec::new();
@@ -383,7 +387,14 @@ impl RunState {
             let slices: Vec<&[Complex32]> = windows.iter().map(|w| w.samples(read)).collect();
             let rates: Vec<f64> = windows.iter().map(rate).collect();
             let t = Instant::now();
-            match device.welch(&slices, &rates, &cfg.welch) {
+            let answer = device.welch(&slices, &rates, &cfg.welch).and_then(|psds| {
+                if psds.len() == slices.len() {
+                    Ok(psds)
+                } else {
+                    Err(format!("{} PSDs for {} windows", psds.len(), slices.len()))
+                }
+            });
+            match answer {
                 Ok(psds) => {
                     self.stages.compute_s += t.elapsed().as_secs_f64();
                     let report = self.gpu.as_mut().expect("a device has its report");

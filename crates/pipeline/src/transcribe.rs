@@ -159,7 +159,8 @@ impl TranscribeJob {
 struct Transcribed {
     /// (item, row, start, end in samples at 16 kHz), in item and segment order.
     rows: Vec<(String, TranscriptRow, u64, u64)>,
-    segment_failures: Vec<Failure>,
+    /// (item, the segment's failure).
+    segment_failures: Vec<(String, Failure)>,
 }
 
 /// A segment waiting for its batch.
@@ -257,15 +258,32 @@ impl Transcriber {
                     p.start,
                     p.end,
                 )),
-                Err(reason) => out.segment_failures.push(Failure {
-                    id,
-                    source: p.source.display().to_string(),
-                    reason,
-                }),
+                Err(reason) => out.segment_failures.push((
+                    p.item,
+                    Failure {
+                        id,
+                        source: p.source.display().to_string(),
+                        reason,
+                    },
+                )),
             }
         }
         self.busy_s += started.elapsed().as_secs_f64();
         self.batches += 1;
+    }
+
+    /// The model's device was lost: every segment after failed for want of it, not for its
+    /// input, so the job stops (what was committed stays; the same job run again resumes)
+    /// instead of marking the rest done without transcripts.
+    fn lost(&self) -> Result<(), JobError> {
+        let stats = self.batcher.stats();
+        if stats.devices_lost > 0 {
+            let why = stats.alerts.last().cloned().unwrap_or_default();
+            return Err(JobError::Model(format!(
+                "the model's device failed ({why}); run the same command again to resume"
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -329,15 +347,29 @@ pub fn run_transcribe(job: &TranscribeJob) -> Result<JobOutcome, JobError> {
     };
     let mut sink = TranscriptSink::new(job, ledger);
     let mut segmenters = Segmenters::new(rt, job.vad);
+    if job.segment == SegmentMode::Vad {
+        // Loaded once now: a VAD that cannot load is the job's error, not every item's.
+        segmenters
+            .at(OUT_RATE)
+            .map_err(|e| JobError::Model(format!("VAD: {e}")))?;
+    }
     let live = LiveJob::new();
-    let items_total = source.as_ref().map_or(1, |s| s.len() as u64);
+    // A single file is shard 0's item (of any shard count).
+    let single_here = single && job.shard_index == 0;
+    let items_total = source
+        .as_ref()
+        .map_or(u64::from(single_here), |s| s.len() as u64);
     let (tx, rx) = crossbeam_channel::bounded::<Entry>(64);
     let (resumed, decode_s) = std::thread::scope(|scope| -> Result<(u64, f64), JobError> {
+        // Owned here: an early return drops it, so a feeder blocked on a full queue gets an
+        // error from its send and ends, and the scope's join does not wait for ever.
+        let rx = rx;
         let (source, live) = (&source, &live);
         // The ledger's reader is the feeder's alone (a SQLite connection is not shared).
         let feeder = scope.spawn(move || -> Result<u64, JobError> {
             match source {
                 Some(s) => s.feed(&reader, &tx, live),
+                None if !single_here => Ok(0),
                 None => {
                     let id = file_id(&job.source);
                     let settled = reader.settled(&[id.as_str()])?;
@@ -373,17 +405,23 @@ pub fn run_transcribe(job: &TranscribeJob) -> Result<JobOutcome, JobError> {
                     decode_s += t.elapsed().as_secs_f64();
                     (item.id, item.path, outcome)
                 }
-                Entry::Invalid { id, reason } => (id, job.source.clone(), Err(reason)),
-                Entry::Iq { id, source } => (id, source.path(), Err("not audio".to_string())),
+                Entry::Invalid { id, reason } => {
+                    (id, job.source.clone(), Err(ItemStop::Item(reason)))
+                }
+                Entry::Iq { id, source } => (
+                    id,
+                    source.path(),
+                    Err(ItemStop::Item("not audio".to_string())),
+                ),
             };
             match outcome {
                 Ok(()) => sink.ended.push(id),
-                Err(reason) => {
+                Err(ItemStop::Job(e)) => return Err(e),
+                Err(ItemStop::Item(reason)) => {
                     // What of it was cut or transcribed already goes with it.
                     pending.retain(|p| p.item != id);
                     done.rows.retain(|r| r.0 != id);
-                    done.segment_failures
-                        .retain(|f| !f.id.starts_with(&format!("{id}#")));
+                    done.segment_failures.retain(|f| f.0 != id);
                     sink.failures.push(Failure {
                         id,
                         source: path.display().to_string(),
@@ -393,10 +431,12 @@ pub fn run_transcribe(job: &TranscribeJob) -> Result<JobOutcome, JobError> {
             }
             if sink.ended.len() + sink.failures.len() >= job.part_items {
                 tr.flush(&mut pending, &mut done);
+                tr.lost()?;
                 sink.write_part(&mut done)?;
             }
         }
         tr.flush(&mut pending, &mut done);
+        tr.lost()?;
         sink.write_part(&mut done)?;
         let resumed = feeder
             .join()
@@ -475,7 +515,7 @@ fn segment_item(
     tr: &mut Transcriber,
     pending: &mut Vec<Pending>,
     done: &mut Transcribed,
-) -> Result<(), String> {
+) -> Result<(), ItemStop> {
     let opts = DecodeOptions {
         mix: job.channel.map_or(ChannelMix::Mean, ChannelMix::Select),
         limits: job.limits,
@@ -536,7 +576,10 @@ fn segment_item(
                 }
                 Ok(())
             })
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| match e {
+                VadStop::Runtime(message) => ItemStop::Job(JobError::Model(message)),
+                input => ItemStop::Item(input.to_string()),
+            })?;
         }
         SegmentMode::Fixed => {
             let window = (job.window_s * f64::from(OUT_RATE)).round().max(1.0) as u64;
@@ -553,16 +596,23 @@ fn segment_item(
                 Ok::<(), SinkStop>(())
             })
             .map_err(|e| match e {
-                StreamError::Sink { source, .. } => source.0,
-                other => other.to_string(),
+                StreamError::Sink { source, .. } => ItemStop::Item(source.0),
+                other => ItemStop::Item(other.to_string()),
             })?;
             if total > base {
-                pending.push(cut(base, total, &buf, base)?);
+                pending.push(cut(base, total, &buf, base).map_err(ItemStop::Item)?);
                 tr.flush_full(pending, done);
             }
         }
     }
     Ok(())
+}
+
+/// Why an item ended without its transcripts: its own fault (a failure in the report), or
+/// the job's (onnxruntime failed: the job stops, and the item runs again on resume).
+enum ItemStop {
+    Item(String),
+    Job(JobError),
 }
 
 /// Transcripts into parts, parts into the ledger: a part's items are recorded as pending, its
@@ -617,7 +667,8 @@ impl TranscriptSink {
             self.ledger.record_failures(&list)?;
             self.failures.clear();
         }
-        self.segment_failures.append(&mut done.segment_failures);
+        self.segment_failures
+            .extend(done.segment_failures.drain(..).map(|f| f.1));
         if self.ended.is_empty() {
             return Ok(());
         }
