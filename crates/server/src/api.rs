@@ -62,9 +62,31 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         health, ready, status, list_jobs, submit_job, plan_job, get_job, cancel_job, alerts,
         telemetry
     ),
-    components(schemas(JobOptions, ErrorBody))
+    components(schemas(JobOptions, ErrorBody)),
+    modifiers(&BearerToken)
 )]
 pub struct ApiDoc;
+
+/// Every path but /health and /ready asks for the server's token (`--token`), as
+/// `Authorization: Bearer TOKEN`.
+struct BearerToken;
+
+impl utoipa::Modify for BearerToken {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{
+            Http, HttpAuthScheme, SecurityRequirement, SecurityScheme,
+        };
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "token",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        );
+        openapi.security = Some(vec![SecurityRequirement::new(
+            "token",
+            Vec::<String>::new(),
+        )]);
+    }
+}
 
 /// The answer of every error: `{"error": reason}`.
 #[derive(utoipa::ToSchema)]
@@ -202,13 +224,13 @@ async fn dashboard() -> impl IntoResponse {
     ([(header::CACHE_CONTROL, "no-store")], Html(DASHBOARD))
 }
 
-#[utoipa::path(get, path = "/health", tag = "service",
+#[utoipa::path(get, path = "/health", tag = "service", security(()),
     responses((status = 200, description = "the process serves", body = Object)))]
 async fn health() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
-#[utoipa::path(get, path = "/ready", tag = "service",
+#[utoipa::path(get, path = "/ready", tag = "service", security(()),
     responses((status = 200, description = "ready for jobs", body = Object),
               (status = 503, description = "not ready, and why", body = Object)))]
 async fn ready(State(app): Shared) -> Response {
