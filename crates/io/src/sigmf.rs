@@ -617,14 +617,31 @@ pub struct TarMember {
     pub size: u64,
 }
 
+/// `text` with its control characters (line breaks, tabs, NUL) escaped as `\n`, `\t`,
+/// `\u{0}`.
+fn escape_controls(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// The regular files of a tar archive (what `sigmf.archive` writes; ustar, PAX and GNU long
 /// names, base-256 sizes of members over 8 GiB, through the `tar` crate), every size checked
 /// against the archive's real length before anything is read.
 fn tar_members(f: &mut File, path: &Path) -> Result<Vec<TarMember>, IqError> {
     let total = file_len(f, path)?;
+    // The tar crate's messages quote the header's bytes, line breaks included (the fuzzer's
+    // `numeric field was not a number: 2.0",\n   when getting cksum`): escaped, so that the
+    // error stays one line.
     let bad = |reason: String| IqError::BadMeta {
         path: path.to_path_buf(),
-        reason,
+        reason: escape_controls(&reason),
     };
     f.seek(SeekFrom::Start(0))
         .map_err(|e| bad(format!("cannot read the archive: {e}")))?;
