@@ -359,6 +359,14 @@ pub fn parse_nemo(
 
 fn nemo_entry(line: &str, number: usize, base: &Path, name: &str) -> Entry {
     let line_id = format!("{name}:{number}");
+    // serde reads a struct from a JSON array too, by position (`["a.wav"]` would be an item):
+    // a NeMo line is an object.
+    if !line.trim_start().starts_with('{') {
+        return Entry::Invalid {
+            id: line_id,
+            reason: "line is not a JSON object".into(),
+        };
+    }
     let parsed: Result<NemoLine, _> = serde_json::from_str(line);
     match parsed {
         Err(e) => Entry::Invalid {
