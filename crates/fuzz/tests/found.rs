@@ -107,6 +107,9 @@ fn flac_metadata_lengths_are_checked_before_they_are_allocated() {
     for name in [
         "flac-picture-length-4gib.flac",
         "flac-comment-length-4gib.flac",
+        // A FLAC stream after 4 bytes of junk (`RIFX`), found by symphonia's probe, which
+        // searches the first MiB for a marker.
+        "flac-after-4-bytes-comment-4gib.wav",
     ] {
         let scratch = Scratch::new("flac-alloc");
         let path = scratch.0.join("input.flac");

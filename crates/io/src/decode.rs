@@ -537,8 +537,19 @@ fn check_wav_header(file: &File, path: &Path, limits: &Limits) -> Result<(), Dec
             reason,
         })
     };
+    // symphonia's probe looks for a container's marker anywhere in the first MiB, so a FLAC
+    // stream may begin past a file's start (the fuzzer's `RIFX` + `fLaC` file, whose comment
+    // block declared 4 GiB): every one it could take is checked. Past byte 0, a marker counts
+    // only followed by a STREAMINFO header (type 0, 34 bytes), as symphonia requires: the
+    // four bytes `fLaC` inside other audio (once in 4,096 files of a MiB) are not a stream.
+    let window = read_at(file, 0, PROBE_SEARCH_LIMIT + 8);
+    for (at, _) in window.windows(8).enumerate().filter(|(at, w)| {
+        &w[..4] == b"fLaC" && (*at == 0 || (w[4] & 0x7f == 0 && w[5..8] == [0, 0, 34]))
+    }) {
+        check_flac_metadata(file, at as u64).or_else(bad)?;
+    }
     if head.len() >= 4 && &head[..4] == b"fLaC" {
-        return check_flac_metadata(file).or_else(bad);
+        return Ok(());
     }
     if head.len() < 12 || &head[..4] != b"RIFF" || &head[8..12] != b"WAVE" {
         return Ok(());
@@ -596,10 +607,15 @@ fn read_at(file: &File, at: u64, len: usize) -> Vec<u8> {
     buf
 }
 
-/// Refuses FLAC metadata whose inner lengths pass their block's: symphonia 0.5 allocates the
+/// How far symphonia 0.5's probe searches a file for a container's marker
+/// (`Probe::PROBE_SEARCH_LIMIT`).
+const PROBE_SEARCH_LIMIT: usize = 1 << 20;
+
+/// Refuses the metadata of the FLAC stream whose marker is at byte `marker` when its inner
+/// lengths pass their block's: symphonia 0.5 allocates the
 /// lengths a VORBIS_COMMENT or PICTURE block declares (up to 4 GiB each) before it reads them,
 /// and an allocation that fails is an abort, not an error.
-fn check_flac_metadata(file: &File) -> Result<(), String> {
+fn check_flac_metadata(file: &File, marker: u64) -> Result<(), String> {
     let u32_at = |bytes: &[u8], at: usize, little: bool| -> Option<u32> {
         let b: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
         Some(if little {
@@ -608,7 +624,7 @@ fn check_flac_metadata(file: &File) -> Result<(), String> {
             u32::from_be_bytes(b)
         })
     };
-    let mut pos = 4u64;
+    let mut pos = marker + 4;
     loop {
         let header = read_at(file, pos, 4);
         if header.len() < 4 {
