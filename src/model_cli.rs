@@ -16,8 +16,8 @@ use sonograph_io::manifest::{Entry, Source, SourceItem};
 use sonograph_io::DecodeOptions;
 use sonograph_model::{Runtime, Segment, VadParams};
 use sonograph_pipeline::transcribe::{
-    at_16k, run_transcribe, stream_vad, SegmentMode, Segmenters, TranscribeJob, TranscriptFormat,
-    VadEvent, VadStop,
+    at_16k, is_manifest, run_transcribe, stream_vad, SegmentMode, Segmenters, TranscribeJob,
+    TranscriptFormat, VadEvent, VadStop,
 };
 
 use crate::{user, LimitArgs};
@@ -218,13 +218,6 @@ fn for_each_item(
         }
     }
     Ok(())
-}
-
-fn is_manifest(p: &Path) -> bool {
-    matches!(
-        p.extension().and_then(|e| e.to_str()),
-        Some("jsonl" | "json" | "ndjson" | "csv")
-    )
 }
 
 /// Files whose segments are computed at once (in parallel) before they are written in order.

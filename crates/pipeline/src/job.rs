@@ -21,7 +21,7 @@ use crate::executor::{run_executor, ExecutorStats, Unit};
 use crate::layout::{feature_job_shape, finish_output, open_output, Opened, OutputLayout};
 use crate::live::{LiveJob, Queue};
 use crate::model::ModelStage;
-use crate::report::{peak_rss_mb, Failure, ModelReport, Report, StageTimes};
+use crate::report::{peak_rss_mb, ModelReport, Report, StageTimes};
 use crate::source::ShardSource;
 use crate::stage::{run_row_stage, run_unit_stage, Stages};
 use crate::writer::{progress_bar, writer_loop, Writer, WriterMsg};
@@ -336,12 +336,7 @@ fn run_stages(
 
     // A source that broke off mid-way stops the job once the items fed are settled.
     let resumed = fed?;
-    let failures: Vec<Failure> = writer
-        .ledger
-        .first_failures(REPORT_FAILURES)?
-        .into_iter()
-        .map(|(id, source, reason)| Failure { id, source, reason })
-        .collect();
+    let failures = crate::report::first_failures(&writer.ledger)?;
     let wall = start.elapsed().as_secs_f64();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let report = Report {
@@ -382,9 +377,6 @@ fn run_stages(
     finish_output(&layout, &report, live.is_canceled())?;
     Ok(JobOutcome::Finished(report))
 }
-
-/// Failures listed in report.json (by id); every one is counted there and kept in the ledger.
-const REPORT_FAILURES: usize = 1000;
 
 /// Puts `stages` between the two ends of a queue: producers send to the returned sender,
 /// each stage runs on its own thread from one bounded queue to the next, and the last one

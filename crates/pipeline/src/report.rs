@@ -174,6 +174,20 @@ pub struct Report {
     pub failures: Vec<Failure>,
 }
 
+/// Failures listed in report.json (by id); every one is counted there and kept in the ledger.
+pub(crate) const REPORT_FAILURES: usize = 1000;
+
+/// The failures report.json lists: the ledger's first [`REPORT_FAILURES`] by id.
+pub(crate) fn first_failures(
+    ledger: &sonograph_io::ledger::Ledger,
+) -> Result<Vec<Failure>, sonograph_io::ledger::LedgerError> {
+    Ok(ledger
+        .first_failures(REPORT_FAILURES)?
+        .into_iter()
+        .map(|(id, source, reason)| Failure { id, source, reason })
+        .collect())
+}
+
 /// Peak resident set size of this process (VmHWM), in MiB; 0 where /proc is absent.
 pub fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")

@@ -28,9 +28,6 @@ use crate::writer::progress_bar;
 /// Rows per part by default: about 8 MB of features, 40 MB with the PSD of 1,024 bins.
 pub const DEFAULT_PART_ROWS: usize = 8192;
 
-/// Failures listed in report.json (by id), as for a feature job.
-const REPORT_FAILURES: usize = 1000;
-
 /// An `rf-features` job.
 #[derive(Debug, Clone)]
 pub struct RfFeaturesJob {
@@ -250,11 +247,7 @@ pub fn run_rf_features(
     sink.flush(&mut state.stages)?;
     bar.finish_and_clear();
     let ledger = &sink.ledger;
-    let failures: Vec<Failure> = ledger
-        .first_failures(REPORT_FAILURES)?
-        .into_iter()
-        .map(|(id, source, reason)| Failure { id, source, reason })
-        .collect();
+    let failures = crate::report::first_failures(ledger)?;
     let wall = started.elapsed().as_secs_f64();
     let cores = pool.current_num_threads() as f64;
     let mut devices = vec![state.cpu];

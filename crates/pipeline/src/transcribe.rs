@@ -39,9 +39,6 @@ pub const OUT_RATE: u32 = 16_000;
 /// Items per part by default.
 pub const DEFAULT_PART_ITEMS: usize = 1024;
 
-/// Failures listed in report.json, as for a feature job.
-const REPORT_FAILURES: usize = 1000;
-
 /// How an item longer than the model's window is cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
@@ -444,14 +441,10 @@ pub fn run_transcribe(job: &TranscribeJob) -> Result<JobOutcome, JobError> {
         Ok((resumed, decode_s))
     })?;
     let ledger = &sink.ledger;
-    let mut failures: Vec<Failure> = ledger
-        .first_failures(REPORT_FAILURES)?
-        .into_iter()
-        .map(|(id, source, reason)| Failure { id, source, reason })
-        .collect();
+    let mut failures = crate::report::first_failures(ledger)?;
     // Segments that could not be transcribed, of items done all the same (their other
     // segments written): listed, not counted as failed items.
-    let room = REPORT_FAILURES.saturating_sub(failures.len());
+    let room = crate::report::REPORT_FAILURES.saturating_sub(failures.len());
     failures.extend(sink.segment_failures.drain(..).take(room));
     let wall = started.elapsed().as_secs_f64();
     let report = Report {
@@ -499,7 +492,8 @@ fn file_id(path: &Path) -> String {
         .unwrap_or_else(|| path.display().to_string())
 }
 
-fn is_manifest(p: &Path) -> bool {
+/// A NeMo (.jsonl, .json, .ndjson) or CSV manifest, by its extension.
+pub fn is_manifest(p: &Path) -> bool {
     matches!(
         p.extension().and_then(|e| e.to_str()),
         Some("jsonl" | "json" | "ndjson" | "csv")
