@@ -213,6 +213,26 @@ pub(crate) fn run_probe(gpu: &GpuDevice, deadline: Duration) -> Result<(), Strin
     }
 }
 
+/// Waits up to `deadline` for submission `index` to finish on the device.
+pub(crate) fn wait_for(
+    gpu: &GpuDevice,
+    index: wgpu::SubmissionIndex,
+    deadline: Duration,
+) -> Result<(), String> {
+    gpu.device
+        .poll(wgpu::PollType::Wait {
+            submission_index: Some(index),
+            timeout: Some(deadline),
+        })
+        .map(|_| ())
+        .map_err(|e| {
+            format!(
+                "the device did not finish within {:.1} s: {e}",
+                deadline.as_secs_f64()
+            )
+        })
+}
+
 /// Waits for submission `index`, maps the first `len` bytes of `buffer` and copies them out.
 pub fn read_buffer(
     gpu: &GpuDevice,
@@ -239,17 +259,7 @@ pub fn read_mapped<T>(
     slice.map_async(wgpu::MapMode::Read, move |r| {
         let _ = tx.send(r);
     });
-    gpu.device
-        .poll(wgpu::PollType::Wait {
-            submission_index: Some(index),
-            timeout: Some(deadline),
-        })
-        .map_err(|e| {
-            format!(
-                "the device did not finish within {:.1} s: {e}",
-                deadline.as_secs_f64()
-            )
-        })?;
+    wait_for(gpu, index, deadline)?;
     match rx.recv_timeout(deadline) {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(format!("cannot map the readback buffer: {e}")),

@@ -204,17 +204,7 @@ impl StagingRing {
         let Some(in_flight) = self.slots[index].in_flight.take() else {
             return Ok(None);
         };
-        gpu.device
-            .poll(wgpu::PollType::Wait {
-                submission_index: Some(in_flight.submission),
-                timeout: Some(deadline),
-            })
-            .map_err(|e| {
-                format!(
-                    "the device did not finish within {:.1} s: {e}",
-                    deadline.as_secs_f64()
-                )
-            })?;
+        crate::context::wait_for(gpu, in_flight.submission.clone(), deadline)?;
         for (what, rx) in [
             ("readback", &in_flight.readback_mapped),
             ("upload", &in_flight.upload_mapped),
