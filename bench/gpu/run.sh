@@ -84,3 +84,18 @@ done
 for device in cpu gpu auto; do
   (cd /dev/shm/iq-$device 2>/dev/null && find . -name '*.sigmf-data' | sort | xargs cat | sha256sum) | log
 done
+
+step "RF: rf-features --psd over synth-iq's recordings on cpu and gpu (the Welch PSD on the device)"
+for device in cpu gpu; do
+  rm -rf /dev/shm/rff-$device
+  TIMEFORMAT="rf-features --psd --device $device: %R s wall"
+  { time timeout 60 $bin rf-features /dev/shm/iq-cpu --out /dev/shm/rff-$device --psd \
+    --device $device --no-progress >/dev/null 2>"$out/rff-$device.err"; } 2>&1 | log
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("  ", sys.argv[2], r["items_ok"], "ok,", r["items_failed"], "failed")' \
+    /dev/shm/rff-$device/__sonograph/report.json $device 2>&1 | log
+done
+rm -rf /dev/shm/iq-* /dev/shm/rff-*
+
+# At most 8 files come back from $OUT: the jobs' stderr go into one.
+for f in "$out"/*.err; do [ -e "$f" ] && { echo "--- $(basename "$f")"; tail -20 "$f"; rm -f "$f"; }; done >"$out/stderr.txt"
+ls "$out"
