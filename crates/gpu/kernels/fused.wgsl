@@ -7,16 +7,14 @@
 //
 // The FFT is Govindaraju et al.'s (SC 2008) FftIteration/expand form over two ping-pong
 // halves of `buf`, one barrier per stage; it holds for mixed radices because Ns is the product
-// of the radices already applied. The host fills in N, the stage count and the radices (each
-// 2..8, e.g. 400 = 4·4·5·5). Every twiddle comes from the f64-computed table (WGSL's sin/cos
+// of the radices already applied. The host writes the stages out for N (src/fft_wgsl.rs:
+// radices 2, 3, 4, 5 and 7, e.g. 400 = 4·4·5·5), so strides and radices are constants. Every twiddle comes from the f64-computed table (WGSL's sin/cos
 // only promise 2^-11 absolute); indices are exact integers.
 //
 // Entry points: `main_mel` writes log-mel rows (f32), `main_power` writes |X|^2 (or |X| when
 // `magnitude`) rows in `real` for the host's linear, PSD and spectrum outputs.
 
 const N: u32 = @N@u;
-const NSTAGES: u32 = @NSTAGES@u;
-const MAXR: u32 = 8u;
 const WG: u32 = 64u;
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -31,11 +29,10 @@ const WG: u32 = 64u;
 @group(0) @binding(9) var<storage, read_write> out_power: array<real>;
 
 var<workgroup> buf: array<vec2<real>, @TWO_N@>;
-var<private> radices: array<u32, NSTAGES> = array<u32, NSTAGES>(@RADICES@);
 
-// exp(-2 pi i m / N) for an integer m.
+// exp(-2 pi i m / N) for an integer 0 <= m < N (every index the FFT's stages compute).
 fn w(m: u32) -> vec2<real> {
-    let c = twiddle[m % N];
+    let c = twiddle[m];
     return vec2<real>(c.x, -c.y);
 }
 
@@ -51,6 +48,19 @@ fn load_frame(t: u32, lid: u32) {
     let j = local + it.first_frame;
     let start = window_start(it, local);
     let off = p.window_offset;
+    if (p.remove_dc == 0u && p.preemph == 0.0) {
+        // No per-frame step between framing and the window (every spec but Kaldi's): one
+        // pass. x - 0 * prev is x, so this is the general path's result.
+        for (var i = lid; i < N; i += WG) {
+            var v: real = 0.0;
+            if (i >= off && i < off + p.win_length) {
+                v = frame_sample(it, start, j, i - off) * win[i - off];
+            }
+            buf[i] = vec2<real>(v, 0.0);
+        }
+        workgroupBarrier();
+        return;
+    }
     for (var i = lid; i < N; i += WG) {
         var v: real = 0.0;
         if (i >= off && i < off + p.win_length) {
@@ -94,59 +104,9 @@ fn load_frame(t: u32, lid: u32) {
     workgroupBarrier();
 }
 
-// The FFT of buf[0, N); returns the offset (0 or N) of the half that holds the spectrum.
-fn fft(lid: u32) -> u32 {
-    var src = 0u;
-    var dst = N;
-    var ns = 1u;
-    for (var s = 0u; s < NSTAGES; s++) {
-        let r = radices[s];
-        let nr = N / r;
-        // Twiddle step of this stage: exp(-2 pi i k a / (ns r)) = w(k a (N / (ns r))).
-        let step = N / (ns * r);
-        for (var j = lid; j < nr; j += WG) {
-            let k = j % ns;
-            var v: array<vec2<real>, MAXR>;
-            for (var a = 0u; a < r; a++) {
-                v[a] = cmul(buf[src + j + a * nr], w(k * a * step));
-            }
-            let idx = (j / ns) * ns * r + k;
-            // Radices 2 and 4 exactly (multiplications by ±1 and ±i are swaps, not products
-            // with rounded table values); the others as a small direct DFT.
-            if (r == 4u) {
-                let t0 = v[0] + v[2];
-                let t1 = v[0] - v[2];
-                let t2 = v[1] + v[3];
-                let t3 = v[1] - v[3];
-                let mi_t3 = vec2<real>(t3.y, -t3.x);
-                buf[dst + idx] = t0 + t2;
-                buf[dst + idx + ns] = t1 + mi_t3;
-                buf[dst + idx + 2u * ns] = t0 - t2;
-                buf[dst + idx + 3u * ns] = t1 - mi_t3;
-                continue;
-            }
-            if (r == 2u) {
-                buf[dst + idx] = v[0] + v[1];
-                buf[dst + idx + ns] = v[0] - v[1];
-                continue;
-            }
-            for (var b = 0u; b < r; b++) {
-                // The r-point DFT; exp(-2 pi i a b / r) = w((a b mod r) N / r).
-                var acc = v[0];
-                for (var a = 1u; a < r; a++) {
-                    acc += cmul(v[a], w(((a * b) % r) * nr));
-                }
-                buf[dst + idx + b * ns] = acc;
-            }
-        }
-        workgroupBarrier();
-        let tmp = src;
-        src = dst;
-        dst = tmp;
-        ns *= r;
-    }
-    return src;
-}
+// The FFT of buf[0, N), written out for this N by the host (src/fft_wgsl.rs); returns the
+// offset (0 or N) of the half that holds the spectrum.
+@FFT@
 
 // |X[k]|^2, or |X[k]| when the spec sums magnitudes.
 fn power(spectrum: u32, k: u32) -> real {

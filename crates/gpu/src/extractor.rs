@@ -237,12 +237,13 @@ impl GpuBackend {
             });
         let kernels = match radices {
             Some(radices) => {
-                let list: Vec<String> = radices.iter().map(|r| format!("{r}u")).collect();
                 let body = FUSED
                     .replace("@N@", &spec.n_fft.to_string())
                     .replace("@TWO_N@", &(2 * spec.n_fft).to_string())
-                    .replace("@NSTAGES@", &radices.len().to_string())
-                    .replace("@RADICES@", &list.join(", "));
+                    .replace(
+                        "@FFT@",
+                        &crate::fft_wgsl::fft_function(spec.n_fft as u32, &radices),
+                    );
                 let entry = if uses_mel(spec) {
                     "main_mel"
                 } else {

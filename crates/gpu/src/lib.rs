@@ -18,6 +18,8 @@ pub mod set;
 pub mod context;
 #[cfg(feature = "gpu")]
 mod extractor;
+#[cfg(feature = "gpu")]
+mod fft_wgsl;
 #[cfg(all(test, feature = "gpu"))]
 mod mirror;
 #[cfg(feature = "gpu")]
