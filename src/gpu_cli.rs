@@ -320,6 +320,11 @@ pub fn bench(args: &BenchArgs, device: &str) -> Result<()> {
                 "staging_allocations_during_runs": after.staging_allocations - before.staging_allocations,
                 "staging_bytes": after.staging_bytes,
                 "kernel_seconds_per_run": (timed > 0).then(|| kernel_seconds / (times.len() + 1) as f64),
+                // Host time per run (means, the warm-up run included): copying into the
+                // staging memory, waiting for the device, finishing the rows.
+                "fill_seconds_per_run": (after.fill_seconds - before.fill_seconds) / (times.len() + 1) as f64,
+                "wait_seconds_per_run": (after.wait_seconds - before.wait_seconds) / (times.len() + 1) as f64,
+                "finish_seconds_per_run": (after.finish_seconds - before.finish_seconds) / (times.len() + 1) as f64,
                 "kernel_audio_seconds_per_second": (timed > 0 && kernel_seconds > 0.0)
                     .then(|| seconds * (times.len() + 1) as f64 / kernel_seconds),
             })

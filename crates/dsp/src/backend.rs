@@ -240,6 +240,11 @@ pub struct TransferStats {
     /// The kernels' time on the device, from timestamp queries (the chunks that had them).
     pub kernel_seconds: f64,
     pub timed_chunks: u64,
+    /// Host time copying items into the staging memory, waiting for chunks to come back,
+    /// and finishing their rows (the per-item steps after the kernels).
+    pub fill_seconds: f64,
+    pub wait_seconds: f64,
+    pub finish_seconds: f64,
 }
 
 /// Pool statistics, named after `torch.cuda.memory_stats()` (current values, bytes).

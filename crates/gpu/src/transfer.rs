@@ -204,6 +204,7 @@ impl StagingRing {
         let Some(in_flight) = self.slots[index].in_flight.take() else {
             return Ok(None);
         };
+        let waiting = std::time::Instant::now();
         crate::context::wait_for(gpu, in_flight.submission.clone(), deadline)?;
         for (what, rx) in [
             ("readback", &in_flight.readback_mapped),
@@ -215,6 +216,8 @@ impl StagingRing {
                 Err(_) => return Err(format!("the {what} buffer was never mapped")),
             }
         }
+        let finishing = std::time::Instant::now();
+        self.stats.wait_seconds += (finishing - waiting).as_secs_f64();
         let readback = self.readback(chunk);
         let slice = readback.slice(..in_flight.result_bytes.max(4));
         let out = match slice.get_mapped_range() {
@@ -222,6 +225,7 @@ impl StagingRing {
             Err(e) => return Err(format!("cannot read the mapped rows: {e}")),
         };
         readback.unmap();
+        self.stats.finish_seconds += finishing.elapsed().as_secs_f64();
         Ok(Some(out))
     }
 }

@@ -148,3 +148,37 @@ fn the_ring_is_made_once_and_reused_batch_after_batch() {
         after_one.staging_allocations
     );
 }
+
+#[test]
+fn an_item_copied_in_several_pieces_gives_the_cpu_rows() {
+    // Over 2^19 samples and odd: the host copies it into the staging memory in three pieces
+    // on different threads (FILL_PIECE_SAMPLES, 2^18). Each piece is its own tone, so a piece
+    // written in the wrong place or not at all moves whole bands, far beyond f32 rounding.
+    let spec = FeatureSpec::whisper(80);
+    let Some(mut g) = gpu(&spec) else { return };
+    let piece = 1usize << 18;
+    let item: Vec<f32> = (0..2 * piece + 12_345)
+        .map(|i| {
+            let tone = [0.011f32, 0.047, 0.13][i / piece];
+            (i as f32 * tone).sin() * 0.25
+        })
+        .collect();
+    let batch = AudioBatch::from_items([item.as_slice(), &item[..5001]]);
+    let on_gpu = rows(&mut g, &batch);
+    let mut cpu = sonograph_dsp::CpuBackend::with_threads(&spec, Precision::F32, 1).unwrap();
+    let mut on_cpu = FeatureBatch::new(spec.n_bins());
+    cpu.extract_batch(&batch, &mut on_cpu).unwrap();
+    for i in 0..batch.len() {
+        let ((fg, rg), (fc, rc)) = (on_gpu.item(i).unwrap(), on_cpu.item(i).unwrap());
+        assert_eq!(fg, fc, "item {i}'s frames");
+        let worst = rg
+            .iter()
+            .zip(rc)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            worst < 1e-3,
+            "item {i}: GPU rows differ from the CPU's by {worst}"
+        );
+    }
+}
