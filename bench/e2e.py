@@ -453,7 +453,7 @@ def main():
         ("(the same per CPU-second, for information: load-independent)",
          f"{per_cpu['son']:,.0f} vs {per_cpu['py']:,.0f} audio-s per CPU-s",
          f"{per_cpu['son'] / per_cpu['py']:.2f}x", per_cpu["son"] / per_cpu["py"] >= 5.0),
-        ("decode + compute keep >= 90% of the cores busy (report.json core_utilisation)",
+        ("the job keeps >= 90% of the cores busy (report.json core_utilisation: its CPU time)",
          f"{r['core_utilisation']:.2f}", "", r["core_utilisation"] >= 0.9),
     ]
     if hours:

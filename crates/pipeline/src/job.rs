@@ -103,6 +103,7 @@ fn run_stages(
         })
         .transpose()?;
     let start = Instant::now();
+    let cpu_at_start = crate::host::process_cpu_seconds();
     let spec_id = config.spec.spec_id();
     // IQ recordings are listed whatever the spec: one of the wrong kind fails as an item,
     // saying why, instead of being passed over in silence.
@@ -338,7 +339,6 @@ fn run_stages(
     let resumed = fed?;
     let failures = crate::report::first_failures(&writer.ledger)?;
     let wall = start.elapsed().as_secs_f64();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let report = Report {
         spec_id,
         precision: config.precision.name().into(),
@@ -363,7 +363,7 @@ fn run_stages(
         } else {
             0.0
         },
-        core_utilisation: (stage_times.decode_s + stage_times.compute_s) / (wall * cores).max(1e-9),
+        core_utilisation: crate::host::core_utilisation(cpu_at_start, wall),
         stages: stage_times,
         devices: devices_report,
         device_choice: config.device_choice.clone(),

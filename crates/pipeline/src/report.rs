@@ -162,7 +162,8 @@ pub struct Report {
     /// Audio seconds per wall second of this run.
     pub real_time_factor: f64,
     pub stages: StageTimes,
-    /// Busy time of decode + compute over wall time × cores: 1.0 keeps every core busy.
+    /// The process's CPU time during the job over wall time × cores: 1.0 keeps every core
+    /// busy (0 where /proc cannot be read).
     pub core_utilisation: f64,
     pub devices: Vec<DeviceReport>,
     /// The model side, in a job with a model.

@@ -145,6 +145,7 @@ pub fn run_rf_features(
 ) -> Result<JobOutcome, JobError> {
     job.check()?;
     let started = Instant::now();
+    let cpu_at_start = crate::host::process_cpu_seconds();
     let raw = job.raw_format.map(IqFormat::datatype);
     let all = list_sources(&job.source, raw).map_err(|e| JobError::Config(e.to_string()))?;
     if all.is_empty() {
@@ -249,7 +250,6 @@ pub fn run_rf_features(
     let ledger = &sink.ledger;
     let failures = crate::report::first_failures(ledger)?;
     let wall = started.elapsed().as_secs_f64();
-    let cores = pool.current_num_threads() as f64;
     let mut devices = vec![state.cpu];
     devices.extend(state.gpu);
     devices.retain(|d| d.items > 0 || d.retired || d.device != "cpu");
@@ -269,8 +269,7 @@ pub fn run_rf_features(
         audio_seconds: sink.seconds_written,
         wall_seconds: wall,
         real_time_factor: sink.seconds_written / wall.max(1e-9),
-        core_utilisation: (state.stages.decode_s + state.stages.compute_s)
-            / (wall * cores).max(1e-9),
+        core_utilisation: crate::host::core_utilisation(cpu_at_start, wall),
         stages: state.stages,
         devices,
         device_choice: None,

@@ -288,6 +288,7 @@ impl Transcriber {
 pub fn run_transcribe(job: &TranscribeJob) -> Result<JobOutcome, JobError> {
     job.check()?;
     let started = Instant::now();
+    let cpu_at_start = crate::host::process_cpu_seconds();
     let rt = Runtime::get(job.ort_lib.as_deref()).map_err(|e| JobError::Model(e.to_string()))?;
     let model = AsrModel::open(rt, &job.model, job.threads)
         .map_err(|e| JobError::Model(format!("{}: {e}", job.model.display())))?;
@@ -463,7 +464,7 @@ pub fn run_transcribe(job: &TranscribeJob) -> Result<JobOutcome, JobError> {
         audio_seconds: sink.seconds_written,
         wall_seconds: wall,
         real_time_factor: sink.seconds_written / wall.max(1e-9),
-        core_utilisation: 0.0,
+        core_utilisation: crate::host::core_utilisation(cpu_at_start, wall),
         stages: StageTimes {
             decode_s: (decode_s - tr.busy_s).max(0.0),
             compute_s: tr.busy_s,
