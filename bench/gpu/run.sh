@@ -11,6 +11,14 @@ ldconfig
 export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
 export NODEVICE_SELECT=1
 out=${OUT:-/tmp}
+# prepare.sh sends the binaries xz-compressed.
+python3 - <<'PY'
+import glob, lzma, os, shutil
+for packed in glob.glob(".gpubench/*.xz"):
+    with lzma.open(packed) as src, open(packed[:-3], "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    os.chmod(packed[:-3], 0o755)
+PY
 bin=.gpubench/sonograph
 log() { tee -a "$out/results.txt"; }
 step() { echo "== $*" | log; }
@@ -51,7 +59,9 @@ for l in sys.stdin:
         "host_to_host": round(r["audio_seconds_per_second"]), "median_s": r["median_seconds"],
         "kernel_resident": t.get("kernel_audio_seconds_per_second"),
         "chunks_per_run": t.get("chunks_per_run"), "filled_while_busy": t.get("chunks_filled_while_busy"),
-        "staging_allocations": t.get("staging_allocations_during_runs")}))' "$preset" | log
+        "staging_allocations": t.get("staging_allocations_during_runs"),
+        "host_ms_per_run": {k: round(1e3 * t[f"{k}_seconds_per_run"], 2) for k in ("fill", "wait", "finish")
+                            if f"{k}_seconds_per_run" in t}}))' "$preset" | log
     done
     timeout 90 $bin bench --device cpu $size 2>/dev/null | python3 -c '
 import json, sys
@@ -62,17 +72,37 @@ for l in sys.stdin:
     timeout 120 python3 bench/gpu/torchaudio_mel.py --preset "$preset" --clips "$clips" --seconds 30 --repeat 10 2>&1 | tail -1 | log
   done
 done
+# The last session's binary, where one was carried (.gpubench/sonograph-before): the same
+# batches on the same machine, so that a change's gain is not machine-to-machine noise.
+if [ -x .gpubench/sonograph-before ]; then
+  for preset in whisper nemo; do
+    timeout 60 .gpubench/sonograph-before bench --device gpu --preset $preset --clips 64 --seconds 30 \
+      --repeat 5 --precision f32 2>/dev/null | python3 -c '
+import json, sys
+r = json.loads(sys.stdin.readline()); t = r.get("transfer") or {}
+print(json.dumps({"before": r["device"], "preset": sys.argv[1], "clips": r["items"],
+    "host_to_host": round(r["audio_seconds_per_second"]),
+    "kernel_resident": t.get("kernel_audio_seconds_per_second")}))' "$preset" | log
+  done
+fi
 # Where a 64-clip batch's time goes, chunk by chunk (fill, encode and submit) and batch by batch.
 NO_COLOR=1 SONOGRAPH_LOG=sonograph_gpu::extractor=debug timeout 60 $bin bench --device gpu \
   --preset whisper --clips 64 --seconds 30 --repeat 2 2>&1 | sed 's/\x1b\[[0-9;]*m//g' |
   grep -E "gpu (chunk sent|batch)" | tail -12 >"$out/phases.txt"
+grep "gpu batch" "$out/phases.txt" | tail -1 | sed 's/.*gpu batch/last 64-clip batch:/' | log
 
 step "auto by measurement (features and a job): what it measured and chose"
 rm -rf /tmp/sonograph-cache
 SONOGRAPH_CACHE_DIR=/tmp/sonograph-cache timeout 60 $bin bench --device auto --preset whisper --clips 16 --seconds 30 --repeat 2 2>&1 | grep -E "auto chose|audio_seconds_per_second" | cut -c1-300 | log
 
 step "a whole extract job, 8000 WAVs, on cpu, gpu, all and auto"
-RF=1 timeout 200 bash bench/gpu/e2e_devices.sh 8000 1 2>&1 | tail -8 | log
+THREADS=1 KEEP_CORPUS=1 timeout 200 bash bench/gpu/e2e_devices.sh 8000 1 2>&1 | tail -10 | log
+# The same CPU job with 16 times fewer parts: how much of its wall time is the part closes
+# (each waits for its row groups' encoders, the footer and an fsync, while rows queue)?
+THREADS=1 KEEP_CORPUS=1 DEVICES=cpu EXTRA_ARGS="--part-mb 1024" timeout 60 bash bench/gpu/e2e_devices.sh 8000 1 2>&1 | tail -2 | log
+# And with mimalloc keeping freed memory committed: do page faults on fresh memory, which every
+# new thread's heap takes, hold many threads at once?
+THREADS=1 MIMALLOC_PURGE_DELAY=-1 DEVICES=cpu timeout 60 bash bench/gpu/e2e_devices.sh 8000 1 2>&1 | tail -2 | log
 
 step "RF: synth-iq on cpu, gpu and auto (bit-identical)"
 for device in cpu gpu auto; do
