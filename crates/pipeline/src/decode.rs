@@ -1,6 +1,6 @@
 //! The decode stage: workers that open, decode and resample items. Short items go to the
-//! prefetch queue whole; long ones are cut into pieces there (or, when every executor is a
-//! CPU, streamed through an extractor here).
+//! prefetch queue whole and long ones in pieces; when every device is a CPU (and no stage needs
+//! the units), each worker computes its items itself, long ones streamed.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -20,30 +20,38 @@ use crate::budget::{BytesHeld, MemoryBudget};
 use crate::config::JobConfig;
 use crate::error::panic_text;
 use crate::executor::{Permit, Unit};
-use crate::live::{LiveJob, Queue, Stage};
+use crate::live::{LiveDevice, LiveJob, Queue, Stage};
 use crate::report::Failure;
 use crate::segment::{extract_from_reader, PieceCutter, PiecePlan, PieceWindow};
 use crate::writer::{RowMsg, WriterMsg};
 
-/// Decodes items; short ones go to the prefetch queue, long ones too in pieces (or, when all
-/// executors are CPUs, they are streamed here).
-/// Returns the seconds spent busy (not counting time blocked on a full queue).
+/// What a decode worker did: seconds busy decoding (not counting time blocked on a full
+/// queue), and seconds computing whole items itself, with how many.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct WorkerStats {
+    pub decode_s: f64,
+    pub compute_s: f64,
+    pub items_computed: u64,
+}
+
+/// Decodes items; short ones go to the prefetch queue, long ones too in pieces (or, when they
+/// are computed here, through this worker's extractor).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn decode_worker(
     config: &JobConfig,
     work: Receiver<Entry>,
     units: Sender<Unit>,
     writer: Sender<WriterMsg>,
-    long_items: LongItems,
+    computed: Computed,
     budget: &Arc<MemoryBudget>,
     executors_running: &Weak<()>,
     live: &LiveJob,
-) -> f64 {
+) -> WorkerStats {
     let spec = Arc::new(config.spec.clone());
     let mut extractor: Option<CpuExtractor> = None;
     // With --vad, this worker's segmenter (an onnxruntime session), opened on first use.
     let mut segmenter: Option<Result<VadSegmenter, String>> = None;
-    let mut busy = 0.0;
+    let mut stats = WorkerStats::default();
     for entry in work.iter() {
         if live.is_canceled() {
             break; // the entry stays undone; the resumed job decodes it
@@ -99,8 +107,9 @@ pub(crate) fn decode_worker(
                             budget,
                             executors_running,
                         },
-                        &long_items,
+                        &computed,
                         &mut blocked,
+                        &mut stats,
                     )
                 });
                 std::panic::catch_unwind(run).unwrap_or_else(|payload| {
@@ -114,7 +123,7 @@ pub(crate) fn decode_worker(
             }
         };
         let took = t.elapsed().as_secs_f64() - blocked;
-        busy += took;
+        stats.decode_s += took;
         live.add_busy(Stage::Decode, took);
         let sent = match outcome {
             Ok(Flow::Continue) => true,
@@ -125,7 +134,7 @@ pub(crate) fn decode_worker(
             break;
         }
     }
-    busy
+    stats
 }
 
 /// An item to decode: an audio file (or a span of one), or an IQ recording (`iq`) named by
@@ -166,8 +175,9 @@ fn decode_item(
     extractor: &mut CpuExtractor,
     vad: Option<&mut Result<VadSegmenter, String>>,
     outputs: Outputs,
-    long_items: &LongItems,
+    computed: &Computed,
     blocked: &mut f64,
+    stats: &mut WorkerStats,
 ) -> Result<Flow, WriterMsg> {
     let Outputs {
         units,
@@ -187,7 +197,7 @@ fn decode_item(
     let mut reader = open_item(config, item, work.iq.as_ref(), &opts).map_err(fail)?;
     if let Some(vad) = vad {
         let vad = vad.as_mut().map_err(|e| fail(e.clone()))?;
-        let LongItems::ToExecutors(executors_running) = long_items else {
+        let Computed::OnExecutors(executors_running) = computed else {
             return Err(fail(
                 "internal error: segments go to the executors, and this job streams items".into(),
             ));
@@ -216,6 +226,11 @@ fn decode_item(
         match reader.read_up_to(rate, most) {
             Err(e) => return Err(fail(e.to_string())),
             Ok(Some(samples)) => {
+                if let Computed::Here(cpu) = computed {
+                    return compute_here(
+                        config, item, source, &samples, extractor, outputs, cpu, blocked, stats,
+                    );
+                }
                 let wait = Instant::now();
                 let Some(room) = outputs.room_for(config, samples.len()) else {
                     return Ok(Flow::Stop); // the item stays undone for a resume
@@ -244,8 +259,8 @@ fn decode_item(
             }
         }
     }
-    if let (LongItems::ToExecutors(live_executors), false) =
-        (long_items, config.spec.output == OutputKind::Psd)
+    if let (Computed::OnExecutors(live_executors), false) =
+        (computed, config.spec.output == OutputKind::Psd)
     {
         return send_pieces(config, item, reader, outputs, live_executors, blocked);
     }
@@ -280,6 +295,12 @@ fn decode_item(
         *blocked += wait.elapsed().as_secs_f64();
         sent
     });
+    if let Computed::Here(cpu) = computed {
+        // Its pieces count on the CPU device as the executors' do (their time stays in
+        // decoding's: the stream interleaves the two).
+        stats.items_computed += u64::from(pieces);
+        cpu.batch_done(pieces as usize, Duration::ZERO, Duration::ZERO, 0, 0, None);
+    }
     match result {
         Ok(_) => Ok(Flow::Continue),
         Err(StreamError::Sink { .. }) => Ok(Flow::Stop), // the writer has stopped
@@ -589,12 +610,74 @@ fn item_failure(item: &SourceItem, reason: String) -> Failure {
     }
 }
 
-/// Where a decode worker computes long items.
-pub(crate) enum LongItems<'a> {
-    /// Here, streaming them through its own CPU extractor: all executors are CPUs.
-    Stream,
-    /// On the executors, in pieces; with a handle that is dead once every executor has ended.
-    ToExecutors(&'a Weak<()>),
+/// Where a decode worker's items are computed.
+pub(crate) enum Computed<'a> {
+    /// Here, by the worker's own CPU extractor (long items streamed through it), counted on
+    /// the job's one CPU device: every device is a CPU and no stage needs the units. Sent to
+    /// an executor, an item waited for a batch to fill, for the batch's slowest item, and for
+    /// the batch's rows to reach the writer: a CPU job on a 16-core H200 machine kept 0.6 of
+    /// its cores busy that way (bench/RESULTS-gpu.md, 2026-11-27).
+    Here(&'a LiveDevice),
+    /// On the executors (short items whole, long ones in pieces); with a handle that is dead
+    /// once every executor has ended.
+    OnExecutors(&'a Weak<()>),
+}
+
+/// A whole item computed by this worker's extractor, its row (or its failure) sent on.
+#[allow(clippy::too_many_arguments)]
+fn compute_here(
+    config: &JobConfig,
+    item: &SourceItem,
+    source: String,
+    samples: &[f32],
+    extractor: &mut CpuExtractor,
+    outputs: Outputs,
+    cpu: &LiveDevice,
+    blocked: &mut f64,
+    stats: &mut WorkerStats,
+) -> Result<Flow, WriterMsg> {
+    let spec = &config.spec;
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    let result = extractor.extract(samples, &mut rows);
+    let took = started.elapsed();
+    // Compute time, not decode time.
+    *blocked += took.as_secs_f64();
+    stats.compute_s += took.as_secs_f64();
+    stats.items_computed += 1;
+    outputs.live.add_busy(Stage::Compute, took.as_secs_f64());
+    cpu.batch_done(1, Duration::ZERO, took, 0, 0, None);
+    let msg = match result {
+        Ok(_) => {
+            let seconds =
+                (samples.len() / spec.values_per_sample()) as f64 / f64::from(spec.sample_rate);
+            WriterMsg::Row(Box::new(RowMsg {
+                row: FeatureRow {
+                    id: item.id.clone(),
+                    source,
+                    offset_s: item.offset_s,
+                    duration_s: seconds,
+                    sample_rate: spec.sample_rate,
+                    num_frames: (rows.len() / spec.n_bins().max(1)) as u32,
+                    num_bins: spec.n_bins() as u32,
+                    features: rows,
+                    model: None,
+                },
+                piece: 0,
+                last: true,
+            }))
+        }
+        Err(e) => WriterMsg::Failed(item_failure(item, e.to_string())),
+    };
+    let wait = Instant::now();
+    let sent = outputs.writer.send(msg);
+    *blocked += wait.elapsed().as_secs_f64();
+    // A closed queue means the job is stopping; the item stays undone for a resume.
+    Ok(if sent.is_ok() {
+        Flow::Continue
+    } else {
+        Flow::Stop
+    })
 }
 
 /// Whether a decode worker goes on after an item.

@@ -15,13 +15,13 @@ use sonograph_io::manifest::Entry;
 use sonograph_io::parquet::PartMeta;
 
 use crate::config::JobConfig;
-use crate::decode::{decode_worker, LongItems};
+use crate::decode::{decode_worker, Computed};
 use crate::error::JobError;
 use crate::executor::{run_executor, ExecutorStats, Unit};
 use crate::layout::{feature_job_shape, finish_output, open_output, Opened, OutputLayout};
 use crate::live::{LiveJob, Queue};
 use crate::model::ModelStage;
-use crate::report::{peak_rss_mb, ModelReport, Report, StageTimes};
+use crate::report::{peak_rss_mb, DeviceReport, ModelReport, Report, StageTimes};
 use crate::source::ShardSource;
 use crate::stage::{run_row_stage, run_unit_stage, Stages};
 use crate::writer::{progress_bar, writer_loop, Writer, WriterMsg};
@@ -224,13 +224,15 @@ fn run_stages(
             .spawn(move || writer_loop(writer, writer_rx, bar, &live))
             .map_err(|e| JobError::Internal(e.to_string()))?
     };
-    let live_executors = Arc::new(AtomicUsize::new(devices.len()));
     let live_job = live.clone();
-    // Long items stream through the decoders' own extractors when every executor is a CPU,
-    // unless unit stages must see their pieces.
-    // Speech segments (--vad) always go to the executors.
-    let pieces_to_executors =
+    // When every device is a CPU, the decode workers compute their items themselves (long
+    // ones streamed) and no executor runs, unless unit stages must see the units; speech
+    // segments (--vad) always go to the executors.
+    let on_executors =
         units_in_executors || config.vad.is_some() || !devices.iter().all(|d| d.is_cpu());
+    let cpu_here = (!on_executors).then(|| live.device("cpu".into(), true));
+    let devices = if on_executors { devices } else { Vec::new() };
+    let live_executors = Arc::new(AtomicUsize::new(devices.len()));
     // Held by every executor thread until it ends: the decode workers see through it whether
     // any executor is left to take pieces (the live count drops to 0 while the last executor
     // standing goes on on the CPU).
@@ -280,16 +282,16 @@ fn run_stages(
             let config = config.clone();
             let running = executors_running.clone();
             let live = live.clone();
+            let cpu_here = cpu_here.clone();
             std::thread::Builder::new()
                 .name(format!("decode-{i}"))
                 .spawn(move || {
-                    let long_items = if pieces_to_executors {
-                        LongItems::ToExecutors(&running)
-                    } else {
-                        LongItems::Stream
+                    let computed = match &cpu_here {
+                        Some(cpu) => Computed::Here(cpu),
+                        None => Computed::OnExecutors(&running),
                     };
                     decode_worker(
-                        &config, work, units, writer_tx, long_items, &budget, &running, &live,
+                        &config, work, units, writer_tx, computed, &budget, &running, &live,
                     )
                 })
         })
@@ -300,10 +302,14 @@ fn run_stages(
     let fed = source.feed(&ledger_reader, &work_tx, live);
     drop(work_tx);
     let mut stage_times = StageTimes::default();
+    let mut computed_here = 0;
     for h in worker_handles {
-        stage_times.decode_s += h
+        let worker = h
             .join()
             .map_err(|_| JobError::Internal("a decode worker panicked".into()))?;
+        stage_times.decode_s += worker.decode_s;
+        stage_times.compute_s += worker.compute_s;
+        computed_here += worker.items_computed;
     }
     for h in unit_stage_handles {
         stage_times.inserted_s += h
@@ -311,6 +317,18 @@ fn run_stages(
             .map_err(|_| JobError::Internal("an inserted unit stage panicked".into()))?;
     }
     let mut devices_report = Vec::new();
+    if cpu_here.is_some() {
+        // Each item computed alone, by the worker that decoded it.
+        devices_report.push(DeviceReport {
+            device: "cpu".into(),
+            items: computed_here,
+            batches: computed_here,
+            min_batch: computed_here.min(1),
+            max_batch: computed_here.min(1),
+            mean_batch: computed_here.min(1) as f64,
+            ..Default::default()
+        });
+    }
     for h in executor_handles {
         let ExecutorStats {
             report,
@@ -541,6 +559,61 @@ mod tests {
             }
         }
         rows
+    }
+
+    /// A CPU-only job computes its items in the decode workers (no executor runs): the rows
+    /// are the executors' (a pass-through unit stage sends the same items through them) bit
+    /// for bit, short and long items alike, and the report counts every item on the CPU.
+    #[test]
+    fn a_cpu_job_computes_in_its_decode_workers_the_rows_of_the_executors() {
+        struct Pass;
+        impl UnitStage for Pass {
+            fn name(&self) -> &str {
+                "pass"
+            }
+            fn process(&mut self, unit: Unit, out: &mut Vec<Unit>) -> Result<(), String> {
+                out.push(unit);
+                Ok(())
+            }
+        }
+        let dir = scratch_corpus(
+            "cpu-here",
+            &[
+                ("a.wav", 1.0),
+                ("b.wav", 7.5),
+                ("c.wav", 2.25),
+                ("long.wav", 65.0),
+            ],
+        );
+        let spec = FeatureSpec::nemo(80);
+        let job = |out: &str, stages: Stages| {
+            let mut config = JobConfig::new(dir.join("corpus"), dir.join(out), spec.clone());
+            config.workers = 2;
+            let cpu = CpuBackend::new(&spec, Precision::F64).unwrap();
+            let outcome = run_with(&config, vec![Box::new(cpu)], stages).unwrap();
+            let report = outcome.report().clone();
+            (rows_by_key(&dir.join(out)), report)
+        };
+        let (here, here_report) = job("here", Stages::default());
+        let (executors, executors_report) = job(
+            "executors",
+            Stages {
+                units: vec![Box::new(Pass)],
+                rows: Vec::new(),
+            },
+        );
+        // 1 + 1 + 1 rows for the short items, 3 pieces of the 65 s one.
+        assert_eq!(here.len(), 6);
+        assert!(here == executors, "the rows differ");
+        assert_eq!((here_report.items_ok, here_report.items_failed), (4, 0));
+        assert_eq!(here_report.devices.len(), 1);
+        assert_eq!(here_report.devices[0].device, "cpu");
+        // Three items and the long one's three pieces, computed by the workers in one job and
+        // by the executor in the other.
+        assert_eq!(here_report.devices[0].items, 6);
+        assert_eq!(executors_report.devices[0].items, 6);
+        assert!(here_report.stages.compute_s > 0.0);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Halves every sample: a spec's power spectrum becomes exactly a quarter.
