@@ -5,7 +5,6 @@ use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use arrow_array::builder::{Float64Builder, StringBuilder, UInt32Builder};
 use arrow_array::{ArrayRef, Float16Array, Float32Array, ListArray, RecordBatch, UInt32Array};
@@ -279,7 +278,7 @@ const ZSTD_LEVEL: i32 = 1;
 /// parts grew 0.07 % (zstd works page by page either way).
 const ROW_GROUP_BYTES: usize = 2 << 20;
 
-/// Row groups encoded at once by default, each on its own thread: encoding them on the writer
+/// Row groups encoded at once by default, on the encoder threads: encoding them on the writer
 /// thread alone (zstd, byte splitting, Parquet's levels) took 39 % of a 2-core job's CPU, and a
 /// 16-core job ran at one core's worth (bench/RESULTS.md), so groups are encoded side by side
 /// and appended in order.
@@ -289,11 +288,28 @@ pub fn default_encoders() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_ENCODERS))
 }
 
-/// Encoder threads a part uses at most, whatever the cores.
+/// Encoder threads (and a part's row groups in flight) at most, whatever the cores.
 pub const MAX_ENCODERS: usize = 8;
 
-/// A row group being encoded: its column chunks, in schema order, when it is done.
-type RowGroupEncoding = JoinHandle<Result<Vec<ArrowColumnChunk>, String>>;
+/// The process's encoder threads, one per core up to [`MAX_ENCODERS`], made once: a thread
+/// per row group (as before) gave each
+/// group a fresh allocator heap to fault in and abandon, which took a visible share of a
+/// job's CPU in page clearing and left its peak RSS up to 35 MiB apart from run to run.
+fn encoder_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(default_encoders())
+            .thread_name(|_| "parquet-encode".into())
+            .build()
+            .ok()
+    })
+    .as_ref()
+}
+
+/// A row group being encoded: its column chunks, in schema order, when it is done (a
+/// disconnected channel: the encoder panicked).
+type RowGroupEncoding = std::sync::mpsc::Receiver<Result<Vec<ArrowColumnChunk>, String>>;
 
 /// A part being written: rows go to `path.tmp` in row groups of about [`ROW_GROUP_BYTES`] as
 /// they arrive, so memory does not grow with the part.
@@ -429,10 +445,20 @@ impl PartWriter {
         let rows = std::mem::take(&mut self.buffer);
         self.buffered_bytes = 0;
         let (schema, dtype) = (self.schema.clone(), self.dtype);
-        let encoding = std::thread::Builder::new()
-            .name("parquet-encode".into())
-            .spawn(move || encode_row_group(&rows, schema, dtype, writers))
-            .map_err(io_error(&self.path))?;
+        let (done, encoding) = std::sync::mpsc::sync_channel(1);
+        let encode = move || {
+            // A panic drops `done` unsent, which the writer reads as the encoder's failure
+            // (inside rayon an uncaught panic would abort the process).
+            if let Ok(chunks) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                encode_row_group(&rows, schema, dtype, writers)
+            })) {
+                let _ = done.send(chunks);
+            }
+        };
+        match encoder_pool() {
+            Some(pool) => pool.spawn(encode),
+            None => encode(),
+        }
         self.encoding.push_back(encoding);
         while self.encoding.len() > self.encoders {
             self.append_oldest_row_group()?;
@@ -447,8 +473,8 @@ impl PartWriter {
         };
         let other = other_error(&self.path);
         let chunks = encoding
-            .join()
-            .map_err(|_| other("a row group's encoder thread panicked".into()))?
+            .recv()
+            .map_err(|_| other("a row group's encoder panicked".into()))?
             .map_err(&other)?;
         let mut group = self
             .file
