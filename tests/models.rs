@@ -7,6 +7,9 @@
 // Not every helper of the shared module is used here.
 #[allow(dead_code)]
 mod common;
+#[cfg(feature = "failpoints")]
+#[path = "shared/publish_crash.rs"]
+mod publish_crash;
 use common::{bin, repo, run_with_peak_rss, stderr, write_wav, Tmp};
 
 #[path = "shared/skip_ort.rs"]
@@ -580,7 +583,6 @@ fn transcribe_lists_a_bad_item_and_shards_and_resumes() {
 #[cfg(feature = "failpoints")]
 #[test]
 fn transcribe_after_a_crash_at_any_step_of_any_publish_equals_a_clean_run() {
-    use std::os::unix::process::ExitStatusExt;
     if skip_ort::runtime_or_skip().is_none() {
         return;
     }
@@ -603,30 +605,16 @@ fn transcribe_after_a_crash_at_any_step_of_any_publish_equals_a_clean_run() {
     let clean = tmp.path("clean");
     assert_eq!(run(&clean, "").status.code(), Some(3));
     let reference = transcripts(&clean);
-    let mut crashes = 0;
-    for point in [
-        "publish-before-sync",
-        "publish-before-rename",
-        "publish-before-dir-sync",
-    ] {
-        for k in 0.. {
-            let out = tmp.path(&format!("{point}-{k}"));
-            let o = run(&out, &format!("{point}={k}*off->return"));
-            if o.status.code() == Some(3) {
-                assert_eq!(k, 6, "{point}: job.json, 3 parts, the report, the marker");
-                break;
-            }
-            assert_eq!(o.status.signal(), Some(6), "{point} #{k}: {}", stderr(&o));
-            crashes += 1;
-            let o = run(&out, "");
-            assert!(
-                matches!(o.status.code(), Some(0 | 3)),
-                "{point} #{k}: {}",
-                stderr(&o)
-            );
-            assert_eq!(transcripts(&out), reference, "{point} #{k}");
-        }
-    }
+    // job.json, 3 parts, the report, the marker; a finished run lists the bad item (exit 3),
+    // a rerun that finds the job complete says so (exit 0).
+    let crashes = publish_crash::crash_at_every_publish(
+        &tmp,
+        6,
+        run,
+        |o| o.status.code() == Some(3),
+        |o| matches!(o.status.code(), Some(0 | 3)),
+        |out, label| assert_eq!(transcripts(out), reference, "{label}"),
+    );
     assert_eq!(crashes, 18);
 }
 

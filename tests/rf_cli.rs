@@ -3,6 +3,9 @@
 //! exit codes and messages on bad input.
 
 mod common;
+#[cfg(feature = "failpoints")]
+#[path = "shared/publish_crash.rs"]
+mod publish_crash;
 use common::{bin, repo, stderr, Tmp};
 
 use std::collections::BTreeMap;
@@ -99,7 +102,6 @@ fn synth_iq_is_identical_for_any_workers_shards_and_resume() {
 #[cfg(feature = "failpoints")]
 #[test]
 fn synth_iq_after_a_crash_at_any_step_of_any_publish_equals_a_clean_run() {
-    use std::os::unix::process::ExitStatusExt;
     let tmp = Tmp::new("rf-publish-crash");
     let run = |out: &Path, failpoints: &str| {
         bin()
@@ -121,26 +123,15 @@ fn synth_iq_after_a_crash_at_any_step_of_any_publish_equals_a_clean_run() {
     let clean = tmp.path("clean");
     assert!(run(&clean, "").status.success());
     let reference = files(&clean);
-    let mut crashes = 0;
-    for point in [
-        "publish-before-sync",
-        "publish-before-rename",
-        "publish-before-dir-sync",
-    ] {
-        for k in 0.. {
-            let out = tmp.path(&format!("{point}-{k}"));
-            let o = run(&out, &format!("{point}={k}*off->return"));
-            if o.status.success() {
-                assert_eq!(k, 7, "{point}: dataset.json and 3 × (data, metadata)");
-                break;
-            }
-            assert_eq!(o.status.signal(), Some(6), "{point} #{k}: {}", stderr(&o));
-            crashes += 1;
-            let o = run(&out, "");
-            assert!(o.status.success(), "{point} #{k}: {}", stderr(&o));
-            assert_eq!(files(&out), reference, "{point} #{k}");
-        }
-    }
+    // dataset.json and 3 × (data, metadata).
+    let crashes = publish_crash::crash_at_every_publish(
+        &tmp,
+        7,
+        run,
+        |o| o.status.success(),
+        |o| o.status.success(),
+        |out, label| assert_eq!(files(out), reference, "{label}"),
+    );
     assert_eq!(crashes, 21);
 }
 
@@ -489,7 +480,6 @@ fn a_bad_recording_is_listed_and_the_others_written() {
 #[cfg(feature = "failpoints")]
 #[test]
 fn rf_features_after_a_crash_at_any_step_of_any_publish_equals_a_clean_run() {
-    use std::os::unix::process::ExitStatusExt;
     let tmp = Tmp::new("rf-features-crash");
     let ds = tmp.path("ds");
     assert!(synth(&ds, &[]).status.success());
@@ -507,32 +497,23 @@ fn rf_features_after_a_crash_at_any_step_of_any_publish_equals_a_clean_run() {
     let clean = tmp.path("clean");
     assert!(run(&clean, "").status.success());
     let reference = format!("{:?}", read_rows(&clean));
-    let mut crashes = 0;
-    for point in [
-        "publish-before-sync",
-        "publish-before-rename",
-        "publish-before-dir-sync",
-    ] {
-        for k in 0.. {
-            let out = tmp.path(&format!("{point}-{k}"));
-            let o = run(&out, &format!("{point}={k}*off->return"));
-            if o.status.success() {
-                assert_eq!(k, 7, "{point}: job.json, 4 parts, the report, the marker");
-                break;
-            }
-            assert_eq!(o.status.signal(), Some(6), "{point} #{k}: {}", stderr(&o));
-            crashes += 1;
-            let o = run(&out, "");
-            assert!(o.status.success(), "{point} #{k}: {}", stderr(&o));
-            assert_eq!(format!("{:?}", read_rows(&out)), reference, "{point} #{k}");
-            let leftovers: Vec<String> = std::fs::read_dir(&out)
+    // job.json, 4 parts, the report, the marker.
+    let crashes = publish_crash::crash_at_every_publish(
+        &tmp,
+        7,
+        run,
+        |o| o.status.success(),
+        |o| o.status.success(),
+        |out, label| {
+            assert_eq!(format!("{:?}", read_rows(out)), reference, "{label}");
+            let leftovers: Vec<String> = std::fs::read_dir(out)
                 .unwrap()
                 .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
                 .filter(|n| n.contains(".tmp"))
                 .collect();
-            assert!(leftovers.is_empty(), "{point} #{k}: {leftovers:?}");
-        }
-    }
+            assert!(leftovers.is_empty(), "{label}: {leftovers:?}");
+        },
+    );
     assert_eq!(crashes, 21);
 }
 
