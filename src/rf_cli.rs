@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use rayon::prelude::*;
-use sonograph_io::sigmf::{sigmf_paths, write_sigmf, WriteType, DEFAULT_MAX_SAMPLES};
+use sonograph_io::sigmf::{
+    draft_sigmf, publish_sigmf, sigmf_paths, WriteType, DEFAULT_MAX_SAMPLES,
+};
 use sonograph_io::table::{write_table, Column};
 use sonograph_pipeline::rf_features::{run_rf_features, RfFeaturesJob};
 use sonograph_rf::features::FeatureConfig;
@@ -350,29 +352,33 @@ pub fn synth_iq(args: &SynthArgs) -> Result<u8> {
                     SampleType::Cf32 => WriteType::Cf32,
                     SampleType::Ci16 => WriteType::Ci16,
                 };
-                pool.install(|| {
-                    todo.par_iter()
-                        .zip(&recs)
-                        .map(|(&i, (iq, truth))| {
-                            let mut meta = SigmfMeta::new(DataType::Cf32Le, spec.sample_rate);
-                            meta.declare_extension();
-                            meta.global.description = Some(format!(
-                                "sonograph synth-iq, seed {}, recording {i}",
-                                args.seed
-                            ));
-                            meta.annotations.push(truth_annotation(truth));
-                            let clipped =
-                                write_sigmf(&recording_base(&args.out, i), iq, dtype, meta)?;
-                            if clipped > 0 {
-                                tracing::warn!(
-                                    "recording {i}: {clipped} values clipped to the ci16 range"
-                                );
-                            }
-                            Ok(())
-                        })
-                        .collect::<Result<(), sonograph_io::IqError>>()
-                })
-                .map_err(|e| anyhow::anyhow!(e))?;
+                // Written and synced side by side, then put in place together: one folder
+                // sync for the group's data and one for its metadata, not one per file.
+                let drafts = pool
+                    .install(|| {
+                        todo.par_iter()
+                            .zip(&recs)
+                            .map(|(&i, (iq, truth))| {
+                                let mut meta = SigmfMeta::new(DataType::Cf32Le, spec.sample_rate);
+                                meta.declare_extension();
+                                meta.global.description = Some(format!(
+                                    "sonograph synth-iq, seed {}, recording {i}",
+                                    args.seed
+                                ));
+                                meta.annotations.push(truth_annotation(truth));
+                                let (draft, clipped) =
+                                    draft_sigmf(&recording_base(&args.out, i), iq, dtype, meta)?;
+                                if clipped > 0 {
+                                    tracing::warn!(
+                                        "recording {i}: {clipped} values clipped to the ci16 range"
+                                    );
+                                }
+                                Ok(draft)
+                            })
+                            .collect::<Result<Vec<_>, sonograph_io::IqError>>()
+                    })
+                    .map_err(|e| anyhow::anyhow!(e))?;
+                publish_sigmf(drafts).map_err(|e| anyhow::anyhow!(e))?;
                 written += todo.len() as u64;
             }
             OutFormat::Parquet => {

@@ -609,7 +609,7 @@ fn transcribe_after_a_crash_at_any_step_of_any_publish_equals_a_clean_run() {
     // a rerun that finds the job complete says so (exit 0).
     let crashes = publish_crash::crash_at_every_publish(
         &tmp,
-        6,
+        [6, 6, 6],
         run,
         |o| o.status.code() == Some(3),
         |o| matches!(o.status.code(), Some(0 | 3)),

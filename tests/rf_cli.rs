@@ -123,16 +123,17 @@ fn synth_iq_after_a_crash_at_any_step_of_any_publish_equals_a_clean_run() {
     let clean = tmp.path("clean");
     assert!(run(&clean, "").status.success());
     let reference = files(&clean);
-    // dataset.json and 3 × (data, metadata).
+    // dataset.json and 3 × (data, metadata), each synced and renamed; folder syncs for
+    // dataset.json, the group's data and the group's metadata.
     let crashes = publish_crash::crash_at_every_publish(
         &tmp,
-        7,
+        [7, 7, 3],
         run,
         |o| o.status.success(),
         |o| o.status.success(),
         |out, label| assert_eq!(files(out), reference, "{label}"),
     );
-    assert_eq!(crashes, 21);
+    assert_eq!(crashes, 17);
 }
 
 #[cfg(feature = "gpu")]
@@ -500,7 +501,7 @@ fn rf_features_after_a_crash_at_any_step_of_any_publish_equals_a_clean_run() {
     // job.json, 4 parts, the report, the marker.
     let crashes = publish_crash::crash_at_every_publish(
         &tmp,
-        7,
+        [7, 7, 7],
         run,
         |o| o.status.success(),
         |o| o.status.success(),

@@ -10,34 +10,33 @@ use std::process::Output;
 use crate::common::{stderr, Tmp};
 
 /// Runs a job with a crash (a failpoint that aborts) the k-th time it reaches each of the
-/// three steps of `sonograph_io::publish`, for k = 0, 1, … until a run that finishes without
-/// reaching it (which must be after `publishes` files); reruns each crashed job in its own
-/// folder, and calls `check(out, label)` on what the rerun left there. `run(out, failpoints)`
-/// runs the job into `out`; `finished` says a run ended as a clean run ends, and `resumed`
-/// that a rerun did (a rerun after the last file finds the job complete, which may exit
-/// otherwise). Returns the crashes made: `publishes` of each step.
+/// three steps of `sonograph_io::publish` (syncing a file, renaming it, syncing its folder),
+/// for k = 0, 1, … until a run that finishes without reaching it, which must be after
+/// `publishes[step]` times (files published together sync their folder once); reruns each
+/// crashed job in its own folder, and calls `check(out, label)` on what the rerun left there.
+/// `run(out, failpoints)` runs the job into `out`; `finished` says a run ended as a clean run
+/// ends, and `resumed` that a rerun did (a rerun after the last file finds the job complete,
+/// which may exit otherwise). Returns the crashes made: the sum of `publishes`.
 pub fn crash_at_every_publish(
     tmp: &Tmp,
-    publishes: usize,
+    publishes: [usize; 3],
     run: impl Fn(&Path, &str) -> Output,
     finished: impl Fn(&Output) -> bool,
     resumed: impl Fn(&Output) -> bool,
     check: impl Fn(&Path, &str),
 ) -> usize {
-    let mut crashes = 0;
-    for point in [
+    let steps = [
         "publish-before-sync",
         "publish-before-rename",
         "publish-before-dir-sync",
-    ] {
+    ];
+    let mut crashes = 0;
+    for (point, publishes) in steps.into_iter().zip(publishes) {
         for k in 0.. {
             let out = tmp.path(&format!("{point}-{k}"));
             let o = run(&out, &format!("{point}={k}*off->return"));
             if finished(&o) {
-                assert_eq!(
-                    k, publishes,
-                    "{point}: {k} files published, not {publishes}"
-                );
+                assert_eq!(k, publishes, "{point}: reached {k} times, not {publishes}");
                 break;
             }
             assert_eq!(o.status.signal(), Some(6), "{point} #{k}: {}", stderr(&o));

@@ -17,7 +17,7 @@ use sonograph_rf::sigmf::SigmfMeta;
 use sonograph_rf::Complex32;
 use thiserror::Error;
 
-use crate::publish::{publish_bytes, Draft, Synced};
+use crate::publish::{publish_all, Draft, Synced};
 use crate::roots::Roots;
 use crate::walk::walk_sorted;
 
@@ -809,8 +809,50 @@ pub fn write_sigmf(
     base: &Path,
     iq: &[Complex32],
     dtype: WriteType,
-    mut meta: SigmfMeta,
+    meta: SigmfMeta,
 ) -> Result<u64, IqError> {
+    let (recording, clipped) = draft_sigmf(base, iq, dtype, meta)?;
+    publish_sigmf(vec![recording])?;
+    Ok(clipped)
+}
+
+/// A recording written and synced under temporary names, not yet in place.
+#[derive(Debug)]
+pub struct SigmfDraft {
+    data: Synced,
+    meta: Synced,
+}
+
+/// Puts recordings in place, their data first: every data file renamed and its folder synced
+/// before any metadata file is, so a recording whose metadata exists has all its data, even
+/// after a power cut (one folder sync for the group's data and one for its metadata; see
+/// [`publish_all`]).
+pub fn publish_sigmf(recordings: Vec<SigmfDraft>) -> Result<(), IqError> {
+    let (data, meta): (Vec<Synced>, Vec<Synced>) =
+        recordings.into_iter().map(|r| (r.data, r.meta)).unzip();
+    // Errors name the file (publish_all's messages do); the folder is the error's path.
+    let folder = |files: &[Synced]| {
+        files
+            .first()
+            .and_then(|f| f.path().parent())
+            .map_or_else(PathBuf::new, Path::to_path_buf)
+    };
+    for files in [data, meta] {
+        let path = folder(&files);
+        publish_all(files).map_err(|source| IqError::Write { path, source })?;
+    }
+    Ok(())
+}
+
+/// [`write_sigmf`]'s writing, without putting the files in place: `base.sigmf-data` and
+/// `base.sigmf-meta` (with the data's SHA-512) written and synced under temporary names, for
+/// [`publish_sigmf`]. Returns how many values were clipped (ci16 only).
+pub fn draft_sigmf(
+    base: &Path,
+    iq: &[Complex32],
+    dtype: WriteType,
+    mut meta: SigmfMeta,
+) -> Result<(SigmfDraft, u64), IqError> {
     let (meta_path, data_path) = sigmf_paths(base);
     let werr = |p: &Path| {
         let p = p.to_path_buf();
@@ -819,8 +861,6 @@ pub fn write_sigmf(
             source,
         }
     };
-    // The data is published (synced, renamed, its folder synced) before the metadata is
-    // written: a recording whose metadata exists has all its data, even after a power cut.
     let (draft, file) = Draft::create(&data_path).map_err(werr(&data_path))?;
     let mut hasher = Sha512::new();
     let mut clipped = 0u64;
@@ -852,10 +892,7 @@ pub fn write_sigmf(
         w.into_inner()
             .map_err(|e| werr(&data_path)(e.into_error()))?
     };
-    draft
-        .sync(file)
-        .and_then(Synced::publish)
-        .map_err(werr(&data_path))?;
+    let data = draft.sync(file).map_err(werr(&data_path))?;
     meta.global.datatype = dtype.datatype().name().into();
     meta.global.sha512 = Some(
         hasher
@@ -864,8 +901,13 @@ pub fn write_sigmf(
             .map(|b| format!("{b:02x}"))
             .collect(),
     );
-    publish_bytes(&meta_path, meta.to_json().as_bytes()).map_err(werr(&meta_path))?;
-    Ok(clipped)
+    let (draft, mut file) = Draft::create(&meta_path).map_err(werr(&meta_path))?;
+    if let Err(e) = file.write_all(meta.to_json().as_bytes()) {
+        draft.abandon();
+        return Err(werr(&meta_path)(e));
+    }
+    let meta = draft.sync(file).map_err(werr(&meta_path))?;
+    Ok((SigmfDraft { data, meta }, clipped))
 }
 
 /// `round(x · 32768)` (half away from zero) in the int16 range; true when it had to clip.
