@@ -638,6 +638,10 @@ fn compute_here(
 ) -> Result<Flow, WriterMsg> {
     let spec = &config.spec;
     let started = Instant::now();
+    // Fault injection: the executors' `executor::batch=sleep(ms)` (which stretches a job for
+    // the kill-and-resume tests, or slows its data side) stretches this item too, a batch of
+    // one.
+    fail::fail_point!("executor::batch");
     let mut rows = Vec::new();
     let result = extractor.extract(samples, &mut rows);
     let took = started.elapsed();
