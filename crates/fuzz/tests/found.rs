@@ -110,6 +110,9 @@ fn flac_metadata_lengths_are_checked_before_they_are_allocated() {
         // A FLAC stream after 4 bytes of junk (`RIFX`), found by symphonia's probe, which
         // searches the first MiB for a marker.
         "flac-after-4-bytes-comment-4gib.wav",
+        // The same, its first metadata block a VORBIS_COMMENT rather than STREAMINFO, which
+        // symphonia reads all the same (the third campaign, 2026-11-27).
+        "flac-after-4-bytes-comment-first-4gib.wav",
     ] {
         let scratch = Scratch::new("flac-alloc");
         let path = scratch.0.join("input.flac");

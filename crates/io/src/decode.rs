@@ -538,14 +538,10 @@ fn check_wav_header(file: &File, path: &Path, limits: &Limits) -> Result<(), Dec
         })
     };
     // symphonia's probe looks for a container's marker anywhere in the first MiB, so a FLAC
-    // stream may begin past a file's start (the fuzzer's `RIFX` + `fLaC` file, whose comment
-    // block declared 4 GiB): every one it could take is checked. Past byte 0, a marker counts
-    // only followed by a STREAMINFO header (type 0, 34 bytes), as symphonia requires: the
-    // four bytes `fLaC` inside other audio (once in 4,096 files of a MiB) are not a stream.
-    let window = read_at(file, 0, PROBE_SEARCH_LIMIT + 8);
-    for (at, _) in window.windows(8).enumerate().filter(|(at, w)| {
-        &w[..4] == b"fLaC" && (*at == 0 || (w[4] & 0x7f == 0 && w[5..8] == [0, 0, 34]))
-    }) {
+    // stream may begin past a file's start (the fuzzer's `RIFX` + `fLaC` files, whose comment
+    // blocks declared 4 GiB): the one it would take is checked.
+    let window = read_at(file, 0, PROBE_SEARCH_LIMIT + 16);
+    if let Some(at) = probed_flac_marker(&window) {
         check_flac_metadata(file, at as u64).or_else(bad)?;
     }
     if head.len() >= 4 && &head[..4] == b"fLaC" {
@@ -610,6 +606,43 @@ fn read_at(file: &File, at: u64, len: usize) -> Vec<u8> {
 /// How far symphonia 0.5's probe searches a file for a container's marker
 /// (`Probe::PROBE_SEARCH_LIMIT`).
 const PROBE_SEARCH_LIMIT: usize = 1 << 20;
+
+/// Where the FLAC stream that symphonia 0.5's probe would read begins, if it would read one:
+/// the probe scans byte by byte for the markers of the readers registered (those of the
+/// features sonograph builds: `RIFF`, `OggS`, an MPEG audio frame sync, `fLaC`) and takes
+/// the first it finds, skipping ID3v2 tags (a metadata reader's marker) and going on after
+/// them; a FLAC stream need not begin with STREAMINFO for it. A marker listed here that no
+/// reader registered would end the scan too soon, so only those are.
+fn probed_flac_marker(window: &[u8]) -> Option<usize> {
+    // The second byte of each MPEG layer 1-3 frame sync symphonia-bundle-mp3 registers.
+    const MPEG_SYNC: [u8; 18] = [
+        0xfe, 0xff, 0xf6, 0xf7, 0xe6, 0xe7, 0xfc, 0xfd, 0xf4, 0xf5, 0xe4, 0xe5, 0xfa, 0xfb, 0xf2,
+        0xf3, 0xe2, 0xe3,
+    ];
+    let mut at = 0;
+    while at < window.len().min(PROBE_SEARCH_LIMIT) {
+        let w = &window[at..];
+        if w.starts_with(b"fLaC") {
+            return Some(at);
+        }
+        if w.starts_with(b"RIFF")
+            || w.starts_with(b"OggS")
+            || (w.len() >= 2 && w[0] == 0xff && MPEG_SYNC.contains(&w[1]))
+        {
+            return None;
+        }
+        if w.starts_with(b"ID3") && w.len() >= 10 {
+            // A tag of 10 bytes, its size (28 bits, 7 per byte), and a footer if flagged.
+            let size = w[6..10]
+                .iter()
+                .fold(0usize, |n, &b| (n << 7) | usize::from(b & 0x7f));
+            at += 10 + size + if w[5] & 0x10 != 0 { 10 } else { 0 };
+            continue;
+        }
+        at += 1;
+    }
+    None
+}
 
 /// Refuses the metadata of the FLAC stream whose marker is at byte `marker` when its inner
 /// lengths pass their block's: symphonia 0.5 allocates the
@@ -718,5 +751,29 @@ fn classify(path: &Path, e: SymError, context: &str) -> DecodeError {
             path,
             reason: format!("{context}: {other}"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::probed_flac_marker;
+
+    #[test]
+    fn the_flac_stream_checked_is_the_one_the_probe_takes() {
+        let mut junk_then_flac = b"RIFX".to_vec();
+        junk_then_flac.extend_from_slice(b"fLaC\x04\0\0\x59");
+        assert_eq!(probed_flac_marker(&junk_then_flac), Some(4));
+        assert_eq!(probed_flac_marker(b"fLaC\0\0\0\x22"), Some(0));
+        // A WAV whose samples hold the four bytes: the probe took the RIFF marker at 0.
+        let mut wav = b"RIFF\0\0\0\0WAVEdata".to_vec();
+        wav.extend_from_slice(b"\0\x11fLaC\x04\0\0\x59");
+        assert_eq!(probed_flac_marker(&wav), None);
+        // An MPEG frame sync first: an MP3 to the probe.
+        assert_eq!(probed_flac_marker(b"\0\xff\xfb\x90fLaC"), None);
+        // An ID3v2 tag of 6 bytes holding "RIFF", skipped as the probe skips it.
+        let mut tagged = b"ID3\x04\0\0\0\0\0\x06RIFF\0\0".to_vec();
+        tagged.extend_from_slice(b"fLaC\0\0\0\x22");
+        assert_eq!(probed_flac_marker(&tagged), Some(16));
+        assert_eq!(probed_flac_marker(b"nothing here"), None);
     }
 }
