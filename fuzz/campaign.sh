@@ -44,7 +44,11 @@ echo $$ > campaign/PID
 # the CPU between sessions' autogroups first (sched_autogroup_enabled), whatever the nice
 # values inside them. The autogroup's own nice does (it took builds and benches from 2.2 s
 # to 8.5 s of wall time for 5.3 s of CPU on the 2-core machine).
-[ -w /proc/self/autogroup ] && echo 19 > /proc/self/autogroup 2>/dev/null
+# Only a campaign that leads its own session (started with setsid) owns its autogroup: run
+# from a shell, it would lower that whole session's priority for as long as the session lasts.
+if [ "$(ps -o sid= -p $$ | tr -d ' ')" = "$$" ] && [ -w /proc/self/autogroup ]; then
+    echo 19 > /proc/self/autogroup 2>/dev/null
+fi
 # The targets' temporary files (one small folder per input) go to memory where it exists.
 if [ -d /dev/shm ]; then
     export TMPDIR=/dev/shm/sonograph-fuzz

@@ -540,9 +540,8 @@ fn check_wav_header(file: &File, path: &Path, limits: &Limits) -> Result<(), Dec
     // symphonia's probe looks for a container's marker anywhere in the first MiB, so a FLAC
     // stream may begin past a file's start (the fuzzer's `RIFX` + `fLaC` files, whose comment
     // blocks declared 4 GiB): the one it would take is checked.
-    let window = read_at(file, 0, PROBE_SEARCH_LIMIT + 16);
-    if let Some(at) = probed_flac_marker(&window) {
-        check_flac_metadata(file, at as u64).or_else(bad)?;
+    if let Some(at) = probed_flac_marker(|at, len| read_at(file, at, len)) {
+        check_flac_metadata(file, at).or_else(bad)?;
     }
     if head.len() >= 4 && &head[..4] == b"fLaC" {
         return Ok(());
@@ -610,18 +609,30 @@ const PROBE_SEARCH_LIMIT: usize = 1 << 20;
 /// Where the FLAC stream that symphonia 0.5's probe would read begins, if it would read one:
 /// the probe scans byte by byte for the markers of the readers registered (those of the
 /// features sonograph builds: `RIFF`, `OggS`, an MPEG audio frame sync, `fLaC`) and takes
-/// the first it finds, skipping ID3v2 tags (a metadata reader's marker) and going on after
-/// them; a FLAC stream need not begin with STREAMINFO for it. A marker listed here that no
-/// reader registered would end the scan too soon, so only those are.
-fn probed_flac_marker(window: &[u8]) -> Option<usize> {
+/// the first it finds within [`PROBE_SEARCH_LIMIT`] bytes of where its scan began. An ID3v2
+/// tag (a metadata reader's marker) is read whole (10 bytes and its size; a footer flag is not
+/// honoured) and the scan begins again after it, with a fresh limit. A FLAC stream need not
+/// begin with STREAMINFO for it. A marker listed here that no reader registered would end the
+/// scan too soon, so only those are. `read(at, len)` gives up to `len` bytes of the file from
+/// `at`.
+fn probed_flac_marker(read: impl Fn(u64, usize) -> Vec<u8>) -> Option<u64> {
     // The second byte of each MPEG layer 1-3 frame sync symphonia-bundle-mp3 registers.
     const MPEG_SYNC: [u8; 18] = [
         0xfe, 0xff, 0xf6, 0xf7, 0xe6, 0xe7, 0xfc, 0xfd, 0xf4, 0xf5, 0xe4, 0xe5, 0xfa, 0xfb, 0xf2,
         0xf3, 0xe2, 0xe3,
     ];
-    let mut at = 0;
-    while at < window.len().min(PROBE_SEARCH_LIMIT) {
-        let w = &window[at..];
+    const CHUNK: usize = 1 << 16;
+    // The file read in chunks as the scan goes (a tag may send it far ahead).
+    let (mut chunk_at, mut chunk) = (0u64, read(0, CHUNK));
+    let (mut scan_start, mut at) = (0u64, 0u64);
+    while at - scan_start < PROBE_SEARCH_LIMIT as u64 {
+        if at < chunk_at || at + 10 > chunk_at + chunk.len() as u64 {
+            (chunk_at, chunk) = (at, read(at, CHUNK));
+        }
+        let w = &chunk[((at - chunk_at) as usize).min(chunk.len())..];
+        if w.is_empty() {
+            return None; // the end of the file
+        }
         if w.starts_with(b"fLaC") {
             return Some(at);
         }
@@ -632,11 +643,12 @@ fn probed_flac_marker(window: &[u8]) -> Option<usize> {
             return None;
         }
         if w.starts_with(b"ID3") && w.len() >= 10 {
-            // A tag of 10 bytes, its size (28 bits, 7 per byte), and a footer if flagged.
+            // 10 bytes and the tag's size (28 bits, 7 per byte).
             let size = w[6..10]
                 .iter()
-                .fold(0usize, |n, &b| (n << 7) | usize::from(b & 0x7f));
-            at += 10 + size + if w[5] & 0x10 != 0 { 10 } else { 0 };
+                .fold(0u64, |n, &b| (n << 7) | u64::from(b & 0x7f));
+            at += 10 + size;
+            scan_start = at;
             continue;
         }
         at += 1;
@@ -756,24 +768,47 @@ fn classify(path: &Path, e: SymError, context: &str) -> DecodeError {
 
 #[cfg(test)]
 mod tests {
-    use super::probed_flac_marker;
+    use super::{probed_flac_marker, PROBE_SEARCH_LIMIT};
 
     #[test]
     fn the_flac_stream_checked_is_the_one_the_probe_takes() {
+        let probe = |bytes: &[u8]| {
+            let bytes = bytes.to_vec();
+            probed_flac_marker(move |at, len| {
+                let from = (at as usize).min(bytes.len());
+                bytes[from..(from + len).min(bytes.len())].to_vec()
+            })
+        };
         let mut junk_then_flac = b"RIFX".to_vec();
         junk_then_flac.extend_from_slice(b"fLaC\x04\0\0\x59");
-        assert_eq!(probed_flac_marker(&junk_then_flac), Some(4));
-        assert_eq!(probed_flac_marker(b"fLaC\0\0\0\x22"), Some(0));
+        assert_eq!(probe(&junk_then_flac), Some(4));
+        assert_eq!(probe(b"fLaC\0\0\0\x22"), Some(0));
         // A WAV whose samples hold the four bytes: the probe took the RIFF marker at 0.
         let mut wav = b"RIFF\0\0\0\0WAVEdata".to_vec();
         wav.extend_from_slice(b"\0\x11fLaC\x04\0\0\x59");
-        assert_eq!(probed_flac_marker(&wav), None);
+        assert_eq!(probe(&wav), None);
         // An MPEG frame sync first: an MP3 to the probe.
-        assert_eq!(probed_flac_marker(b"\0\xff\xfb\x90fLaC"), None);
+        assert_eq!(probe(b"\0\xff\xfb\x90fLaC"), None);
         // An ID3v2 tag of 6 bytes holding "RIFF", skipped as the probe skips it.
         let mut tagged = b"ID3\x04\0\0\0\0\0\x06RIFF\0\0".to_vec();
         tagged.extend_from_slice(b"fLaC\0\0\0\x22");
-        assert_eq!(probed_flac_marker(&tagged), Some(16));
-        assert_eq!(probed_flac_marker(b"nothing here"), None);
+        assert_eq!(probe(&tagged), Some(16));
+        // A footer flag (0x10) changes nothing: symphonia reads 10 bytes and the size.
+        let mut footer = b"ID3\x04\0\x10\0\0\0\x04\0\0\0\0".to_vec();
+        footer.extend_from_slice(b"fLaC\x04\0\0\x59");
+        assert_eq!(probe(&footer), Some(14));
+        // The search limit begins again after a tag: a marker 1 MiB - 10 bytes after a tag
+        // that ends 20 bytes in is found, at 1,048,586 bytes into the file.
+        let mut far = b"ID3\x04\0\0\0\0\0\x0a".to_vec();
+        far.resize(20, 0);
+        far.resize(20 + PROBE_SEARCH_LIMIT - 10, 0);
+        far.extend_from_slice(b"fLaC\x04\0\0\x59");
+        assert_eq!(probe(&far), Some(20 + PROBE_SEARCH_LIMIT as u64 - 10));
+        // Without the tag the same marker is past the limit.
+        let mut past = vec![0u8; PROBE_SEARCH_LIMIT + 10];
+        past.extend_from_slice(b"fLaC\x04\0\0\x59");
+        assert_eq!(probe(&past), None);
+        assert_eq!(probe(b"nothing here"), None);
+        assert_eq!(probe(b""), None);
     }
 }

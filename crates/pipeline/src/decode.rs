@@ -295,7 +295,7 @@ fn decode_item(
         *blocked += wait.elapsed().as_secs_f64();
         sent
     });
-    if let Computed::Here(cpu) = computed {
+    if let (Computed::Here(cpu), 1..) = (computed, pieces) {
         // Its pieces count on the CPU device as the executors' do (their time stays in
         // decoding's: the stream interleaves the two).
         stats.items_computed += u64::from(pieces);

@@ -612,6 +612,12 @@ mod tests {
         // by the executor in the other.
         assert_eq!(here_report.devices[0].items, 6);
         assert_eq!(executors_report.devices[0].items, 6);
+        // And each job took its own path: one item or piece at a time by the workers, no
+        // executor waiting for units; units through the executor in the other.
+        assert_eq!(here_report.devices[0].batches, 6);
+        assert_eq!(here_report.devices[0].max_batch, 1);
+        assert_eq!(here_report.stages.queue_wait_s, 0.0);
+        assert!(executors_report.stages.queue_wait_s > 0.0);
         assert!(here_report.stages.compute_s > 0.0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
