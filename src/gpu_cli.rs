@@ -314,17 +314,19 @@ pub fn bench(args: &BenchArgs, device: &str) -> Result<()> {
             let kernel_seconds = after.kernel_seconds - before.kernel_seconds;
             let timed = after.timed_chunks - before.timed_chunks;
             let runs = (after.chunks - before.chunks) as f64;
+            // Per run, the warm-up run included.
+            let per_run = |x: f64| x / (times.len() + 1) as f64;
             serde_json::json!({
-                "chunks_per_run": runs / (times.len() + 1) as f64,
+                "chunks_per_run": per_run(runs),
                 "chunks_filled_while_busy": after.chunks_filled_while_busy - before.chunks_filled_while_busy,
                 "staging_allocations_during_runs": after.staging_allocations - before.staging_allocations,
                 "staging_bytes": after.staging_bytes,
-                "kernel_seconds_per_run": (timed > 0).then(|| kernel_seconds / (times.len() + 1) as f64),
-                // Host time per run (means, the warm-up run included): copying into the
-                // staging memory, waiting for the device, finishing the rows.
-                "fill_seconds_per_run": (after.fill_seconds - before.fill_seconds) / (times.len() + 1) as f64,
-                "wait_seconds_per_run": (after.wait_seconds - before.wait_seconds) / (times.len() + 1) as f64,
-                "finish_seconds_per_run": (after.finish_seconds - before.finish_seconds) / (times.len() + 1) as f64,
+                "kernel_seconds_per_run": (timed > 0).then(|| per_run(kernel_seconds)),
+                // Host time per run: copying into the staging memory, waiting for the
+                // device, finishing the rows.
+                "fill_seconds_per_run": per_run(after.fill_seconds - before.fill_seconds),
+                "wait_seconds_per_run": per_run(after.wait_seconds - before.wait_seconds),
+                "finish_seconds_per_run": per_run(after.finish_seconds - before.finish_seconds),
                 "kernel_audio_seconds_per_second": (timed > 0 && kernel_seconds > 0.0)
                     .then(|| seconds * (times.len() + 1) as f64 / kernel_seconds),
             })

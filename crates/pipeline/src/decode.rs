@@ -10,7 +10,6 @@ use sonograph_dsp::span::Span;
 use sonograph_dsp::{CpuExtractor, ItemError, OutputKind};
 use sonograph_io::decode::{AudioReader, DecodeOptions};
 use sonograph_io::manifest::{Entry, SourceItem};
-use sonograph_io::parquet::FeatureRow;
 use sonograph_io::sigmf::{IqReader, IqSource};
 use sonograph_io::{ItemReader, StreamError};
 use sonograph_model::{Runtime, Segment, VadSegmenter};
@@ -23,7 +22,7 @@ use crate::executor::{Permit, Unit};
 use crate::live::{LiveDevice, LiveJob, Queue, Stage};
 use crate::report::Failure;
 use crate::segment::{extract_from_reader, PieceCutter, PiecePlan, PieceWindow};
-use crate::writer::{RowMsg, WriterMsg};
+use crate::writer::{feature_row, item_seconds, RowMsg, WriterMsg};
 
 /// What a decode worker did: seconds busy decoding (not counting time blocked on a full
 /// queue), and seconds computing whole items itself, with how many.
@@ -277,17 +276,15 @@ fn decode_item(
         let wait = Instant::now();
         let sent = writer
             .send(WriterMsg::Row(Box::new(RowMsg {
-                row: FeatureRow {
-                    id: item.id.clone(),
-                    source: source.clone(),
-                    offset_s: item.offset_s + piece.offset_s,
-                    duration_s: piece.duration_s,
-                    sample_rate: spec.sample_rate,
-                    num_frames: piece.frames as u32,
-                    num_bins: spec.n_bins() as u32,
-                    features: piece.rows,
-                    model: None,
-                },
+                row: feature_row(
+                    spec,
+                    item.id.clone(),
+                    source.clone(),
+                    item.offset_s + piece.offset_s,
+                    piece.duration_s,
+                    piece.frames,
+                    piece.rows,
+                ),
                 piece: piece.index,
                 last: piece.last,
             })))
@@ -652,25 +649,19 @@ fn compute_here(
     outputs.live.add_busy(Stage::Compute, took.as_secs_f64());
     cpu.batch_done(1, Duration::ZERO, took, 0, 0, None);
     let msg = match result {
-        Ok(_) => {
-            let seconds =
-                (samples.len() / spec.values_per_sample()) as f64 / f64::from(spec.sample_rate);
-            WriterMsg::Row(Box::new(RowMsg {
-                row: FeatureRow {
-                    id: item.id.clone(),
-                    source,
-                    offset_s: item.offset_s,
-                    duration_s: seconds,
-                    sample_rate: spec.sample_rate,
-                    num_frames: (rows.len() / spec.n_bins().max(1)) as u32,
-                    num_bins: spec.n_bins() as u32,
-                    features: rows,
-                    model: None,
-                },
-                piece: 0,
-                last: true,
-            }))
-        }
+        Ok(_) => WriterMsg::Row(Box::new(RowMsg {
+            row: feature_row(
+                spec,
+                item.id.clone(),
+                source,
+                item.offset_s,
+                item_seconds(spec, samples.len()),
+                rows.len() / spec.n_bins().max(1),
+                rows,
+            ),
+            piece: 0,
+            last: true,
+        })),
         Err(e) => WriterMsg::Failed(item_failure(item, e.to_string())),
     };
     let wait = Instant::now();

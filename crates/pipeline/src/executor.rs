@@ -15,11 +15,10 @@ use sonograph_dsp::{AudioBatch, CpuBackend, Extractor, FeatureBatch, Precision};
 use crate::batcher::{AdaptiveBatcher, BatcherConfig};
 use crate::budget::BytesHeld;
 use crate::segment::PiecePlan;
-use sonograph_io::parquet::FeatureRow;
 
 use crate::live::{LiveJob, Queue, Stage};
 use crate::report::{DeviceReport, Failure};
-use crate::writer::{RowMsg, WriterMsg};
+use crate::writer::{feature_row, item_seconds, RowMsg, WriterMsg};
 
 /// A decoded item (or a piece of one) on its way to an executor.
 pub struct Unit {
@@ -167,26 +166,19 @@ pub(crate) fn run_executor(
         for (i, unit) in meta.drain(..).enumerate() {
             let (piece, last, offset_s, duration_s) = match unit.piece {
                 Some(p) => (p.index, p.last, p.offset_s, p.duration_s),
-                None => {
-                    // IQ samples take two values each.
-                    let n = unit.samples.len() / spec.values_per_sample();
-                    let seconds = n as f64 / f64::from(spec.sample_rate);
-                    (0, true, 0.0, seconds)
-                }
+                None => (0, true, 0.0, item_seconds(&spec, unit.samples.len())),
             };
             let msg = match out.take(i) {
                 Ok((frames, rows)) => WriterMsg::Row(Box::new(RowMsg {
-                    row: FeatureRow {
-                        id: unit.id,
-                        source: unit.source,
-                        offset_s: unit.offset_s + offset_s,
+                    row: feature_row(
+                        &spec,
+                        unit.id,
+                        unit.source,
+                        unit.offset_s + offset_s,
                         duration_s,
-                        sample_rate: spec.sample_rate,
-                        num_frames: frames as u32,
-                        num_bins: spec.n_bins() as u32,
-                        features: rows,
-                        model: None,
-                    },
+                        frames,
+                        rows,
+                    ),
                     piece,
                     last,
                 })),

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use sonograph_dsp::FeatureSpec;
 use sonograph_io::ledger::{Ledger, PieceRecord};
 use sonograph_io::parquet::{Dtype, FeatureRow, PartMeta, PartWriter};
 
@@ -47,6 +48,36 @@ pub struct RowMsg {
     pub row: FeatureRow,
     pub piece: u32,
     pub last: bool,
+}
+
+/// The row of `frames` frames of `spec`'s features of item `id` (or of its piece), from
+/// `offset_s` in its file and `duration_s` long: the one shape every stage that computes
+/// features (an executor, a decode worker) hands on.
+pub(crate) fn feature_row(
+    spec: &FeatureSpec,
+    id: String,
+    source: String,
+    offset_s: f64,
+    duration_s: f64,
+    frames: usize,
+    features: Vec<f32>,
+) -> FeatureRow {
+    FeatureRow {
+        id,
+        source,
+        offset_s,
+        duration_s,
+        sample_rate: spec.sample_rate,
+        num_frames: frames as u32,
+        num_bins: spec.n_bins() as u32,
+        features,
+        model: None,
+    }
+}
+
+/// Seconds of a whole item of `values` samples at `spec`'s rate (IQ samples are two values).
+pub(crate) fn item_seconds(spec: &FeatureSpec, values: usize) -> f64 {
+    (values / spec.values_per_sample()) as f64 / f64::from(spec.sample_rate)
 }
 
 pub(crate) struct Writer {
