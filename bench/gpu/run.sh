@@ -85,6 +85,24 @@ print(json.dumps({"before": r["device"], "preset": sys.argv[1], "clips": r["item
     "kernel_resident": t.get("kernel_audio_seconds_per_second")}))' "$preset" | log
   done
 fi
+# The chunk size (16 MiB by default): smaller chunks overlap more of a batch's fill and finish
+# (the first two fills and the last three finishes of a batch overlap nothing), larger ones
+# cost fewer submissions. And mimalloc keeping freed memory committed: do the rows' fresh
+# allocations fault pages in every run?
+for mb in 8 32 64; do
+  SONOGRAPH_GPU_CHUNK_MB=$mb timeout 60 $bin bench --device gpu --preset whisper --clips 64 \
+    --seconds 30 --repeat 5 --precision f32 2>/dev/null | python3 -c '
+import json, sys
+r = json.loads(sys.stdin.readline()); t = r.get("transfer") or {}
+print(json.dumps({"chunk_mb": int(sys.argv[1]), "host_to_host": round(r["audio_seconds_per_second"]),
+    "chunks_per_run": t.get("chunks_per_run"),
+    "host_ms_per_run": {k: round(1e3 * t[f"{k}_seconds_per_run"], 2) for k in ("fill", "wait", "finish")}}))' "$mb" | log
+done
+MIMALLOC_PURGE_DELAY=-1 timeout 60 $bin bench --device gpu --preset whisper --clips 64 \
+  --seconds 30 --repeat 5 --precision f32 2>/dev/null | python3 -c '
+import json, sys
+r = json.loads(sys.stdin.readline())
+print(json.dumps({"mimalloc_purge_delay": -1, "host_to_host": round(r["audio_seconds_per_second"])}))' | log
 # Where a 64-clip batch's time goes, chunk by chunk (fill, encode and submit) and batch by batch.
 NO_COLOR=1 SONOGRAPH_LOG=sonograph_gpu::extractor=debug timeout 60 $bin bench --device gpu \
   --preset whisper --clips 64 --seconds 30 --repeat 2 2>&1 | sed 's/\x1b\[[0-9;]*m//g' |

@@ -134,11 +134,7 @@ pub fn check_span(spec: &FeatureSpec, window_len: usize, span: &Span) -> Result<
 /// Refuses a window holding a NaN or an infinity, naming the signal index of its sample
 /// (`start` is the window's; a sample takes `per_sample` values). The scan has no early exit,
 /// so it vectorises; the index is looked for only then.
-pub(crate) fn check_finite(
-    window: &[f32],
-    start: usize,
-    per_sample: usize,
-) -> Result<(), ItemError> {
+pub fn check_finite(window: &[f32], start: usize, per_sample: usize) -> Result<(), ItemError> {
     if window.iter().fold(true, |ok, s| ok & s.is_finite()) {
         return Ok(());
     }
@@ -215,13 +211,26 @@ pub fn check_prepared(
     window: &[f32],
     span: &Span,
 ) -> Result<(usize, usize), ItemError> {
-    check_span(spec, window.len(), span)?;
+    let layout = prepared_layout(spec, window.len(), span)?;
     check_finite(window, span.sample_start, 1)?;
+    Ok(layout)
+}
+
+/// [`check_prepared`] without the scan for non-finite samples, for a caller that scans the
+/// window as it copies it (the GPU path's fill, where a second pass over every sample cost
+/// 1.9 ms of a 64-clip batch's 10.5 on an H200 machine): it must refuse the window with
+/// [`check_finite`] over the same samples, `span.sample_start` being the window's first.
+pub fn prepared_layout(
+    spec: &FeatureSpec,
+    window_len: usize,
+    span: &Span,
+) -> Result<(usize, usize), ItemError> {
+    check_span(spec, window_len, span)?;
     Ok(if span.sample_start == 0 {
-        (0, window.len())
+        (0, window_len)
     } else {
         // The window's first sample is context: the previous input of its second.
-        (span.sample_start + 1, window.len() - 1)
+        (span.sample_start + 1, window_len - 1)
     })
 }
 

@@ -14,7 +14,7 @@ use bytemuck::{Pod, Zeroable};
 use rayon::prelude::*;
 use sonograph_dsp::dct::Dct;
 use sonograph_dsp::mel::MelBank;
-use sonograph_dsp::span::{check_prepared, prepared_checked, Span};
+use sonograph_dsp::span::{check_finite, prepared_checked, prepared_layout, Span};
 use sonograph_dsp::spec::{FeatureSpec, OutputKind, PadMode, PreemphasisScope};
 use sonograph_dsp::window::window;
 use sonograph_dsp::{AudioBatch, DeviceError, Extractor, FeatureBatch, ItemError, Precision};
@@ -38,6 +38,21 @@ const MEL: &str = include_str!("../kernels/mel.wgsl");
 /// little beside its work, small enough that a batch of 64 × 30 s clips goes through in several
 /// chunks whose transfers and kernels overlap.
 const DEFAULT_CHUNK_BYTES: usize = 16 << 20;
+
+/// The chunk size: `SONOGRAPH_GPU_CHUNK_MB` (whole MiB, 1 to 1024) where set, for measuring
+/// the transfers at other sizes on a real GPU (bench/gpu/run.sh); else the default.
+fn chunk_bytes_from_env() -> usize {
+    match std::env::var("SONOGRAPH_GPU_CHUNK_MB") {
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(mb @ 1..=1024) => mb << 20,
+            _ => {
+                tracing::warn!("SONOGRAPH_GPU_CHUNK_MB={v:?} is not 1 to 1024: 16 MiB chunks");
+                DEFAULT_CHUNK_BYTES
+            }
+        },
+        Err(_) => DEFAULT_CHUNK_BYTES,
+    }
+}
 
 /// Samples per piece of an item copied into the staging memory by one task: 1 MiB, a
 /// multiple of 2 so that every piece starts where a mapped range may (8 bytes).
@@ -329,7 +344,7 @@ impl GpuBackend {
             pool: MemoryPool::new(allocator, budget),
             deadline: Duration::from_secs(60),
             ring: StagingRing::new(),
-            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            chunk_bytes: chunk_bytes_from_env(),
             timestamps: gpu
                 .device
                 .features()
@@ -410,7 +425,7 @@ impl GpuBackend {
 
     /// Runs a batch's items on the device, chunk by chunk through the staging ring; returns
     /// each laid-out item's rows, finished, in order.
-    fn run(&mut self, batch: &AudioBatch, laid: &[Laid]) -> Result<Vec<ItemRows>, DeviceError> {
+    fn run(&mut self, batch: &AudioBatch, laid: &[Laid]) -> Result<Vec<ItemResult>, DeviceError> {
         let chunks = chunks(laid, self.chunk_bytes);
         let n_items = laid.len();
         let total: usize = laid.iter().map(|l| l.frames).sum();
@@ -488,42 +503,86 @@ impl GpuBackend {
         result
     }
 
-    /// The chunks through the ring: chunk k is filled while the device runs chunk k − 1 and
-    /// the host finishes chunk k − RING_DEPTH's rows.
+    /// The chunks through the ring. Step k waits for chunk k − 2 (the device has had it for
+    /// a step, and runs chunk k − 1 meanwhile); then, side by side on the host's threads,
+    /// finishes that chunk's rows out of its slot's readback buffer and fills chunk k into the
+    /// upload buffer of its slot (chunk k − 3's, read at the step before); then submits chunk
+    /// k. (Filling and finishing one after the other took 5.9 + 5.4 ms of a 64-clip batch's
+    /// 13.5 ms on an H200 machine, with the device idle for most of it.) An item with a
+    /// non-finite sample is found as it is filled and fails alone when its chunk is finished.
     fn pipeline(
         &mut self,
         batch: &AudioBatch,
         laid: &[Laid],
         chunks: &[Chunk],
         device: &DeviceBuffers,
-    ) -> Result<Vec<ItemRows>, DeviceError> {
-        let mut rows: Vec<ItemRows> = Vec::with_capacity(laid.len());
-        for k in 0..chunks.len() {
-            if k >= RING_DEPTH {
-                rows.extend(
-                    self.collect(k - RING_DEPTH, &laid[chunks[k - RING_DEPTH].items.clone()])?,
-                );
+    ) -> Result<Vec<ItemResult>, DeviceError> {
+        // Chunk k's slot is free once chunk k − RING_DEPTH has been read, a step before.
+        const LAG: usize = RING_DEPTH - 1;
+        let lost = |label: &str, e: String| DeviceError::DeviceLost(format!("{label}: {e}"));
+        let mut rows: Vec<ItemResult> = Vec::with_capacity(laid.len());
+        // Per chunk sent, each item's first non-finite sample (found by the fill).
+        let mut refused: Vec<Vec<Option<ItemError>>> = Vec::with_capacity(chunks.len());
+        for k in 0..chunks.len() + LAG {
+            let collecting = match k.checked_sub(LAG) {
+                Some(c) => self
+                    .ring
+                    .wait(&self.gpu, c, self.deadline)
+                    .map_err(|e| lost(&self.label, e))?
+                    .map(|bytes| (c, bytes, &laid[chunks[c].items.clone()])),
+                None => None,
+            };
+            let sending = match chunks.get(k) {
+                Some(chunk) => {
+                    let items = &laid[chunk.items.clone()];
+                    Some((self.stage(batch, items, chunk, k)?, items))
+                }
+                None => None,
+            };
+            let this = &*self;
+            let (finished, filled) = rayon::join(
+                || {
+                    collecting.map(|(c, bytes, items)| {
+                        let started = Instant::now();
+                        let rows = this.finish_chunk(c, bytes, items, &refused[c]);
+                        (rows, started.elapsed().as_secs_f64())
+                    })
+                },
+                || {
+                    sending.as_ref().map(|(staged, items)| {
+                        let started = Instant::now();
+                        let filled = this.fill(batch, items, staged, k);
+                        (filled, started.elapsed().as_secs_f64())
+                    })
+                },
+            );
+            if let Some((finished, seconds)) = finished {
+                self.ring.stats.finish_seconds += seconds;
+                let (finished, kernel_seconds) = finished.map_err(|e| lost(&self.label, e))?;
+                if let Some(s) = kernel_seconds {
+                    self.ring.stats.kernel_seconds += s;
+                    self.ring.stats.timed_chunks += 1;
+                }
+                rows.extend(finished);
             }
-            self.send(batch, &laid[chunks[k].items.clone()], &chunks[k], k, device)?;
-        }
-        for k in chunks.len().saturating_sub(RING_DEPTH)..chunks.len() {
-            rows.extend(self.collect(k, &laid[chunks[k].items.clone()])?);
+            if let (Some((filled, seconds)), Some((staged, _))) = (filled, sending) {
+                self.ring.stats.fill_seconds += seconds;
+                refused.push(filled?);
+                self.dispatch(k, device, staged)?;
+            }
         }
         Ok(rows)
     }
 
-    /// Fills chunk `k`'s slot with its items (their windows as the kernels read them, on
-    /// several threads straight into the mapped staging memory), its item table and its
-    /// parameters, and submits it: copies into the device buffers, kernels, rows into the
-    /// slot's readback buffer.
-    fn send(
+    /// Lays out chunk `k` (its items' records, its parameters, where each part goes in its
+    /// staging buffer) and readies the slot's upload buffer for it.
+    fn stage(
         &mut self,
         batch: &AudioBatch,
         items: &[Laid],
         chunk: &Chunk,
         k: usize,
-        device: &DeviceBuffers,
-    ) -> Result<(), DeviceError> {
+    ) -> Result<Staged, DeviceError> {
         let spec = &self.spec;
         let frames = chunk.frames;
         let max_dim = self.gpu.limits.max_compute_workgroups_per_dimension.max(1);
@@ -581,11 +640,45 @@ impl GpuBackend {
         let samples_bytes = 4 * chunk.samples;
         let upload = (samples_at + samples_bytes) as u64;
         let result_bytes = self.result_bytes(frames);
-        let read_bytes = result_bytes + self.timestamp_bytes();
         self.ring
-            .ready(&self.gpu, k, upload, read_bytes.max(4))
+            .ready_upload(&self.gpu, k, upload)
             .map_err(|e| DeviceError::OutOfMemory(format!("staging memory: {e}")))?;
-        let fill_started = Instant::now();
+        let starts = records
+            .iter()
+            .map(|r| (samples_at + 4 * r.sample_offset as usize) as u64)
+            .collect();
+        Ok(Staged {
+            params,
+            records,
+            table_bytes,
+            starts,
+            offsets: UploadOffsets {
+                records: params_bytes as u64,
+                table: (params_bytes + records_bytes) as u64,
+                samples: samples_at as u64,
+                end: upload,
+            },
+            frames,
+            grid: (grid_y, grid_z, frame_x, frame_y),
+            result_bytes,
+        })
+    }
+
+    /// Fills chunk `k`'s mapped upload buffer: its parameters, item records and frame table,
+    /// then its items' windows as the kernels read them, straight from the decoded items
+    /// (through a scratch copy only where the spec scales or pre-emphasises them), each item
+    /// in pieces on several threads: one thread's copy into this memory ran at about 2.7 GB/s
+    /// on an H200 machine, and a chunk holds fewer items than such a machine has cores. Each
+    /// piece is scanned for non-finite samples just before it is copied, while it is in the
+    /// cache; returns each item's first, as the CPU path's check names it.
+    fn fill(
+        &self,
+        batch: &AudioBatch,
+        items: &[Laid],
+        staged: &Staged,
+        k: usize,
+    ) -> Result<Vec<Option<ItemError>>, DeviceError> {
+        let spec = &self.spec;
         let buffer = self.ring.upload(k);
         let mapped = |range: std::ops::Range<u64>| {
             buffer
@@ -594,66 +687,84 @@ impl GpuBackend {
                 .map_err(|e| DeviceError::DeviceLost(format!("{}: {e}", self.label)))
         };
         {
-            let mut head = mapped(0..samples_at as u64)?;
+            let mut head = mapped(0..staged.offsets.samples)?;
+            let params_bytes = staged.offsets.records as usize;
             let (mut part, rest) = head.slice(..).split_at(params_bytes);
-            part.copy_from_slice(bytemuck::bytes_of(&params));
-            let (mut part, rest) = rest.split_at(records_bytes);
-            part.copy_from_slice(bytemuck::cast_slice(&records));
-            let (table, _) = rest.split_at(table_bytes);
+            part.copy_from_slice(bytemuck::bytes_of(&staged.params));
+            let (mut part, rest) = rest.split_at(std::mem::size_of_val(staged.records.as_slice()));
+            part.copy_from_slice(bytemuck::cast_slice(&staged.records));
+            let (table, _) = rest.split_at(staged.table_bytes);
             table.write_iter(
-                records
+                staged
+                    .records
                     .iter()
                     .enumerate()
                     .flat_map(|(i, r)| std::iter::repeat_n(i as u32, r.n_frames as usize))
                     .flat_map(u32::to_le_bytes),
             );
         }
-        // Straight from the decoded items into the mapped staging memory (through a scratch
-        // copy only where the spec scales or pre-emphasises them), each item in pieces on
-        // several threads: one thread's copy into this memory ran at about 2.7 GB/s on an
-        // H200 machine, and a chunk holds fewer items than such a machine has cores.
-        let starts: Vec<u64> = records
-            .iter()
-            .map(|r| (samples_at + 4 * r.sample_offset as usize) as u64)
-            .collect();
         items
             .par_iter()
-            .zip(starts)
-            .try_for_each_init(Vec::new, |scratch, (l, at)| {
-                let window = prepared_checked(spec, batch.item(l.item), &l.span, scratch);
-                window
+            .zip(&staged.starts)
+            .map_init(Vec::new, |scratch, (l, &at)| {
+                let raw = batch.item(l.item);
+                // A later piece's first sample is context, outside the window sent.
+                let context = raw.len() - l.len;
+                let first = l.span.sample_start;
+                let refused = check_finite(&raw[..context], first, 1).err();
+                let window = prepared_checked(spec, raw, &l.span, scratch);
+                let pieces = window
                     .par_chunks(FILL_PIECE_SAMPLES)
                     .enumerate()
-                    .try_for_each(|(i, piece)| {
+                    .map(|(i, piece)| {
+                        let offset = context + i * FILL_PIECE_SAMPLES;
+                        let refused =
+                            check_finite(&raw[offset..offset + piece.len()], first + offset, 1);
                         let from = at + 4 * (i * FILL_PIECE_SAMPLES) as u64;
                         let mut view = mapped(from..from + 4 * piece.len() as u64)?;
                         view.copy_from_slice(bytemuck::cast_slice(piece));
-                        Ok::<(), DeviceError>(())
+                        Ok::<_, DeviceError>(refused.err())
                     })
-            })?;
+                    .collect::<Result<Vec<_>, _>>()?;
+                // The first piece's error is the window's first non-finite sample.
+                Ok(refused.or(pieces.into_iter().flatten().next()))
+            })
+            .collect()
+    }
+
+    /// Submits filled chunk `k`: its staging copied into the device buffers, the kernels, its
+    /// rows copied into the slot's readback buffer (made ready here, now that the rows of the
+    /// slot's last chunk have been read).
+    fn dispatch(
+        &mut self,
+        k: usize,
+        device: &DeviceBuffers,
+        staged: Staged,
+    ) -> Result<(), DeviceError> {
+        let sent = Instant::now();
         self.ring.upload(k).unmap();
         if k > 0 && self.ring.busy(&self.gpu, k - 1) {
             self.ring.stats.chunks_filled_while_busy += 1;
         }
-        let filled = Instant::now();
-        self.ring.stats.fill_seconds += (filled - fill_started).as_secs_f64();
-        let offsets = UploadOffsets {
-            records: params_bytes as u64,
-            table: (params_bytes + records_bytes) as u64,
-            samples: samples_at as u64,
-            end: upload,
-        };
-        let grid = (grid_y, grid_z, frame_x, frame_y);
-        let index = self.submit(k, device, frames, grid, result_bytes, offsets)?;
+        let read_bytes = staged.result_bytes + self.timestamp_bytes();
+        self.ring
+            .ready_readback(&self.gpu, k, read_bytes.max(4))
+            .map_err(|e| DeviceError::OutOfMemory(format!("staging memory: {e}")))?;
+        let index = self.submit(
+            k,
+            device,
+            staged.frames,
+            staged.grid,
+            staged.result_bytes,
+            staged.offsets,
+        )?;
         self.ring.submitted(&self.gpu, k, index, read_bytes);
         tracing::debug!(
             chunk = k,
-            items = items.len(),
-            frames,
-            fill_ms = (filled - fill_started).as_secs_f64() * 1e3,
-            encode_and_submit_ms = filled.elapsed().as_secs_f64() * 1e3,
-            upload_bytes = upload,
-            read_bytes = result_bytes,
+            items = staged.records.len(),
+            frames = staged.frames,
+            encode_and_submit_ms = sent.elapsed().as_secs_f64() * 1e3,
+            read_bytes = staged.result_bytes,
             "gpu chunk sent"
         );
         Ok(())
@@ -857,69 +968,66 @@ impl GpuBackend {
         Ok(index)
     }
 
-    /// Waits for chunk `k`, then finishes its items (log, normalisation, DCT; side by side)
-    /// straight from its mapped rows.
-    fn collect(&mut self, k: usize, items: &[Laid]) -> Result<Vec<ItemRows>, DeviceError> {
+    /// Finishes chunk `k`'s items (log, normalisation, DCT; side by side) straight from its
+    /// mapped rows, `result_bytes` of them; with the kernels' time where they were timed.
+    fn finish_chunk(
+        &self,
+        k: usize,
+        result_bytes: u64,
+        items: &[Laid],
+        refused: &[Option<ItemError>],
+    ) -> Result<(Vec<ItemResult>, Option<f64>), String> {
         let spec = &self.spec;
         let dct = self.dct.as_ref();
         let width = gpu_row_width(spec);
         let f64_rows = spectrum_is_f64(spec, self.precision);
-        let label = self.label.clone();
         let timed = self.timestamps.is_some();
         let period_ns = f64::from(self.gpu.queue.get_timestamp_period());
-        let finished = self
-            .ring
-            .collect(&self.gpu, k, self.deadline, |bytes| {
-                let (bytes, stamps) = if timed {
-                    let split = bytes.len() - TIMESTAMP_BYTES as usize;
-                    (&bytes[..split], Some(&bytes[split..]))
-                } else {
-                    (bytes, None)
-                };
-                let kernel_seconds = stamps.map(|t| {
-                    let at = |i: usize| {
-                        u64::from_le_bytes(t[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+        self.ring.read_rows(k, result_bytes, |bytes| {
+            let (bytes, stamps) = if timed {
+                let split = bytes.len() - TIMESTAMP_BYTES as usize;
+                (&bytes[..split], Some(&bytes[split..]))
+            } else {
+                (bytes, None)
+            };
+            let kernel_seconds = stamps.map(|t| {
+                let at =
+                    |i: usize| u64::from_le_bytes(t[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+                at(1).saturating_sub(at(0)) as f64 * period_ns * 1e-9
+            });
+            let mut offset = 0usize;
+            let spans: Vec<(&Laid, usize, &Option<ItemError>)> = items
+                .iter()
+                .zip(refused)
+                .map(|(l, refused)| {
+                    let at = offset;
+                    offset += l.frames;
+                    (l, at, refused)
+                })
+                .collect();
+            let rows = spans
+                .into_par_iter()
+                .map(|(l, at, refused)| {
+                    if let Some(e) = refused {
+                        return Err(e.clone());
+                    }
+                    let (a, b) = (at * width, (at + l.frames) * width);
+                    let rows: std::borrow::Cow<[f32]> = if f64_rows {
+                        bytes[8 * a..8 * b]
+                            .chunks_exact(8)
+                            .map(|v| f64::from_le_bytes(v.try_into().expect("8 bytes")) as f32)
+                            .collect::<Vec<f32>>()
+                            .into()
+                    } else {
+                        bytemuck::cast_slice::<u8, f32>(&bytes[4 * a..4 * b]).into()
                     };
-                    at(1).saturating_sub(at(0)) as f64 * period_ns * 1e-9
-                });
-                let mut offset = 0usize;
-                let spans: Vec<(&Laid, usize)> = items
-                    .iter()
-                    .map(|l| {
-                        let at = offset;
-                        offset += l.frames;
-                        (l, at)
-                    })
-                    .collect();
-                let rows = spans
-                    .into_par_iter()
-                    .map(|(l, at)| {
-                        let (a, b) = (at * width, (at + l.frames) * width);
-                        let rows: std::borrow::Cow<[f32]> = if f64_rows {
-                            bytes[8 * a..8 * b]
-                                .chunks_exact(8)
-                                .map(|v| f64::from_le_bytes(v.try_into().expect("8 bytes")) as f32)
-                                .collect::<Vec<f32>>()
-                                .into()
-                        } else {
-                            bytemuck::cast_slice::<u8, f32>(&bytes[4 * a..4 * b]).into()
-                        };
-                        let mut out = Vec::new();
-                        let frames = finish_item(spec, dct, &rows, l.frames, l.span.last, &mut out);
-                        (frames, out)
-                    })
-                    .collect::<Vec<_>>();
-                (rows, kernel_seconds)
-            })
-            .map_err(|e| DeviceError::DeviceLost(format!("{label}: {e}")))?;
-        let Some((finished, kernel_seconds)) = finished else {
-            return Ok(Vec::new());
-        };
-        if let Some(s) = kernel_seconds {
-            self.ring.stats.kernel_seconds += s;
-            self.ring.stats.timed_chunks += 1;
-        }
-        Ok(finished)
+                    let mut out = Vec::new();
+                    let frames = finish_item(spec, dct, &rows, l.frames, l.span.last, &mut out);
+                    Ok((frames, out))
+                })
+                .collect::<Vec<_>>();
+            (rows, kernel_seconds)
+        })
     }
 
     fn give_back_oom(
@@ -994,6 +1102,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 /// An item's frames and rows.
 type ItemRows = (usize, Vec<f32>);
 
+/// An item's rows, or why it failed alone.
+type ItemResult = Result<ItemRows, ItemError>;
+
 /// An item of a batch, checked and laid out.
 struct Laid {
     /// Its index in the batch.
@@ -1039,6 +1150,22 @@ fn chunks(laid: &[Laid], bytes: usize) -> Vec<Chunk> {
 struct DeviceBuffers<'a> {
     blocks: &'a [PoolBlock<wgpu::Buffer>],
     sizes: Vec<u64>,
+}
+
+/// A chunk laid out for its slot: what goes into the staging buffer and where, and how it
+/// runs.
+struct Staged {
+    params: Params,
+    records: Vec<ItemRecord>,
+    table_bytes: usize,
+    /// Where each item's samples start in the staging buffer.
+    starts: Vec<u64>,
+    offsets: UploadOffsets,
+    frames: usize,
+    /// The dispatch grid: (grid_y, grid_z, frame_x, frame_y).
+    grid: (u32, u32, u32, u32),
+    /// Bytes of rows the chunk gives back.
+    result_bytes: u64,
 }
 
 /// Where each part of a chunk sits in its staging buffer.
@@ -1178,18 +1305,17 @@ impl Extractor for GpuBackend {
         }
         let started = Instant::now();
         let before = self.ring.stats;
-        // Every item checked and laid out first, side by side; one the spec cannot take fails
-        // alone.
+        // Every item's span checked and laid out first; one the spec cannot take fails alone.
+        // (Its samples are scanned as they are copied: see `fill`.)
         let spec = &self.spec;
         let checked: Vec<Result<Laid, ItemError>> = (0..batch.len())
-            .into_par_iter()
             .map(|i| {
                 let item = batch.item(i);
                 let span = batch
                     .span(i)
                     .copied()
                     .unwrap_or_else(|| Span::whole(spec, item.len()));
-                let (base, len) = check_prepared(spec, item, &span)?;
+                let (base, len) = prepared_layout(spec, item.len(), &span)?;
                 Ok(Laid {
                     item: i,
                     span,
@@ -1199,7 +1325,7 @@ impl Extractor for GpuBackend {
                 })
             })
             .collect();
-        let mut results: Vec<Option<Result<ItemRows, ItemError>>> = Vec::with_capacity(batch.len());
+        let mut results: Vec<Option<ItemResult>> = Vec::with_capacity(batch.len());
         let mut laid = Vec::with_capacity(batch.len());
         for c in checked {
             match c {
@@ -1217,7 +1343,7 @@ impl Extractor for GpuBackend {
             self.run(batch, &laid)?
         };
         for (l, r) in laid.iter().zip(rows) {
-            results[l.item] = Some(Ok(r));
+            results[l.item] = Some(r);
         }
         for r in results {
             match r.expect("every item has its result") {

@@ -3,24 +3,27 @@
 //! upload buffer (MAP_WRITE | COPY_SRC) that the host fills while it is mapped, straight from
 //! the decoded items and on several threads, and a readback buffer (MAP_READ | COPY_DST) that
 //! the rows are read out of while it is mapped. A batch goes through in chunks, one slot each:
-//! while the device runs chunk k, the host fills chunk k + 1 and reads chunk k − 1 back
-//! (`queue.write_buffer` made a fresh staging allocation and a second copy of every batch).
+//! while the device runs chunks k − 2 and k − 1, the host fills chunk k into a slot and, on
+//! other threads at the same time, reads chunk k − 3's rows out of it (`queue.write_buffer`
+//! made a fresh staging allocation and a second copy of every batch).
 //! A slot's buffers are made once and grown only when a chunk needs more than they hold;
 //! [`TransferStats`] counts what was made, so that a test can see them reused.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sonograph_dsp::TransferStats;
 
 use crate::context::GpuDevice;
 
-/// Slots in the ring: the chunk the host fills, the one the device runs, the one read back.
+/// Slots in the ring: the chunk the host fills (while it reads back the slot's last chunk),
+/// and two the device runs.
 pub(crate) const RING_DEPTH: usize = 3;
 
-/// A map request's answer.
-type Mapped = mpsc::Receiver<Result<(), wgpu::BufferAsyncError>>;
+/// A map request's answer (a channel that may be shared: the ring is, while one thread fills
+/// a slot and another reads one).
+type Mapped = crossbeam_channel::Receiver<Result<(), wgpu::BufferAsyncError>>;
 
 /// A chunk on its way through the device.
 pub(crate) struct InFlight {
@@ -69,58 +72,60 @@ impl StagingRing {
         self.stats.staging_bytes = 0;
     }
 
-    /// Makes sure chunk `chunk`'s slot has an upload buffer of at least `upload` bytes, mapped
-    /// for writing, and a readback buffer of at least `readback` bytes. The slot's previous
-    /// chunk must have been collected.
-    pub fn ready(
+    /// Makes sure chunk `chunk`'s slot has an upload buffer of at least `bytes` bytes, mapped
+    /// for writing. The slot's previous chunk must have been waited for.
+    pub fn ready_upload(
         &mut self,
         gpu: &GpuDevice,
         chunk: usize,
-        upload: u64,
-        readback: u64,
+        bytes: u64,
     ) -> Result<(), String> {
         let index = chunk % RING_DEPTH;
-        let slot = &mut self.slots[index];
-        debug_assert!(slot.in_flight.is_none(), "collect the slot's chunk first");
-        let make = |size: u64, usage: wgpu::BufferUsages, mapped: bool, what: &str| {
-            // Grown by half again over what is asked, so that a batch a little larger than the
-            // last does not make new buffers each time.
-            let size = (size + size / 2).next_multiple_of(256);
-            let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-            let buffer = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(what),
-                size,
-                usage,
-                mapped_at_creation: mapped,
-            });
-            match pollster::block_on(scope.pop()) {
-                Some(e) => Err(format!("{what} of {size} bytes: {e}")),
-                None => Ok(buffer),
-            }
-        };
-        let stats = &mut self.stats;
-        let mut replace = |old: &mut Option<wgpu::Buffer>, new: wgpu::Buffer| {
-            if let Some(old) = old.take() {
-                stats.staging_bytes -= old.size();
-                old.destroy();
-            }
-            stats.staging_allocations += 1;
-            stats.staging_bytes += new.size();
-            *old = Some(new);
-        };
-        if slot.upload.as_ref().is_none_or(|b| b.size() < upload) {
+        debug_assert!(
+            self.slots[index].in_flight.is_none(),
+            "wait for the slot's chunk first"
+        );
+        if self.slots[index]
+            .upload
+            .as_ref()
+            .is_none_or(|b| b.size() < bytes)
+        {
             let usage = wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC;
-            replace(
-                &mut slot.upload,
-                make(upload, usage, true, "sonograph staging upload")?,
-            );
-        }
-        if slot.readback.as_ref().is_none_or(|b| b.size() < readback) {
-            let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
-            let buffer = make(readback, usage, false, "sonograph staging readback")?;
-            replace(&mut slot.readback, buffer);
+            let buffer = make_staging(gpu, bytes, usage, true, "sonograph staging upload")?;
+            Self::replace(&mut self.stats, &mut self.slots[index].upload, buffer);
         }
         Ok(())
+    }
+
+    /// Makes sure chunk `chunk`'s slot has a readback buffer of at least `bytes` bytes. The
+    /// rows of the slot's previous chunk must have been read (a smaller buffer is dropped).
+    pub fn ready_readback(
+        &mut self,
+        gpu: &GpuDevice,
+        chunk: usize,
+        bytes: u64,
+    ) -> Result<(), String> {
+        let index = chunk % RING_DEPTH;
+        if self.slots[index]
+            .readback
+            .as_ref()
+            .is_none_or(|b| b.size() < bytes)
+        {
+            let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+            let buffer = make_staging(gpu, bytes, usage, false, "sonograph staging readback")?;
+            Self::replace(&mut self.stats, &mut self.slots[index].readback, buffer);
+        }
+        Ok(())
+    }
+
+    fn replace(stats: &mut TransferStats, old: &mut Option<wgpu::Buffer>, new: wgpu::Buffer) {
+        if let Some(old) = old.take() {
+            stats.staging_bytes -= old.size();
+            old.destroy();
+        }
+        stats.staging_allocations += 1;
+        stats.staging_bytes += new.size();
+        *old = Some(new);
     }
 
     pub fn upload(&self, chunk: usize) -> &wgpu::Buffer {
@@ -154,7 +159,7 @@ impl StagingRing {
                 .on_submitted_work_done(move || done.store(true, Ordering::SeqCst));
         }
         let map = |buffer: &wgpu::Buffer, mode, len: Option<u64>| {
-            let (tx, rx) = mpsc::channel();
+            let (tx, rx) = crossbeam_channel::bounded(1);
             let callback = move |r| {
                 let _ = tx.send(r);
             };
@@ -190,16 +195,16 @@ impl StagingRing {
         !in_flight.done.load(Ordering::SeqCst)
     }
 
-    /// Waits (up to `deadline`) for chunk `chunk` to be run and its rows mapped, hands the
-    /// mapped rows to `read`, then unmaps them; its upload buffer is mapped for writing
-    /// again. `None` when the slot holds no chunk.
-    pub fn collect<T>(
+    /// Waits (up to `deadline`) for chunk `chunk` to be run and its rows mapped; its upload
+    /// buffer is mapped for writing again, so the slot can take the chunk after next while
+    /// these rows are read. Returns the bytes of rows to read, `None` when the slot held no
+    /// chunk.
+    pub fn wait(
         &mut self,
         gpu: &GpuDevice,
         chunk: usize,
         deadline: Duration,
-        read: impl FnOnce(&[u8]) -> T,
-    ) -> Result<Option<T>, String> {
+    ) -> Result<Option<u64>, String> {
         let index = chunk % RING_DEPTH;
         let Some(in_flight) = self.slots[index].in_flight.take() else {
             return Ok(None);
@@ -216,16 +221,49 @@ impl StagingRing {
                 Err(_) => return Err(format!("the {what} buffer was never mapped")),
             }
         }
-        let finishing = std::time::Instant::now();
-        self.stats.wait_seconds += (finishing - waiting).as_secs_f64();
+        self.stats.wait_seconds += waiting.elapsed().as_secs_f64();
+        Ok(Some(in_flight.result_bytes))
+    }
+
+    /// Hands chunk `chunk`'s mapped rows (`result_bytes` of them, as [`Self::wait`] said) to
+    /// `read`, then unmaps them. Takes the ring shared, so that another thread may fill the
+    /// slot's upload buffer meanwhile.
+    pub fn read_rows<T>(
+        &self,
+        chunk: usize,
+        result_bytes: u64,
+        read: impl FnOnce(&[u8]) -> T,
+    ) -> Result<T, String> {
         let readback = self.readback(chunk);
-        let slice = readback.slice(..in_flight.result_bytes.max(4));
-        let out = match slice.get_mapped_range() {
-            Ok(view) => read(&view[..in_flight.result_bytes as usize]),
+        let out = match readback.slice(..result_bytes.max(4)).get_mapped_range() {
+            Ok(view) => read(&view[..result_bytes as usize]),
             Err(e) => return Err(format!("cannot read the mapped rows: {e}")),
         };
         readback.unmap();
-        self.stats.finish_seconds += finishing.elapsed().as_secs_f64();
-        Ok(Some(out))
+        Ok(out)
+    }
+}
+
+/// A staging buffer of at least `size` bytes.
+fn make_staging(
+    gpu: &GpuDevice,
+    size: u64,
+    usage: wgpu::BufferUsages,
+    mapped: bool,
+    what: &str,
+) -> Result<wgpu::Buffer, String> {
+    // Grown by half again over what is asked, so that a batch a little larger than the last
+    // does not make new buffers each time.
+    let size = (size + size / 2).next_multiple_of(256);
+    let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let buffer = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(what),
+        size,
+        usage,
+        mapped_at_creation: mapped,
+    });
+    match pollster::block_on(scope.pop()) {
+        Some(e) => Err(format!("{what} of {size} bytes: {e}")),
+        None => Ok(buffer),
     }
 }

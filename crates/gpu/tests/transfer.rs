@@ -109,7 +109,8 @@ fn many_chunks_through_the_ring_give_the_rows_of_one() {
         many.set_chunk_bytes(4);
         let chunked = rows(&mut many, &batch);
         let stats = many.transfer_stats().unwrap();
-        assert_eq!(stats.chunks, batch.len() as u64 - 1, "{stats:?}");
+        // The NaN item is sent too: its samples are scanned as they are copied.
+        assert_eq!(stats.chunks, batch.len() as u64, "{stats:?}");
         same(&whole, &chunked, "one chunk against an item per chunk");
         assert!(whole.item(4).is_err(), "the NaN item fails alone");
     }
@@ -169,6 +170,84 @@ fn an_item_copied_in_several_pieces_gives_the_cpu_rows() {
     let mut on_cpu = FeatureBatch::new(spec.n_bins());
     cpu.extract_batch(&batch, &mut on_cpu).unwrap();
     for i in 0..batch.len() {
+        let ((fg, rg), (fc, rc)) = (on_gpu.item(i).unwrap(), on_cpu.item(i).unwrap());
+        assert_eq!(fg, fc, "item {i}'s frames");
+        let worst = rg
+            .iter()
+            .zip(rc)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            worst < 1e-3,
+            "item {i}: GPU rows differ from the CPU's by {worst}"
+        );
+    }
+}
+
+#[test]
+fn an_item_with_a_non_finite_sample_fails_alone_naming_the_cpus_sample() {
+    // The fill scans each piece of an item for NaN and infinity as it copies it: the error
+    // must name the item's first non-finite sample, as the CPU's check does, wherever it
+    // lies — in a later piece with another bad sample in a piece after it; in the context
+    // sample before a later piece's window, with NaN also inside the window.
+    let spec = FeatureSpec::whisper(80);
+    let Some(mut g) = gpu(&spec) else { return };
+    let piece = 1usize << 18;
+    let clean: Vec<f32> = (0..2 * piece + 777)
+        .map(|i| (i as f32 * 0.013).sin() * 0.2)
+        .collect();
+    let mut late = clean.clone();
+    late[piece + 5] = f32::NAN;
+    late[2 * piece + 3] = f32::INFINITY;
+    let mut batch = AudioBatch::new();
+    batch.push(&clean);
+    batch.push(&late);
+    batch.push(&clean[..9000]);
+    // A later piece of a long signal whose context sample (its window's first) is NaN.
+    let first_frame = 40;
+    let start = (spec.frame_start(first_frame) - 1) as usize;
+    let frames = 20;
+    let end = (spec.frame_start(first_frame + frames - 1) + spec.n_fft as isize) as usize;
+    let mut window = clean[start..end].to_vec();
+    window[0] = f32::NAN;
+    window[7] = f32::NEG_INFINITY;
+    batch.push_piece(
+        &window,
+        Some(Span {
+            sample_start: start,
+            signal_len: clean.len(),
+            first_frame,
+            frames,
+            last: false,
+        }),
+    );
+    let on_gpu = rows(&mut g, &batch);
+    let mut cpu = sonograph_dsp::CpuBackend::with_threads(&spec, Precision::F32, 1).unwrap();
+    let mut on_cpu = FeatureBatch::new(spec.n_bins());
+    cpu.extract_batch(&batch, &mut on_cpu).unwrap();
+    for i in [1, 3] {
+        let (eg, ec) = (on_gpu.item(i).unwrap_err(), on_cpu.item(i).unwrap_err());
+        assert_eq!(eg.to_string(), ec.to_string(), "item {i}");
+    }
+    assert!(
+        on_cpu
+            .item(1)
+            .unwrap_err()
+            .to_string()
+            .contains(&(piece + 5).to_string()),
+        "the CPU names the first bad sample: {:?}",
+        on_cpu.item(1)
+    );
+    assert!(
+        on_cpu
+            .item(3)
+            .unwrap_err()
+            .to_string()
+            .contains(&start.to_string()),
+        "the context sample: {:?}",
+        on_cpu.item(3)
+    );
+    for i in [0, 2] {
         let ((fg, rg), (fc, rc)) = (on_gpu.item(i).unwrap(), on_cpu.item(i).unwrap());
         assert_eq!(fg, fc, "item {i}'s frames");
         let worst = rg
