@@ -14,6 +14,7 @@ use symphonia::core::probe::Hint;
 use symphonia::core::sample::Sample;
 
 use crate::error::DecodeError;
+use crate::ogg_guard::check_ogg_comments;
 use crate::roots::Roots;
 
 /// Sample rates under this are taken as a lying header (no audio format goes lower).
@@ -539,9 +540,11 @@ fn check_wav_header(file: &File, path: &Path, limits: &Limits) -> Result<(), Dec
     };
     // symphonia's probe looks for a container's marker anywhere in the first MiB, so a FLAC
     // stream may begin past a file's start (the fuzzer's `RIFX` + `fLaC` files, whose comment
-    // blocks declared 4 GiB): the one it would take is checked.
-    if let Some(at) = probed_flac_marker(|at, len| read_at(file, at, len)) {
-        check_flac_metadata(file, at).or_else(bad)?;
+    // blocks declared 4 GiB): the one it would take is checked, and so are Ogg's comments.
+    match probed_marker(|at, len| read_at(file, at, len)) {
+        Some((Probed::Flac, at)) => check_flac_metadata(file, at).or_else(bad)?,
+        Some((Probed::Ogg, at)) => check_ogg_comments(file, at).or_else(bad)?,
+        _ => {}
     }
     if head.len() >= 4 && &head[..4] == b"fLaC" {
         return Ok(());
@@ -588,7 +591,7 @@ fn check_wav_header(file: &File, path: &Path, limits: &Limits) -> Result<(), Dec
 }
 
 /// `len` bytes of `file` from `at` (fewer at its end), leaving its position alone.
-fn read_at(file: &File, at: u64, len: usize) -> Vec<u8> {
+pub(crate) fn read_at(file: &File, at: u64, len: usize) -> Vec<u8> {
     use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; len];
     let mut got = 0;
@@ -606,8 +609,16 @@ fn read_at(file: &File, at: u64, len: usize) -> Vec<u8> {
 /// (`Probe::PROBE_SEARCH_LIMIT`).
 const PROBE_SEARCH_LIMIT: usize = 1 << 20;
 
-/// Where the FLAC stream that symphonia 0.5's probe would read begins, if it would read one:
-/// the probe scans byte by byte for the markers of the readers registered (those of the
+/// The container that symphonia 0.5's probe would read, and where it begins.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Probed {
+    Flac,
+    Ogg,
+    /// RIFF or MPEG audio: nothing to check beyond the WAV header.
+    Other,
+}
+
+/// Where the stream that symphonia 0.5's probe would read begins, and its kind: the probe scans byte by byte for the markers of the readers registered (those of the
 /// features sonograph builds: `RIFF`, `OggS`, an MPEG audio frame sync, `fLaC`) and takes
 /// the first it finds within [`PROBE_SEARCH_LIMIT`] bytes of where its scan began. An ID3v2
 /// tag (a metadata reader's marker) is read whole (10 bytes and its size; a footer flag is not
@@ -615,7 +626,7 @@ const PROBE_SEARCH_LIMIT: usize = 1 << 20;
 /// begin with STREAMINFO for it. A marker listed here that no reader registered would end the
 /// scan too soon, so only those are. `read(at, len)` gives up to `len` bytes of the file from
 /// `at`.
-fn probed_flac_marker(read: impl Fn(u64, usize) -> Vec<u8>) -> Option<u64> {
+fn probed_marker(read: impl Fn(u64, usize) -> Vec<u8>) -> Option<(Probed, u64)> {
     // The second byte of each MPEG layer 1-3 frame sync symphonia-bundle-mp3 registers.
     const MPEG_SYNC: [u8; 18] = [
         0xfe, 0xff, 0xf6, 0xf7, 0xe6, 0xe7, 0xfc, 0xfd, 0xf4, 0xf5, 0xe4, 0xe5, 0xfa, 0xfb, 0xf2,
@@ -634,13 +645,13 @@ fn probed_flac_marker(read: impl Fn(u64, usize) -> Vec<u8>) -> Option<u64> {
             return None; // the end of the file
         }
         if w.starts_with(b"fLaC") {
-            return Some(at);
+            return Some((Probed::Flac, at));
         }
-        if w.starts_with(b"RIFF")
-            || w.starts_with(b"OggS")
-            || (w.len() >= 2 && w[0] == 0xff && MPEG_SYNC.contains(&w[1]))
-        {
-            return None;
+        if w.starts_with(b"OggS") {
+            return Some((Probed::Ogg, at));
+        }
+        if w.starts_with(b"RIFF") || (w.len() >= 2 && w[0] == 0xff && MPEG_SYNC.contains(&w[1])) {
+            return Some((Probed::Other, at));
         }
         if w.starts_with(b"ID3") && w.len() >= 10 {
             // 10 bytes and the tag's size (28 bits, 7 per byte).
@@ -656,19 +667,9 @@ fn probed_flac_marker(read: impl Fn(u64, usize) -> Vec<u8>) -> Option<u64> {
     None
 }
 
-/// Refuses the metadata of the FLAC stream whose marker is at byte `marker` when its inner
-/// lengths pass their block's: symphonia 0.5 allocates the
-/// lengths a VORBIS_COMMENT or PICTURE block declares (up to 4 GiB each) before it reads them,
-/// and an allocation that fails is an abort, not an error.
+/// Refuses the metadata of the FLAC stream whose marker is at byte `marker` when a block's
+/// inner lengths pass it (see [`check_flac_block`]).
 fn check_flac_metadata(file: &File, marker: u64) -> Result<(), String> {
-    let u32_at = |bytes: &[u8], at: usize, little: bool| -> Option<u32> {
-        let b: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
-        Some(if little {
-            u32::from_le_bytes(b)
-        } else {
-            u32::from_be_bytes(b)
-        })
-    };
     let mut pos = marker + 4;
     loop {
         let header = read_at(file, pos, 4);
@@ -676,65 +677,77 @@ fn check_flac_metadata(file: &File, marker: u64) -> Result<(), String> {
             return Ok(()); // symphonia says what is wrong with a truncated file
         }
         let last = header[0] & 0x80 != 0;
-        let kind = header[0] & 0x7f;
         let len = u64::from(u32::from_be_bytes([0, header[1], header[2], header[3]]));
         let start = pos + 4;
-        // Walks the lengths declared inside the block: each must fit in what is left of it.
-        let inner = |fields: &[(bool, bool)]| -> Result<(), String> {
-            let block = read_at(file, start, len as usize);
-            let mut at = 0usize;
-            for &(little, skip_value) in fields {
-                let n =
-                    u32_at(&block, at, little).ok_or("a metadata block ends inside a length")?;
-                at += 4;
-                if skip_value {
-                    if n as usize > block.len().saturating_sub(at) {
-                        return Err(format!(
-                            "a FLAC metadata block of {len} bytes declares a field of {n} bytes"
-                        ));
-                    }
-                    at += n as usize;
-                }
-            }
-            Ok(())
-        };
-        match kind {
-            // VORBIS_COMMENT: vendor string, count, then each comment (little-endian lengths).
-            4 => {
-                let block = read_at(file, start, len as usize);
-                let vendor = u32_at(&block, 0, true).unwrap_or(0) as usize;
-                let mut at = 4 + vendor;
-                let count = u32_at(&block, at, true).ok_or("a comment block ends early")?;
-                at += 4;
-                for _ in 0..count {
-                    let n = u32_at(&block, at, true).ok_or("a comment block ends early")? as usize;
-                    at += 4;
-                    if n > block.len().saturating_sub(at) {
-                        return Err(format!(
-                            "a FLAC comment block of {len} bytes declares a comment of {n} bytes"
-                        ));
-                    }
-                    at += n;
-                }
-            }
-            // PICTURE: type, MIME type, description, four numbers, data (big-endian).
-            6 => inner(&[
-                (false, false),
-                (false, true),
-                (false, true),
-                (false, false),
-                (false, false),
-                (false, false),
-                (false, false),
-                (false, true),
-            ])?,
-            _ => {}
+        if matches!(header[0] & 0x7f, 4 | 6) {
+            check_flac_block(header[0] & 0x7f, &read_at(file, start, len as usize))?;
         }
         if last {
             return Ok(());
         }
         pos = start + len;
     }
+}
+
+/// Refuses a FLAC metadata block of type `kind` (its bytes after the 4-byte header) whose
+/// inner lengths pass its end: symphonia 0.5 allocates the lengths a VORBIS_COMMENT or
+/// PICTURE block declares (up to 4 GiB each) before it reads them, and an allocation that
+/// fails is an abort, not an error.
+pub(crate) fn check_flac_block(kind: u8, block: &[u8]) -> Result<(), String> {
+    match kind {
+        4 => check_vorbis_comment(block),
+        // PICTURE: type, MIME type, description, four numbers, data (big-endian lengths).
+        6 => {
+            let mut at = 0usize;
+            for skip_value in [false, true, true, false, false, false, false, true] {
+                let n = u32_at(block, at, false).ok_or("a picture block ends inside a length")?;
+                at += 4;
+                if skip_value {
+                    if n as usize > block.len().saturating_sub(at) {
+                        return Err(format!(
+                            "a FLAC picture block of {} bytes declares a field of {n} bytes",
+                            block.len()
+                        ));
+                    }
+                    at += n as usize;
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Refuses a Vorbis comment structure (vendor string, count, then each comment; little-endian
+/// lengths; in FLAC's VORBIS_COMMENT block and in Vorbis's and Opus's comment packets) that
+/// declares a comment longer than what is left of it.
+pub(crate) fn check_vorbis_comment(block: &[u8]) -> Result<(), String> {
+    let vendor = u32_at(block, 0, true).unwrap_or(0) as usize;
+    let mut at = 4usize.saturating_add(vendor);
+    let count = u32_at(block, at, true).ok_or("a comment block ends early")?;
+    at += 4;
+    for _ in 0..count {
+        let n = u32_at(block, at, true).ok_or("a comment block ends early")? as usize;
+        at += 4;
+        if n > block.len().saturating_sub(at) {
+            return Err(format!(
+                "a comment block of {} bytes declares a comment of {n} bytes",
+                block.len()
+            ));
+        }
+        at += n;
+    }
+    Ok(())
+}
+
+/// The u32 at byte `at` of `bytes`, little- or big-endian; `None` past their end.
+fn u32_at(bytes: &[u8], at: usize, little: bool) -> Option<u32> {
+    let b: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
+    Some(if little {
+        u32::from_le_bytes(b)
+    } else {
+        u32::from_be_bytes(b)
+    })
 }
 
 /// Maps symphonia's errors onto ours, with the file name and a reason a person can act on.
@@ -768,16 +781,17 @@ fn classify(path: &Path, e: SymError, context: &str) -> DecodeError {
 
 #[cfg(test)]
 mod tests {
-    use super::{probed_flac_marker, PROBE_SEARCH_LIMIT};
+    use super::{probed_marker, Probed, PROBE_SEARCH_LIMIT};
 
     #[test]
     fn the_flac_stream_checked_is_the_one_the_probe_takes() {
         let probe = |bytes: &[u8]| {
             let bytes = bytes.to_vec();
-            probed_flac_marker(move |at, len| {
+            probed_marker(move |at, len| {
                 let from = (at as usize).min(bytes.len());
                 bytes[from..(from + len).min(bytes.len())].to_vec()
             })
+            .and_then(|(kind, at)| (kind == Probed::Flac).then_some(at))
         };
         let mut junk_then_flac = b"RIFX".to_vec();
         junk_then_flac.extend_from_slice(b"fLaC\x04\0\0\x59");
@@ -810,5 +824,12 @@ mod tests {
         assert_eq!(probe(&past), None);
         assert_eq!(probe(b"nothing here"), None);
         assert_eq!(probe(b""), None);
+        // An Ogg page first: its comments are what is checked.
+        let ogg = b"xxOggS\0\x02fLaC";
+        let read = |at: u64, len: usize| {
+            let from = (at as usize).min(ogg.len());
+            ogg[from..(from + len).min(ogg.len())].to_vec()
+        };
+        assert_eq!(probed_marker(read), Some((Probed::Ogg, 2)));
     }
 }

@@ -6,6 +6,7 @@ pub mod error;
 pub mod ledger;
 pub mod manifest;
 pub mod npy;
+mod ogg_guard;
 pub mod parquet;
 pub mod publish;
 pub mod resample;
