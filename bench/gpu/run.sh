@@ -85,11 +85,11 @@ print(json.dumps({"before": r["device"], "preset": sys.argv[1], "clips": r["item
     "kernel_resident": t.get("kernel_audio_seconds_per_second")}))' "$preset" | log
   done
 fi
-# The chunk size (16 MiB by default): smaller chunks overlap more of a batch's fill and finish
-# (the first two fills and the last three finishes of a batch overlap nothing), larger ones
-# cost fewer submissions. And mimalloc keeping freed memory committed: do the rows' fresh
-# allocations fault pages in every run?
-for mb in 8 32 64; do
+# The chunk size (32 MiB by default): smaller chunks overlap more of a batch's filling and
+# finishing (a batch's first two fills and last two finishes overlap nothing) but give each
+# step fewer items to finish side by side; larger ones the reverse. And mimalloc keeping freed
+# memory committed: do the rows' fresh allocations fault pages in every run?
+for mb in 8 16 64; do
   SONOGRAPH_GPU_CHUNK_MB=$mb timeout 60 $bin bench --device gpu --preset whisper --clips 64 \
     --seconds 30 --repeat 5 --precision f32 2>/dev/null | python3 -c '
 import json, sys
@@ -114,13 +114,11 @@ rm -rf /tmp/sonograph-cache
 SONOGRAPH_CACHE_DIR=/tmp/sonograph-cache timeout 60 $bin bench --device auto --preset whisper --clips 16 --seconds 30 --repeat 2 2>&1 | grep -E "auto chose|audio_seconds_per_second" | cut -c1-300 | log
 
 step "a whole extract job, 8000 WAVs, on cpu, gpu, all and auto"
-THREADS=1 KEEP_CORPUS=1 timeout 200 bash bench/gpu/e2e_devices.sh 8000 1 2>&1 | tail -10 | log
-# The same CPU job with 16 times fewer parts: how much of its wall time is the part closes
-# (each waits for its row groups' encoders, the footer and an fsync, while rows queue)?
-THREADS=1 KEEP_CORPUS=1 DEVICES=cpu EXTRA_ARGS="--part-mb 1024" timeout 60 bash bench/gpu/e2e_devices.sh 8000 1 2>&1 | tail -2 | log
-# And with mimalloc keeping freed memory committed: do page faults on fresh memory, which every
-# new thread's heap takes, hold many threads at once?
-THREADS=1 MIMALLOC_PURGE_DELAY=-1 DEVICES=cpu timeout 60 bash bench/gpu/e2e_devices.sh 8000 1 2>&1 | tail -2 | log
+# gpu first and again after cpu: the first process on a fresh machine compiles the kernels for
+# the driver (its shader cache); the second shows a warm start, as every later job has.
+THREADS=1 DEVICES="gpu cpu gpu all auto" timeout 240 bash bench/gpu/e2e_devices.sh 8000 2 2>&1 | tail -23 | log
+# (`--part-mb 1024` and MIMALLOC_PURGE_DELAY=-1 for the CPU job were measured in runs 3-5 of
+# 2026-11-27: within the run-to-run spread; dropped to keep the call short.)
 
 step "RF: synth-iq on cpu, gpu and auto (bit-identical)"
 for device in cpu gpu auto; do
