@@ -13,6 +13,7 @@ use symphonia::core::meta::MetadataOptions;
 use symphonia::core::probe::Hint;
 use symphonia::core::sample::Sample;
 
+use crate::declared::{check_flac_block, read_at};
 use crate::error::DecodeError;
 use crate::ogg_guard::check_ogg_comments;
 use crate::roots::Roots;
@@ -590,21 +591,6 @@ fn check_wav_header(file: &File, path: &Path, limits: &Limits) -> Result<(), Dec
     Ok(())
 }
 
-/// `len` bytes of `file` from `at` (fewer at its end), leaving its position alone.
-pub(crate) fn read_at(file: &File, at: u64, len: usize) -> Vec<u8> {
-    use std::os::unix::fs::FileExt;
-    let mut buf = vec![0u8; len];
-    let mut got = 0;
-    while got < len {
-        match file.read_at(&mut buf[got..], at + got as u64) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got += n,
-        }
-    }
-    buf.truncate(got);
-    buf
-}
-
 /// How far symphonia 0.5's probe searches a file for a container's marker
 /// (`Probe::PROBE_SEARCH_LIMIT`).
 const PROBE_SEARCH_LIMIT: usize = 1 << 20;
@@ -687,67 +673,6 @@ fn check_flac_metadata(file: &File, marker: u64) -> Result<(), String> {
         }
         pos = start + len;
     }
-}
-
-/// Refuses a FLAC metadata block of type `kind` (its bytes after the 4-byte header) whose
-/// inner lengths pass its end: symphonia 0.5 allocates the lengths a VORBIS_COMMENT or
-/// PICTURE block declares (up to 4 GiB each) before it reads them, and an allocation that
-/// fails is an abort, not an error.
-pub(crate) fn check_flac_block(kind: u8, block: &[u8]) -> Result<(), String> {
-    match kind {
-        4 => check_vorbis_comment(block),
-        // PICTURE: type, MIME type, description, four numbers, data (big-endian lengths).
-        6 => {
-            let mut at = 0usize;
-            for skip_value in [false, true, true, false, false, false, false, true] {
-                let n = u32_at(block, at, false).ok_or("a picture block ends inside a length")?;
-                at += 4;
-                if skip_value {
-                    if n as usize > block.len().saturating_sub(at) {
-                        return Err(format!(
-                            "a FLAC picture block of {} bytes declares a field of {n} bytes",
-                            block.len()
-                        ));
-                    }
-                    at += n as usize;
-                }
-            }
-            Ok(())
-        }
-        _ => Ok(()),
-    }
-}
-
-/// Refuses a Vorbis comment structure (vendor string, count, then each comment; little-endian
-/// lengths; in FLAC's VORBIS_COMMENT block and in Vorbis's and Opus's comment packets) that
-/// declares a comment longer than what is left of it.
-pub(crate) fn check_vorbis_comment(block: &[u8]) -> Result<(), String> {
-    let vendor = u32_at(block, 0, true).unwrap_or(0) as usize;
-    let mut at = 4usize.saturating_add(vendor);
-    let count = u32_at(block, at, true).ok_or("a comment block ends early")?;
-    at += 4;
-    for _ in 0..count {
-        let n = u32_at(block, at, true).ok_or("a comment block ends early")? as usize;
-        at += 4;
-        if n > block.len().saturating_sub(at) {
-            return Err(format!(
-                "a comment block of {} bytes declares a comment of {n} bytes",
-                block.len()
-            ));
-        }
-        at += n;
-    }
-    Ok(())
-}
-
-/// The u32 at byte `at` of `bytes`, little- or big-endian; `None` past their end.
-fn u32_at(bytes: &[u8], at: usize, little: bool) -> Option<u32> {
-    let b: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
-    Some(if little {
-        u32::from_le_bytes(b)
-    } else {
-        u32::from_be_bytes(b)
-    })
 }
 
 /// Maps symphonia's errors onto ours, with the file name and a reason a person can act on.

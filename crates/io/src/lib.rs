@@ -1,6 +1,7 @@
 //! sonograph-io: decoding (symphonia), resampling (rubato) and writers.
 
 pub mod calibration;
+mod declared;
 pub mod decode;
 pub mod error;
 pub mod ledger;

@@ -8,7 +8,7 @@
 use std::borrow::Cow;
 use std::fs::File;
 
-use crate::decode::{check_flac_block, check_vorbis_comment, read_at};
+use crate::declared::{check_flac_block, check_vorbis_comment, read_at};
 
 /// symphonia-format-ogg's largest packet (`LogicalStream::MAX_PACKET_LEN`): a longer one is
 /// an error there, so its comments are never parsed.
@@ -140,15 +140,19 @@ impl Page {
 fn next_page(file: &File, pos: &mut u64) -> Option<Page> {
     const CHUNK: usize = 1 << 16;
     loop {
-        // The next capture pattern.
-        let start = loop {
-            let window = read_at(file, *pos, CHUNK);
-            if window.len() < 4 {
-                return None;
-            }
-            match window.windows(4).position(|w| w == b"OggS") {
-                Some(i) => break *pos + i as u64,
-                None => *pos += (window.len() - 3) as u64,
+        // The next capture pattern: where the last page ended, in a well-formed file.
+        let start = if read_at(file, *pos, 4) == b"OggS" {
+            *pos
+        } else {
+            loop {
+                let window = read_at(file, *pos, CHUNK);
+                if window.len() < 4 {
+                    return None;
+                }
+                match window.windows(4).position(|w| w == b"OggS") {
+                    Some(i) => break *pos + i as u64,
+                    None => *pos += (window.len() - 3) as u64,
+                }
             }
         };
         let header = read_at(file, start, 27);
