@@ -1,21 +1,17 @@
 //! `sonograph synth-iq` (synthetic IQ datasets as SigMF recordings or Parquet rows) and
 //! `sonograph rf-features` (RF features of SigMF or raw IQ recordings to Parquet).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use rayon::prelude::*;
-use sonograph_io::sigmf::{
-    draft_sigmf, publish_sigmf, sigmf_paths, WriteType, DEFAULT_MAX_SAMPLES,
-};
-use sonograph_io::table::{write_table, Column};
+use sonograph_io::sigmf::{WriteType, DEFAULT_MAX_SAMPLES};
 use sonograph_pipeline::rf_features::{run_rf_features, RfFeaturesJob};
+use sonograph_pipeline::synth_iq::{generate, run_synth_iq, SynthFormat, SynthIqJob};
 use sonograph_rf::features::FeatureConfig;
 use sonograph_rf::rows::RowSpec;
-use sonograph_rf::sigmf::{truth_annotation, DataType, SigmfMeta};
 use sonograph_rf::spec::{ModKind, ModulationSpec, Range, SnrDefinition};
-use sonograph_rf::{Complex32, NoiseJob, Synth, SynthSpec, Truth};
+use sonograph_rf::{NoiseDevice, Synth, SynthSpec};
 
 use crate::user;
 
@@ -221,9 +217,13 @@ fn auto_noise_device(
                 cached: true,
             });
         }
-        generate(synth, seed, &indices, gpu, pool)?;
+        let mut run = || {
+            let noise = gpu.as_mut().map(|g| g as &mut dyn NoiseDevice);
+            generate(synth, seed, &indices, noise, pool).map_err(crate::extract::job_error)
+        };
+        run()?;
         let t = std::time::Instant::now();
-        generate(synth, seed, &indices, gpu, pool)?;
+        run()?;
         let r = seconds / t.elapsed().as_secs_f64().max(1e-9);
         store.put(key, r);
         Ok(Measured {
@@ -242,223 +242,51 @@ fn auto_noise_device(
     Ok(if index == 0 { None } else { gpu })
 }
 
-/// Records the dataset's spec and seed in `out/dataset.json` the first time; a later run
-/// (another shard, a resume) with a different spec or seed is refused, since its recordings
-/// would not belong to the same dataset.
-fn claim_folder(out: &Path, spec: &SynthSpec, seed: u64, count: u64) -> Result<()> {
-    std::fs::create_dir_all(out)
-        .map_err(|e| user(format!("{}: cannot create: {e}", out.display())))?;
-    let path = out.join("dataset.json");
-    let mine = serde_json::json!({
-        "spec_id": spec.spec_id(),
-        "seed": seed,
-        "count": count,
-        "spec": serde_json::from_str::<serde_json::Value>(&spec.to_json())?,
-    });
-    match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            let theirs: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| user(format!("{}: not a sonograph dataset: {e}", path.display())))?;
-            for key in ["spec_id", "seed", "count"] {
-                if theirs[key] != mine[key] {
-                    return Err(user(format!(
-                        "{}: the folder holds another dataset ({key} {} here, {} asked); use a new --out",
-                        path.display(),
-                        theirs[key],
-                        mine[key]
-                    )));
-                }
-            }
-            Ok(())
-        }
-        Err(_) => sonograph_io::publish::publish_bytes(
-            &path,
-            serde_json::to_string_pretty(&mine)?.as_bytes(),
-        )
-        .with_context(|| format!("{}: cannot write", path.display())),
-    }
-}
-
-/// Generates recordings `indices` (in parallel on the pool), the noise stage on the GPU when
-/// one is given.
-fn generate(
-    synth: &Synth,
-    seed: u64,
-    indices: &[u64],
-    gpu: &mut Option<sonograph_gpu::rf::RfGpu>,
-    pool: &rayon::ThreadPool,
-) -> Result<Vec<(Vec<Complex32>, Truth)>> {
-    match gpu {
-        None => Ok(pool.install(|| {
-            indices
-                .par_iter()
-                .map(|&i| {
-                    let s = synth.sample(seed, i);
-                    (s.iq, s.truth)
-                })
-                .collect()
-        })),
-        Some(g) => {
-            let parts: Vec<(Vec<Complex32>, Truth, NoiseJob)> =
-                pool.install(|| indices.par_iter().map(|&i| synth.clean(seed, i)).collect());
-            let (mut iq, rest): (Vec<_>, Vec<_>) =
-                parts.into_iter().map(|(a, b, c)| (a, (b, c))).unzip();
-            let (truths, jobs): (Vec<Truth>, Vec<NoiseJob>) = rest.into_iter().unzip();
-            g.add_noise(&mut iq, &jobs)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", g.device()))?;
-            Ok(iq.into_iter().zip(truths).collect())
-        }
-    }
-}
-
 pub fn synth_iq(args: &SynthArgs) -> Result<u8> {
     let spec = synth_spec(args)?;
     if args.print_spec {
         println!("{}", spec.to_json());
         return Ok(0);
     }
-    if args.rows_per_part == 0 {
-        return Err(user("--rows-per-part must be at least 1"));
-    }
-    let (si, sc) = shard(&args.shard)?;
-    let count = usize::try_from(args.count).map_err(|_| user("--count is too large"))?;
-    let range = sonograph_io::manifest::shard_range(count, si, sc);
-    let synth = Synth::new(&spec).map_err(|e| user(e.to_string()))?;
-    claim_folder(&args.out, synth.spec(), args.seed, args.count)?;
+    let (shard_index, shard_count) = shard(&args.shard)?;
+    let job = SynthIqJob {
+        spec,
+        seed: args.seed,
+        count: args.count,
+        out: args.out.clone(),
+        format: match args.format {
+            OutFormat::Sigmf => SynthFormat::Sigmf(match args.datatype {
+                SampleType::Cf32 => WriteType::Cf32,
+                SampleType::Ci16 => WriteType::Ci16,
+            }),
+            OutFormat::Parquet => SynthFormat::Parquet {
+                rows_per_part: args.rows_per_part,
+            },
+        },
+        shard_index,
+        shard_count,
+    };
     let pool = pool(args.workers)?;
     let mut gpu = rf_gpu(&args.device)?;
     if args.device == "auto" && gpu.is_some() {
+        let synth = Synth::new(&job.spec).map_err(|e| user(e.to_string()))?;
         gpu = auto_noise_device(&synth, args.seed, gpu, &pool)?;
     }
-    let started = std::time::Instant::now();
-    let (mut written, mut skipped) = (0u64, 0u64);
-    // Batches of recordings at absolute-index boundaries: Parquet parts are named by the
-    // indices they hold, so a resume or another shard split finds them again.
-    let step = match args.format {
-        OutFormat::Parquet => args.rows_per_part,
-        OutFormat::Sigmf => 64,
-    };
-    let mut start = range.start as u64;
-    while start < range.end as u64 {
-        let end = ((start / step + 1) * step).min(range.end as u64);
-        match args.format {
-            OutFormat::Sigmf => {
-                let todo: Vec<u64> = (start..end)
-                    .filter(|&i| !sigmf_paths(&recording_base(&args.out, i)).0.exists())
-                    .collect();
-                skipped += end - start - todo.len() as u64;
-                let recs = generate(&synth, args.seed, &todo, &mut gpu, &pool)?;
-                let dtype = match args.datatype {
-                    SampleType::Cf32 => WriteType::Cf32,
-                    SampleType::Ci16 => WriteType::Ci16,
-                };
-                // Written and synced side by side, then put in place together: one folder
-                // sync for the group's data and one for its metadata, not one per file.
-                let drafts = pool
-                    .install(|| {
-                        todo.par_iter()
-                            .zip(&recs)
-                            .map(|(&i, (iq, truth))| {
-                                let mut meta = SigmfMeta::new(DataType::Cf32Le, spec.sample_rate);
-                                meta.declare_extension();
-                                meta.global.description = Some(format!(
-                                    "sonograph synth-iq, seed {}, recording {i}",
-                                    args.seed
-                                ));
-                                meta.annotations.push(truth_annotation(truth));
-                                let (draft, clipped) =
-                                    draft_sigmf(&recording_base(&args.out, i), iq, dtype, meta)?;
-                                if clipped > 0 {
-                                    tracing::warn!(
-                                        "recording {i}: {clipped} values clipped to the ci16 range"
-                                    );
-                                }
-                                Ok(draft)
-                            })
-                            .collect::<Result<Vec<_>, sonograph_io::IqError>>()
-                    })
-                    .map_err(|e| anyhow::anyhow!(e))?;
-                publish_sigmf(drafts).map_err(|e| anyhow::anyhow!(e))?;
-                written += todo.len() as u64;
-            }
-            OutFormat::Parquet => {
-                let path = args.out.join(format!("part-{start:09}-{end:09}.parquet"));
-                if path.exists() {
-                    skipped += end - start;
-                } else {
-                    let indices: Vec<u64> = (start..end).collect();
-                    let recs = generate(&synth, args.seed, &indices, &mut gpu, &pool)?;
-                    write_iq_part(&path, &indices, &recs, &spec, args.seed)?;
-                    written += end - start;
-                }
-            }
-        }
-        start = end;
-    }
+    let noise = gpu.map(|g| Box::new(g) as Box<dyn NoiseDevice>);
+    let on_gpu = noise.is_some();
+    let report = run_synth_iq(&job, noise, &pool).map_err(crate::extract::job_error)?;
     eprintln!(
-        "sonograph: shard {si}/{sc}: {written} recordings written, {skipped} already there, in {:.1} s{}",
-        started.elapsed().as_secs_f64(),
-        gpu.as_ref().map_or(String::new(), |g| format!(" (noise on {})", g.device()))
+        "sonograph: shard {shard_index}/{shard_count}: {} recordings written, {} already there, in {:.1} s{}",
+        report.written,
+        report.already_there,
+        report.wall_seconds,
+        if on_gpu {
+            format!(" (noise on {})", report.noise_device)
+        } else {
+            String::new()
+        }
     );
     Ok(0)
-}
-
-/// `out/sample-000000042` (the SigMF pair's base).
-pub fn recording_base(out: &Path, index: u64) -> PathBuf {
-    out.join(format!("sample-{index:09}"))
-}
-
-fn write_iq_part(
-    path: &Path,
-    indices: &[u64],
-    recs: &[(Vec<Complex32>, Truth)],
-    spec: &SynthSpec,
-    seed: u64,
-) -> Result<()> {
-    let truths: Vec<&Truth> = recs.iter().map(|r| &r.1).collect();
-    let f64s = |f: &dyn Fn(&Truth) -> f64| Column::F64(truths.iter().map(|t| f(t)).collect());
-    let columns = vec![
-        (
-            "id".to_string(),
-            Column::Utf8(indices.iter().map(|i| format!("sample-{i:09}")).collect()),
-        ),
-        ("index".to_string(), Column::U64(indices.to_vec())),
-        (
-            "label".to_string(),
-            Column::Utf8(truths.iter().map(|t| t.label.clone()).collect()),
-        ),
-        ("sample_rate".to_string(), f64s(&|t| t.sample_rate)),
-        ("snr_db".to_string(), f64s(&|t| t.snr_db)),
-        ("cfo_hz".to_string(), f64s(&|t| t.cfo_hz)),
-        (
-            "noise_sigma".to_string(),
-            f64s(&|t| f64::from(t.noise_sigma)),
-        ),
-        (
-            "truth".to_string(),
-            Column::Utf8(
-                truths
-                    .iter()
-                    .map(|t| serde_json::to_string(t).expect("truth serialises"))
-                    .collect(),
-            ),
-        ),
-        (
-            "iq".to_string(),
-            Column::ListF32(
-                recs.iter()
-                    .map(|(iq, _)| iq.iter().flat_map(|v| [v.re, v.im]).collect())
-                    .collect(),
-            ),
-        ),
-    ];
-    let meta = [
-        ("sonograph.synth_spec".to_string(), spec.to_json()),
-        ("sonograph.spec_id".to_string(), spec.spec_id()),
-        ("sonograph.seed".to_string(), seed.to_string()),
-    ];
-    write_table(path, &columns, &meta).map_err(|e| anyhow::anyhow!(e))?;
-    Ok(())
 }
 
 /// The sample type of raw IQ files, as `extract --format` takes it.

@@ -14,10 +14,14 @@ use std::path::Path;
 use sonograph_io::table::{read_table, Column};
 
 /// Every file under `dir` (relative name → bytes), dataset.json included.
+/// A dataset folder's files by name, its runs' reports (`__sonograph/`) left out.
 fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
+        if p.file_name().unwrap() == "__sonograph" {
+            continue;
+        }
         out.insert(
             p.file_name().unwrap().to_string_lossy().into_owned(),
             std::fs::read(&p).unwrap(),
@@ -92,6 +96,21 @@ fn synth_iq_is_identical_for_any_workers_shards_and_resume() {
         stderr(&o)
     );
     assert_eq!(files(&sharded), reference, "resumed");
+    // Each run's report, beside the recordings: the shards' under their index, the resume's
+    // (one shard) as report.json.
+    let resumed = report(&sharded);
+    assert_eq!(resumed["recordings"], 12);
+    assert_eq!(resumed["written"], 2);
+    assert_eq!(resumed["already_there"], 10);
+    assert_eq!(resumed["noise_device"], "cpu");
+    assert_eq!(resumed["seed"], 42);
+    for i in 0..3 {
+        let text = std::fs::read_to_string(sharded.join(format!("__sonograph/report-{i:05}.json")))
+            .unwrap();
+        let shard: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(shard["written"], 4, "shard {i}: {shard}");
+        assert_eq!(shard["shard_index"], i);
+    }
 }
 
 /// A crash (by failpoint, as kill -9 or a power cut) at each step of publishing each file —
@@ -123,17 +142,24 @@ fn synth_iq_after_a_crash_at_any_step_of_any_publish_equals_a_clean_run() {
     let clean = tmp.path("clean");
     assert!(run(&clean, "").status.success());
     let reference = files(&clean);
-    // dataset.json and 3 × (data, metadata), each synced and renamed; folder syncs for
-    // dataset.json, the group's data and the group's metadata.
+    // dataset.json, 3 × (data, metadata) and the run's report, each synced and renamed;
+    // folder syncs for dataset.json, the group's data, the group's metadata and the report.
     let crashes = publish_crash::crash_at_every_publish(
         &tmp,
-        [7, 7, 3],
+        [8, 8, 4],
         run,
         |o| o.status.success(),
         |o| o.status.success(),
-        |out, label| assert_eq!(files(out), reference, "{label}"),
+        |out, label| {
+            assert_eq!(files(out), reference, "{label}");
+            let reports: Vec<String> = std::fs::read_dir(out.join("__sonograph"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(reports, ["report.json"], "{label}: nothing else left there");
+        },
     );
-    assert_eq!(crashes, 17);
+    assert_eq!(crashes, 20);
 }
 
 #[cfg(feature = "gpu")]

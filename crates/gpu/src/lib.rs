@@ -91,6 +91,21 @@ impl sonograph_rf::rows::PsdDevice for rf::RfGpu {
     }
 }
 
+/// `synth-iq` jobs run their noise stage here, through rf's device trait.
+impl sonograph_rf::NoiseDevice for rf::RfGpu {
+    fn name(&self) -> String {
+        self.device().to_string()
+    }
+
+    fn add_noise(
+        &mut self,
+        items: &mut [Vec<sonograph_rf::Complex32>],
+        jobs: &[sonograph_rf::NoiseJob],
+    ) -> Result<(), String> {
+        rf::RfGpu::add_noise(self, items, jobs).map_err(|e| e.to_string())
+    }
+}
+
 pub use device::{DeviceInfo, DeviceRegistry, DeviceSelection, DeviceState, DeviceType, Selected};
 pub use error::GpuError;
 #[cfg(feature = "gpu")]

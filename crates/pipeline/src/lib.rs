@@ -30,6 +30,7 @@ mod sample;
 pub mod segment;
 mod source;
 pub mod stage;
+pub mod synth_iq;
 pub mod telemetry;
 #[cfg(test)]
 mod testing;

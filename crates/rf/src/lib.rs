@@ -31,4 +31,4 @@ pub use features::{features, FeatureConfig, Psd, RfFeatures, WelchConfig};
 /// The complex sample type of every IQ buffer (rustfft's).
 pub use rustfft::num_complex::Complex32;
 pub use spec::{ModKind, ModulationSpec, Range, SnrDefinition, SynthSpec};
-pub use synth::{add_noise, NoiseJob, Sample, Synth, Truth};
+pub use synth::{add_noise, NoiseDevice, NoiseJob, Sample, Synth, Truth};

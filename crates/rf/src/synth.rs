@@ -91,6 +91,17 @@ pub struct NoiseJob {
     pub quantize_bits: u32,
 }
 
+/// Where the exact (noise and quantisation) stage of many recordings runs at once (a GPU,
+/// through the gpu crate); without one, a job runs [`add_noise`] on the CPU.
+pub trait NoiseDevice: Send {
+    /// The device as messages name it (`gpu:0 ...`).
+    fn name(&self) -> String;
+
+    /// [`add_noise`] on every recording, to the same bits; an error means the device cannot
+    /// go on.
+    fn add_noise(&mut self, items: &mut [Vec<Complex32>], jobs: &[NoiseJob]) -> Result<(), String>;
+}
+
 /// A finished recording.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {

@@ -1,0 +1,302 @@
+//! `synth-iq` as a job: a synthetic IQ dataset of `count` recordings, as SigMF pairs or
+//! Parquet parts of rows, generated in groups on a thread pool (the noise stage on a device
+//! where one is given) and published a group at a time. Every recording is a function of
+//! (spec, seed, index), so shards split the indices and a run killed at any instant and run
+//! again writes only what is missing: a recording (or part) is there whole or not at all
+//! (`sonograph_io::sigmf::publish_sigmf`, `sonograph_io::publish`). Each run writes a report
+//! beside the recordings, under `__sonograph/`.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rayon::prelude::*;
+use serde::Serialize;
+use sonograph_io::sigmf::{draft_sigmf, publish_sigmf, sigmf_paths, WriteType};
+use sonograph_io::table::{write_table, Column};
+use sonograph_rf::sigmf::{truth_annotation, DataType, SigmfMeta};
+use sonograph_rf::{Complex32, NoiseDevice, NoiseJob, Synth, SynthSpec, Truth};
+
+use crate::error::JobError;
+use crate::layout::{io_err, OutputLayout};
+use crate::report::peak_rss_mb;
+
+/// SigMF recordings are generated and published in groups of this many.
+const SIGMF_GROUP: u64 = 64;
+
+/// How the recordings are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SynthFormat {
+    /// One SigMF pair per recording (`sample-000000042.sigmf-meta` / `-data`).
+    Sigmf(WriteType),
+    /// Parquet parts of this many rows, named by the indices they hold.
+    Parquet { rows_per_part: u64 },
+}
+
+/// A `synth-iq` job.
+#[derive(Debug, Clone)]
+pub struct SynthIqJob {
+    pub spec: SynthSpec,
+    pub seed: u64,
+    /// Recordings in the whole dataset (all shards).
+    pub count: u64,
+    pub out: PathBuf,
+    pub format: SynthFormat,
+    pub shard_index: usize,
+    pub shard_count: usize,
+}
+
+/// What a run did, written to `__sonograph/report[-IIIII].json`.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct SynthReport {
+    pub spec_id: String,
+    pub seed: u64,
+    pub shard_index: usize,
+    pub shard_count: usize,
+    /// The shard's recordings.
+    pub recordings: u64,
+    /// Written by this run.
+    pub written: u64,
+    /// Found whole from an earlier run (or another process) and left as they were.
+    pub already_there: u64,
+    pub wall_seconds: f64,
+    /// Recordings written per wall second.
+    pub recordings_per_second: f64,
+    /// The process's CPU time over wall time × cores.
+    pub core_utilisation: f64,
+    /// Where the noise stage ran ("cpu" or the device's name).
+    pub noise_device: String,
+    pub peak_rss_mb: f64,
+}
+
+/// Runs the job on `pool`, the noise stage on `noise` where given.
+pub fn run_synth_iq(
+    job: &SynthIqJob,
+    mut noise: Option<Box<dyn NoiseDevice>>,
+    pool: &rayon::ThreadPool,
+) -> Result<SynthReport, JobError> {
+    if let SynthFormat::Parquet { rows_per_part: 0 } = job.format {
+        return Err(JobError::Config("rows_per_part must be at least 1".into()));
+    }
+    let count = usize::try_from(job.count)
+        .map_err(|_| JobError::Config(format!("count {} is too large", job.count)))?;
+    let range = sonograph_io::manifest::shard_range(count, job.shard_index, job.shard_count);
+    let synth = Synth::new(&job.spec).map_err(|e| JobError::Config(e.to_string()))?;
+    claim_folder(&job.out, synth.spec(), job.seed, job.count)?;
+    let cpu_at_start = crate::host::process_cpu_seconds();
+    let started = Instant::now();
+    let (mut written, mut already_there) = (0u64, 0u64);
+    // Groups at absolute-index boundaries: Parquet parts are named by the indices they hold,
+    // so a resume or another shard split finds them again.
+    let step = match job.format {
+        SynthFormat::Parquet { rows_per_part } => rows_per_part,
+        SynthFormat::Sigmf(_) => SIGMF_GROUP,
+    };
+    let mut start = range.start as u64;
+    while start < range.end as u64 {
+        let end = ((start / step + 1) * step).min(range.end as u64);
+        match job.format {
+            SynthFormat::Sigmf(dtype) => {
+                let todo: Vec<u64> = (start..end)
+                    .filter(|&i| !sigmf_paths(&recording_base(&job.out, i)).0.exists())
+                    .collect();
+                already_there += end - start - todo.len() as u64;
+                let recs = generate(&synth, job.seed, &todo, noise.as_deref_mut(), pool)?;
+                // Written and synced side by side, then put in place together: one folder
+                // sync for the group's data and one for its metadata, not one per file.
+                let drafts = pool
+                    .install(|| {
+                        todo.par_iter()
+                            .zip(&recs)
+                            .map(|(&i, (iq, truth))| {
+                                let mut meta =
+                                    SigmfMeta::new(DataType::Cf32Le, job.spec.sample_rate);
+                                meta.declare_extension();
+                                meta.global.description = Some(format!(
+                                    "sonograph synth-iq, seed {}, recording {i}",
+                                    job.seed
+                                ));
+                                meta.annotations.push(truth_annotation(truth));
+                                let (draft, clipped) =
+                                    draft_sigmf(&recording_base(&job.out, i), iq, dtype, meta)?;
+                                if clipped > 0 {
+                                    tracing::warn!(
+                                        "recording {i}: {clipped} values clipped to the ci16 range"
+                                    );
+                                }
+                                Ok(draft)
+                            })
+                            .collect::<Result<Vec<_>, sonograph_io::IqError>>()
+                    })
+                    .map_err(|e| JobError::Internal(e.to_string()))?;
+                publish_sigmf(drafts).map_err(|e| JobError::Internal(e.to_string()))?;
+                written += todo.len() as u64;
+            }
+            SynthFormat::Parquet { .. } => {
+                let path = job.out.join(format!("part-{start:09}-{end:09}.parquet"));
+                if path.exists() {
+                    already_there += end - start;
+                } else {
+                    let indices: Vec<u64> = (start..end).collect();
+                    let recs = generate(&synth, job.seed, &indices, noise.as_deref_mut(), pool)?;
+                    write_iq_part(&path, &indices, &recs, &job.spec, job.seed)?;
+                    written += end - start;
+                }
+            }
+        }
+        start = end;
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let report = SynthReport {
+        spec_id: synth.spec().spec_id(),
+        seed: job.seed,
+        shard_index: job.shard_index,
+        shard_count: job.shard_count,
+        recordings: (range.end - range.start) as u64,
+        written,
+        already_there,
+        wall_seconds: wall,
+        recordings_per_second: written as f64 / wall.max(1e-9),
+        core_utilisation: crate::host::core_utilisation(cpu_at_start, wall),
+        noise_device: noise.map_or_else(|| "cpu".to_string(), |d| d.name()),
+        peak_rss_mb: peak_rss_mb(),
+    };
+    let layout = OutputLayout::new(&job.out, job.shard_index, job.shard_count);
+    std::fs::create_dir_all(&layout.meta_dir).map_err(io_err(&layout.meta_dir))?;
+    let text =
+        serde_json::to_string_pretty(&report).map_err(|e| JobError::Internal(e.to_string()))?;
+    sonograph_io::publish::publish_bytes(&layout.report, text.as_bytes())
+        .map_err(io_err(&layout.report))?;
+    Ok(report)
+}
+
+/// Generates recordings `indices` on `pool`, the noise stage on `noise` where given.
+pub fn generate<'d>(
+    synth: &Synth,
+    seed: u64,
+    indices: &[u64],
+    noise: Option<&mut (dyn NoiseDevice + 'd)>,
+    pool: &rayon::ThreadPool,
+) -> Result<Vec<(Vec<Complex32>, Truth)>, JobError> {
+    match noise {
+        None => Ok(pool.install(|| {
+            indices
+                .par_iter()
+                .map(|&i| {
+                    let s = synth.sample(seed, i);
+                    (s.iq, s.truth)
+                })
+                .collect()
+        })),
+        Some(device) => {
+            let parts: Vec<(Vec<Complex32>, Truth, NoiseJob)> =
+                pool.install(|| indices.par_iter().map(|&i| synth.clean(seed, i)).collect());
+            let (mut iq, rest): (Vec<_>, Vec<_>) =
+                parts.into_iter().map(|(a, b, c)| (a, (b, c))).unzip();
+            let (truths, jobs): (Vec<Truth>, Vec<NoiseJob>) = rest.into_iter().unzip();
+            device
+                .add_noise(&mut iq, &jobs)
+                .map_err(|e| JobError::Internal(format!("{}: {e}", device.name())))?;
+            Ok(iq.into_iter().zip(truths).collect())
+        }
+    }
+}
+
+/// `out/sample-000000042` (the SigMF pair's base).
+pub fn recording_base(out: &Path, index: u64) -> PathBuf {
+    out.join(format!("sample-{index:09}"))
+}
+
+/// Records the dataset's spec and seed in `out/dataset.json` the first time; a later run
+/// (another shard, a resume) with a different spec or seed is refused, since its recordings
+/// would not belong to the same dataset.
+fn claim_folder(out: &Path, spec: &SynthSpec, seed: u64, count: u64) -> Result<(), JobError> {
+    std::fs::create_dir_all(out)
+        .map_err(|e| JobError::Config(format!("{}: cannot create: {e}", out.display())))?;
+    let path = out.join("dataset.json");
+    let internal = |e: serde_json::Error| JobError::Internal(e.to_string());
+    let mine = serde_json::json!({
+        "spec_id": spec.spec_id(),
+        "seed": seed,
+        "count": count,
+        "spec": serde_json::from_str::<serde_json::Value>(&spec.to_json()).map_err(internal)?,
+    });
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let theirs: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+                JobError::Config(format!("{}: not a sonograph dataset: {e}", path.display()))
+            })?;
+            for key in ["spec_id", "seed", "count"] {
+                if theirs[key] != mine[key] {
+                    return Err(JobError::Config(format!(
+                        "{}: the folder holds another dataset ({key} {} here, {} asked); use a new --out",
+                        path.display(),
+                        theirs[key],
+                        mine[key]
+                    )));
+                }
+            }
+            Ok(())
+        }
+        Err(_) => sonograph_io::publish::publish_bytes(
+            &path,
+            serde_json::to_string_pretty(&mine)
+                .map_err(internal)?
+                .as_bytes(),
+        )
+        .map_err(io_err(&path)),
+    }
+}
+
+/// A Parquet part of recordings `indices`: their truth as columns, their IQ interleaved.
+fn write_iq_part(
+    path: &Path,
+    indices: &[u64],
+    recs: &[(Vec<Complex32>, Truth)],
+    spec: &SynthSpec,
+    seed: u64,
+) -> Result<(), JobError> {
+    let truths: Vec<&Truth> = recs.iter().map(|r| &r.1).collect();
+    let f64s = |f: &dyn Fn(&Truth) -> f64| Column::F64(truths.iter().map(|t| f(t)).collect());
+    let columns = vec![
+        (
+            "id".to_string(),
+            Column::Utf8(indices.iter().map(|i| format!("sample-{i:09}")).collect()),
+        ),
+        ("index".to_string(), Column::U64(indices.to_vec())),
+        (
+            "label".to_string(),
+            Column::Utf8(truths.iter().map(|t| t.label.clone()).collect()),
+        ),
+        ("sample_rate".to_string(), f64s(&|t| t.sample_rate)),
+        ("snr_db".to_string(), f64s(&|t| t.snr_db)),
+        ("cfo_hz".to_string(), f64s(&|t| t.cfo_hz)),
+        (
+            "noise_sigma".to_string(),
+            f64s(&|t| f64::from(t.noise_sigma)),
+        ),
+        (
+            "truth".to_string(),
+            Column::Utf8(
+                truths
+                    .iter()
+                    .map(|t| serde_json::to_string(t).expect("truth serialises"))
+                    .collect(),
+            ),
+        ),
+        (
+            "iq".to_string(),
+            Column::ListF32(
+                recs.iter()
+                    .map(|(iq, _)| iq.iter().flat_map(|v| [v.re, v.im]).collect())
+                    .collect(),
+            ),
+        ),
+    ];
+    let meta = [
+        ("sonograph.synth_spec".to_string(), spec.to_json()),
+        ("sonograph.spec_id".to_string(), spec.spec_id()),
+        ("sonograph.seed".to_string(), seed.to_string()),
+    ];
+    write_table(path, &columns, &meta)?;
+    Ok(())
+}
