@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use sonograph_io::sigmf::{WriteType, DEFAULT_MAX_SAMPLES};
-use sonograph_pipeline::rf_features::{run_rf_features, RfFeaturesJob};
+use sonograph_pipeline::rf_features::{run_rf_features_live, RfFeaturesJob};
 use sonograph_pipeline::synth_iq::{generate, run_synth_iq, SynthFormat, SynthIqJob};
 use sonograph_rf::features::FeatureConfig;
 use sonograph_rf::rows::RowSpec;
@@ -341,6 +341,11 @@ pub struct FeaturesArgs {
     /// No progress bar even on a terminal.
     #[arg(long, env = "SONOGRAPH_NO_PROGRESS")]
     no_progress: bool,
+    /// Serve /metrics, /health and the dashboard on this address while the job runs.
+    #[arg(long, env = "SONOGRAPH_METRICS_ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    telemetry: crate::serve_cli::TelemetryArgs,
 }
 
 /// `sonograph rf-features`: exit 0, 3 when recordings failed (listed in the report), 2 on
@@ -375,6 +380,15 @@ pub fn rf_features(args: &FeaturesArgs) -> Result<u8> {
     };
     let device =
         rf_gpu(&args.device)?.map(|g| Box::new(g) as Box<dyn sonograph_rf::rows::PsdDevice>);
-    let outcome = run_rf_features(&job, device).map_err(crate::extract::job_error)?;
+    let watch = crate::serve_cli::watch(args.metrics_addr, &args.telemetry, &args.out)?;
+    let live = sonograph_pipeline::LiveJob::new();
+    if let Some(w) = &watch {
+        w.telemetry.attach_job("rf-features", live.clone());
+    }
+    let outcome = run_rf_features_live(&job, device, &live);
+    if let Some(w) = &watch {
+        w.telemetry.detach_job();
+    }
+    let outcome = outcome.map_err(crate::extract::job_error)?;
     Ok(crate::extract::print_outcome(&args.out, &outcome, "IQ"))
 }

@@ -1,4 +1,5 @@
-//! `sonograph serve` and `extract --metrics-addr`: the HTTP service (crates/server).
+//! `sonograph serve` and `--metrics-addr` (`extract`, `rf-features`): the HTTP service
+//! (crates/server).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -100,13 +101,13 @@ pub fn serve(args: &ServeArgs) -> Result<u8> {
     Ok(0)
 }
 
-/// The telemetry of an `extract` run and, with `--metrics-addr`, its read-only server.
+/// The telemetry of a job's run and, with `--metrics-addr`, its read-only server.
 pub struct Watch {
     pub telemetry: Arc<Telemetry>,
     _sidecar: Option<Sidecar>,
 }
 
-/// Starts the sampler for `extract` (and the server when `addr` is given).
+/// Starts the sampler for a job (and the server when `addr` is given).
 pub fn watch(addr: Option<SocketAddr>, args: &TelemetryArgs, out: &Path) -> Result<Option<Watch>> {
     let Some(addr) = addr else {
         return Ok(None);

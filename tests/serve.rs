@@ -1335,6 +1335,66 @@ fn extract_serves_metrics_while_it_runs() {
     job.wait_exit(Duration::from_secs(5));
 }
 
+/// `rf-features --metrics-addr` serves its own job's progress the same way: recordings done,
+/// rows, the job running.
+#[test]
+fn rf_features_serves_metrics_while_it_runs() {
+    let dir = Scratch::new("rf-sidecar");
+    // One short recording, then enough hard links to it (each its own recording to the job)
+    // that one worker is still busy when /metrics is read.
+    let one = dir.path("one");
+    let o = serving::command()
+        .args([
+            "synth-iq",
+            "--count",
+            "1",
+            "--samples",
+            "4096",
+            "--seed",
+            "3",
+        ])
+        .arg("--out")
+        .arg(&one)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let corpus = dir.path("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    for i in 0..20_000 {
+        for ext in ["sigmf-meta", "sigmf-data"] {
+            std::fs::hard_link(
+                one.join(format!("sample-000000000.{ext}")),
+                corpus.join(format!("r{i:05}.{ext}")),
+            )
+            .unwrap();
+        }
+    }
+    let mut cmd = serving::command();
+    cmd.args(["rf-features", corpus.to_str().unwrap(), "--out"])
+        .arg(dir.path("out"))
+        .args(["--workers", "1", "--metrics-addr", "127.0.0.1:0"])
+        .args(["--telemetry-interval", "0.1"]);
+    let mut job = Server::spawn(cmd, None, " on http://");
+    assert_eq!(job.call("GET", "/health", None).0, 200);
+    let start = Instant::now();
+    let m = loop {
+        let m = scrape(&job.call("GET", "/metrics", None).1);
+        if value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap_or(0.0) > 0.0 {
+            break m;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no recording done in /metrics"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(value_of(&m, "sonograph_job_running", &[]), Some(1.0));
+    let done = value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap();
+    assert!(done < 20_000.0, "the job ended before it was read: {done}");
+    job.signal("-KILL");
+    job.wait_exit(Duration::from_secs(5));
+}
+
 /// Faults injected into a real GPU (lavapipe in CI) through the gpu crate's failpoints raise
 /// their alerts through the server: five OOMs in a row (`oom_burst`, WARNING) and a device
 /// lost for good (`device_lost`, ERROR, its work moved to the CPU). Each fires once, on

@@ -21,6 +21,7 @@ use sonograph_rf::Complex32;
 use crate::error::JobError;
 use crate::job::JobOutcome;
 use crate::layout::{finish_output, open_output, Opened, OutputLayout};
+use crate::live::LiveJob;
 use crate::options::IqFormat;
 use crate::report::{peak_rss_mb, DeviceReport, Failure, Report, StageTimes};
 use crate::writer::progress_bar;
@@ -143,6 +144,26 @@ pub fn run_rf_features(
     job: &RfFeaturesJob,
     device: Option<Box<dyn PsdDevice>>,
 ) -> Result<JobOutcome, JobError> {
+    run_rf_features_live(job, device, &LiveJob::new())
+}
+
+/// [`run_rf_features`], its progress counted in `live` as it goes (recordings done and
+/// failed, rows, seconds of signal), for a metrics server to read.
+pub fn run_rf_features_live(
+    job: &RfFeaturesJob,
+    device: Option<Box<dyn PsdDevice>>,
+    live: &LiveJob,
+) -> Result<JobOutcome, JobError> {
+    let outcome = run(job, device, live);
+    live.set_finished();
+    outcome
+}
+
+fn run(
+    job: &RfFeaturesJob,
+    device: Option<Box<dyn PsdDevice>>,
+    live: &LiveJob,
+) -> Result<JobOutcome, JobError> {
     job.check()?;
     let started = Instant::now();
     let cpu_at_start = crate::host::process_cpu_seconds();
@@ -223,23 +244,31 @@ pub fn run_rf_features(
             .iter()
             .filter(|s| settled.done.contains(s.id()))
             .count() as u64;
+        live.set_items(sources.len() as u64, resumed);
         bar.inc((chunk.len() - todo.len()) as u64);
         let results = pool.install(|| state.rows_of(job, &todo));
         let mut failures = Vec::new();
         for (source, result) in todo.iter().zip(results) {
             match result {
                 Ok((rows, seconds)) => {
+                    for _ in 0..rows.len() {
+                        live.row_written(seconds / rows.len() as f64);
+                    }
+                    live.item_done();
                     sink.push(source.id(), rows, seconds);
                     // Parts close at the same recordings whatever the threads or groups.
                     if sink.rows.len() >= job.part_rows {
                         sink.flush(&mut state.stages)?;
                     }
                 }
-                Err(reason) => failures.push(Failure {
-                    id: source.id().to_string(),
-                    source: source.path().display().to_string(),
-                    reason,
-                }),
+                Err(reason) => {
+                    live.item_failed(source.id(), &reason);
+                    failures.push(Failure {
+                        id: source.id().to_string(),
+                        source: source.path().display().to_string(),
+                        reason,
+                    })
+                }
             }
             bar.inc(1);
         }
