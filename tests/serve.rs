@@ -1286,6 +1286,31 @@ fn sigterm_stops_the_job_resumably_and_exits_0_within_10_s() {
     server.cancel(id);
 }
 
+/// The metrics of a job run with `--metrics-addr` once it has items done and `also` holds of
+/// them (30 s at most), after /health answered; the job is still running then.
+fn metrics_once(
+    job: &Server,
+    also: impl Fn(&prometheus_parse::Scrape) -> bool,
+) -> prometheus_parse::Scrape {
+    assert_eq!(job.call("GET", "/health", None).0, 200);
+    let start = Instant::now();
+    let m = loop {
+        let m = scrape(&job.call("GET", "/metrics", None).1);
+        if value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap_or(0.0) > 0.0
+            && also(&m)
+        {
+            break m;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no progress in /metrics (or not what the test waits for)"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(value_of(&m, "sonograph_job_running", &[]), Some(1.0));
+    m
+}
+
 /// `extract --metrics-addr` serves /metrics, /health and the dashboard while it runs.
 #[test]
 fn extract_serves_metrics_while_it_runs() {
@@ -1308,24 +1333,11 @@ fn extract_serves_metrics_while_it_runs() {
     ])
     .args(["--telemetry-interval", "0.1"]);
     let mut job = Server::spawn(cmd, None, " on http://");
-    assert_eq!(job.call("GET", "/health", None).0, 200);
-    let start = Instant::now();
     // The item counters are read live and the queues from the telemetry's last sample (every
     // 0.1 s here): the first items can settle before a sample has seen the job's queues.
-    let m = loop {
-        let m = scrape(&job.call("GET", "/metrics", None).1);
-        if value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap_or(0.0) > 0.0
-            && value_of(&m, "sonograph_queue_depth", &[("stage", "prefetch")]).is_some()
-        {
-            break m;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "no progress and no prefetch queue in /metrics"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(value_of(&m, "sonograph_job_running", &[]), Some(1.0));
+    metrics_once(&job, |m| {
+        value_of(m, "sonograph_queue_depth", &[("stage", "prefetch")]).is_some()
+    });
     let (code, page) = job.call("GET", "/", None);
     assert_eq!(code, 200);
     assert!(page.contains("chart-memory"));
@@ -1375,20 +1387,7 @@ fn rf_features_serves_metrics_while_it_runs() {
         .args(["--workers", "1", "--metrics-addr", "127.0.0.1:0"])
         .args(["--telemetry-interval", "0.1"]);
     let mut job = Server::spawn(cmd, None, " on http://");
-    assert_eq!(job.call("GET", "/health", None).0, 200);
-    let start = Instant::now();
-    let m = loop {
-        let m = scrape(&job.call("GET", "/metrics", None).1);
-        if value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap_or(0.0) > 0.0 {
-            break m;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "no recording done in /metrics"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(value_of(&m, "sonograph_job_running", &[]), Some(1.0));
+    let m = metrics_once(&job, |_| true);
     let done = value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap();
     assert!(done < 20_000.0, "the job ended before it was read: {done}");
     job.signal("-KILL");

@@ -72,6 +72,35 @@ fn rows(gpu: &mut GpuBackend, batch: &AudioBatch) -> FeatureBatch {
     out
 }
 
+/// The CPU backend's rows for `batch` (f32, one thread).
+fn cpu_rows(spec: &FeatureSpec, batch: &AudioBatch) -> FeatureBatch {
+    let mut cpu = sonograph_dsp::CpuBackend::with_threads(spec, Precision::F32, 1).unwrap();
+    let mut out = FeatureBatch::new(spec.n_bins());
+    cpu.extract_batch(batch, &mut out).unwrap();
+    out
+}
+
+/// `items` of the GPU's rows have the CPU's frames and rows within f32 rounding (1e-3).
+fn assert_close(
+    on_gpu: &FeatureBatch,
+    on_cpu: &FeatureBatch,
+    items: impl IntoIterator<Item = usize>,
+) {
+    for i in items {
+        let ((fg, rg), (fc, rc)) = (on_gpu.item(i).unwrap(), on_cpu.item(i).unwrap());
+        assert_eq!(fg, fc, "item {i}'s frames");
+        let worst = rg
+            .iter()
+            .zip(rc)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            worst < 1e-3,
+            "item {i}: GPU rows differ from the CPU's by {worst}"
+        );
+    }
+}
+
 fn same(a: &FeatureBatch, b: &FeatureBatch, what: &str) {
     assert_eq!(a.len(), b.len());
     for i in 0..a.len() {
@@ -166,22 +195,8 @@ fn an_item_copied_in_several_pieces_gives_the_cpu_rows() {
         .collect();
     let batch = AudioBatch::from_items([item.as_slice(), &item[..5001]]);
     let on_gpu = rows(&mut g, &batch);
-    let mut cpu = sonograph_dsp::CpuBackend::with_threads(&spec, Precision::F32, 1).unwrap();
-    let mut on_cpu = FeatureBatch::new(spec.n_bins());
-    cpu.extract_batch(&batch, &mut on_cpu).unwrap();
-    for i in 0..batch.len() {
-        let ((fg, rg), (fc, rc)) = (on_gpu.item(i).unwrap(), on_cpu.item(i).unwrap());
-        assert_eq!(fg, fc, "item {i}'s frames");
-        let worst = rg
-            .iter()
-            .zip(rc)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
-        assert!(
-            worst < 1e-3,
-            "item {i}: GPU rows differ from the CPU's by {worst}"
-        );
-    }
+    let on_cpu = cpu_rows(&spec, &batch);
+    assert_close(&on_gpu, &on_cpu, 0..batch.len());
 }
 
 #[test]
@@ -222,9 +237,7 @@ fn an_item_with_a_non_finite_sample_fails_alone_naming_the_cpus_sample() {
         }),
     );
     let on_gpu = rows(&mut g, &batch);
-    let mut cpu = sonograph_dsp::CpuBackend::with_threads(&spec, Precision::F32, 1).unwrap();
-    let mut on_cpu = FeatureBatch::new(spec.n_bins());
-    cpu.extract_batch(&batch, &mut on_cpu).unwrap();
+    let on_cpu = cpu_rows(&spec, &batch);
     for i in [1, 3] {
         let (eg, ec) = (on_gpu.item(i).unwrap_err(), on_cpu.item(i).unwrap_err());
         assert_eq!(eg.to_string(), ec.to_string(), "item {i}");
@@ -247,17 +260,5 @@ fn an_item_with_a_non_finite_sample_fails_alone_naming_the_cpus_sample() {
         "the context sample: {:?}",
         on_cpu.item(3)
     );
-    for i in [0, 2] {
-        let ((fg, rg), (fc, rc)) = (on_gpu.item(i).unwrap(), on_cpu.item(i).unwrap());
-        assert_eq!(fg, fc, "item {i}'s frames");
-        let worst = rg
-            .iter()
-            .zip(rc)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
-        assert!(
-            worst < 1e-3,
-            "item {i}: GPU rows differ from the CPU's by {worst}"
-        );
-    }
+    assert_close(&on_gpu, &on_cpu, [0, 2]);
 }
