@@ -269,3 +269,82 @@ fn a_job_resumes_with_the_floats_it_was_started_with() {
     let again = sonograph_pipeline::run(&config, devices());
     assert!(again.is_ok(), "the same job, run again: {:?}", again.err());
 }
+
+/// An Ogg page (Ogg's CRC-32: polynomial 0x04c11db7, not reflected) at granule `granule`.
+fn ogg_page(serial: u32, seq: u32, flags: u8, granule: u64, lacing: &[u8], body: &[u8]) -> Vec<u8> {
+    let mut p = b"OggS".to_vec();
+    p.extend_from_slice(&[0, flags]);
+    p.extend_from_slice(&granule.to_le_bytes());
+    p.extend_from_slice(&serial.to_le_bytes());
+    p.extend_from_slice(&seq.to_le_bytes());
+    p.extend_from_slice(&[0; 4]);
+    p.push(lacing.len() as u8);
+    p.extend_from_slice(lacing);
+    p.extend_from_slice(body);
+    let crc = p.iter().fold(0u32, |mut crc, &b| {
+        crc ^= u32::from(b) << 24;
+        for _ in 0..8 {
+            crc = if crc & 0x8000_0000 != 0 {
+                (crc << 1) ^ 0x04c1_1db7
+            } else {
+                crc << 1
+            };
+        }
+        crc
+    });
+    p[22..26].copy_from_slice(&crc.to_le_bytes());
+    p
+}
+
+/// A seek in an Ogg stream bisects the file and takes the first page it finds there, which
+/// may be one hidden inside another page's packet, where a read from the start never looks
+/// (and so neither does the Ogg check). Found by review (2026-11-27): FLAC in Ogg named
+/// `.flac`, opened at an offset, was sought, and a hidden comment block declaring 4 GiB was
+/// allocated. An Ogg stream is now decoded from its start whatever the file's name.
+#[test]
+fn an_ogg_stream_is_never_sought_whatever_its_name() {
+    // FLAC in Ogg, 44.1 kHz mono: its first page, then 20 audio pages each holding, inside
+    // its one packet, copies of a valid page whose comment block declares 4 GiB.
+    let mut ident = b"\x7fFLAC\x01\x00\x00\x01fLaC\x00\x00\x00\x22".to_vec();
+    ident.extend_from_slice(&[0x10, 0x00, 0x10, 0x00, 0, 0, 0, 0, 0, 0]);
+    ident.extend_from_slice(&[0x0A, 0xC4, 0x40, 0xF0, 0, 0, 0, 0]);
+    ident.extend_from_slice(&[0; 16]);
+    let mut file = ogg_page(7, 0, 2, 0, &[ident.len() as u8], &ident);
+    let mut block = vec![0x84, 0, 0, 12];
+    block.extend_from_slice(&0u32.to_le_bytes());
+    block.extend_from_slice(&1u32.to_le_bytes());
+    block.extend_from_slice(&0xFFFF_FFF0u32.to_le_bytes());
+    for i in 0..20u32 {
+        let granule = 4096 * u64::from(i + 1);
+        let mut body = vec![0xff, 0xf8];
+        while body.len() < 255 * 200 {
+            body.extend(ogg_page(
+                7,
+                1000 + i,
+                0,
+                granule,
+                &[block.len() as u8],
+                &block,
+            ));
+        }
+        body.resize(255 * 200 + 100, 0);
+        let mut lacing = vec![255u8; 200];
+        lacing.push(100);
+        file.extend(ogg_page(7, i + 1, 0, granule, &lacing, &body));
+    }
+    let scratch = Scratch::new("ogg-seek");
+    let path = scratch.0.join("input.flac");
+    std::fs::write(&path, &file).unwrap();
+    let options = DecodeOptions {
+        offset_s: 4096.0 * 15.0 / 44_100.0,
+        ..DecodeOptions::default()
+    };
+    let largest = largest_during(|| {
+        let _ = AudioReader::open(&path, &options)
+            .map(|mut r| while let Ok(Some(_)) = r.next_chunk() {});
+    });
+    assert!(
+        largest < 64 << 20,
+        "opening it at an offset allocated {largest} bytes at once"
+    );
+}

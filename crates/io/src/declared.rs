@@ -23,7 +23,10 @@ pub(crate) fn read_at(file: &File, at: u64, len: usize) -> Vec<u8> {
 /// Refuses a FLAC metadata block of type `kind` (its bytes after the 4-byte header) whose
 /// inner lengths pass its end: symphonia 0.5 allocates the lengths a VORBIS_COMMENT or
 /// PICTURE block declares (up to 4 GiB each) before it reads them, and an allocation that
-/// fails is an abort, not an error.
+/// fails is an abort, not an error. A block that ends inside a length is let through:
+/// symphonia's read of that length fails before it allocates anything (an error for native
+/// FLAC, a packet skipped with a warning in Ogg), and refusing it here would refuse files
+/// that decode.
 pub(crate) fn check_flac_block(kind: u8, block: &[u8]) -> Result<(), String> {
     match kind {
         4 => check_vorbis_comment(block),
@@ -31,7 +34,9 @@ pub(crate) fn check_flac_block(kind: u8, block: &[u8]) -> Result<(), String> {
         6 => {
             let mut at = 0usize;
             for skip_value in [false, true, true, false, false, false, false, true] {
-                let n = u32_at(block, at, false).ok_or("a picture block ends inside a length")?;
+                let Some(n) = u32_at(block, at, false) else {
+                    return Ok(());
+                };
                 at += 4;
                 if skip_value {
                     if n as usize > block.len().saturating_sub(at) {
@@ -51,14 +56,19 @@ pub(crate) fn check_flac_block(kind: u8, block: &[u8]) -> Result<(), String> {
 
 /// Refuses a Vorbis comment structure (vendor string, count, then each comment; little-endian
 /// lengths; in FLAC's VORBIS_COMMENT block and in Vorbis's and Opus's comment packets) that
-/// declares a comment longer than what is left of it.
+/// declares a comment longer than what is left of it. (The vendor string is skipped, not
+/// allocated; a structure that ends inside a length passes, as in [`check_flac_block`].)
 pub(crate) fn check_vorbis_comment(block: &[u8]) -> Result<(), String> {
     let vendor = u32_at(block, 0, true).unwrap_or(0) as usize;
     let mut at = 4usize.saturating_add(vendor);
-    let count = u32_at(block, at, true).ok_or("a comment block ends early")?;
+    let Some(count) = u32_at(block, at, true) else {
+        return Ok(());
+    };
     at += 4;
     for _ in 0..count {
-        let n = u32_at(block, at, true).ok_or("a comment block ends early")? as usize;
+        let Some(n) = u32_at(block, at, true).map(|n| n as usize) else {
+            return Ok(());
+        };
         at += 4;
         if n > block.len().saturating_sub(at) {
             return Err(format!(

@@ -148,6 +148,8 @@ pub struct AudioReader {
     frames_decoded: u64,
     /// Frames decoded only to be dropped before the offset.
     skipped: u64,
+    /// The container symphonia's probe took, as `probed_marker` emulates it.
+    container: Option<Probed>,
 }
 
 impl AudioReader {
@@ -164,14 +166,17 @@ impl AudioReader {
             })
         };
         let file = open()?;
-        check_wav_header(&file, path, &opts.limits)?;
+        let container = check_wav_header(&file, path, &opts.limits)?;
         // A seek that fails (a damaged FLAC's search) leaves the reader in no known place:
         // the file is opened again and decoded from the start.
-        match guard(path, || Self::open_unguarded(file, path, opts, true))? {
+        match guard(path, || {
+            Self::open_unguarded(file, path, opts, container, true)
+        })? {
             (reader, true) => Ok(reader),
-            (_, false) => {
-                guard(path, || Self::open_unguarded(open()?, path, opts, false)).map(|r| r.0)
-            }
+            (_, false) => guard(path, || {
+                Self::open_unguarded(open()?, path, opts, container, false)
+            })
+            .map(|r| r.0),
         }
     }
 
@@ -181,6 +186,7 @@ impl AudioReader {
         file: File,
         path: &Path,
         opts: &DecodeOptions,
+        container: Option<Probed>,
         seek: bool,
     ) -> Result<(Self, bool), DecodeError> {
         if file.metadata().is_ok_and(|m| m.len() == 0) {
@@ -277,6 +283,7 @@ impl AudioReader {
             frames_read: 0,
             frames_decoded: 0,
             skipped: 0,
+            container,
         };
         let usable = !seek || reader.seek_to_offset();
         Ok((reader, usable))
@@ -286,8 +293,10 @@ impl AudioReader {
     /// exact: PCM WAV and native FLAC decode each frame on its own, so the samples after a seek
     /// are those of a decode from the start. symphonia's accurate seek lands at or before the
     /// offset; the rest is skipped sample by sample as without a seek. Lossy codecs carry
-    /// decoder state across frames, and FLAC in Ogg seeks through the Ogg reader: they decode
-    /// from the start. Returns false when the seek failed (the reader is then unusable).
+    /// decoder state across frames, and FLAC in Ogg seeks through the Ogg reader (whatever the
+    /// file's name: a seek there reads pages a read from the start never meets, which
+    /// `ogg_guard` has not checked): they decode from the start. Returns false when the seek
+    /// failed (the reader is then unusable).
     fn seek_to_offset(&mut self) -> bool {
         use symphonia::core::formats::{SeekMode, SeekTo};
         let container = self
@@ -296,6 +305,7 @@ impl AudioReader {
             .and_then(|e| e.to_str())
             .map(str::to_ascii_lowercase);
         let exact = matches!(container.as_deref(), Some("wav" | "wave" | "flac"))
+            && matches!(self.container, Some(Probed::Flac | Probed::Other))
             && (self.info.codec == "flac" || self.info.codec.starts_with("pcm"));
         if self.skip_left == 0 || !exact {
             return true;
@@ -530,28 +540,33 @@ fn guard<T>(path: &Path, f: impl FnOnce() -> Result<T, DecodeError>) -> Result<T
 }
 
 /// Reads a RIFF/WAVE `fmt ` chunk, if the file is one, and refuses the lies symphonia would
-/// trip over (zero or absurd rates and channel counts). Other formats pass untouched.
-fn check_wav_header(file: &File, path: &Path, limits: &Limits) -> Result<(), DecodeError> {
+/// trip over (zero or absurd rates and channel counts); checks the lengths declared in the
+/// FLAC or Ogg stream symphonia's probe would take. Returns the container the probe takes.
+fn check_wav_header(
+    file: &File,
+    path: &Path,
+    limits: &Limits,
+) -> Result<Option<Probed>, DecodeError> {
     let head = read_at(file, 0, 4096);
-    let bad = |reason: String| {
-        Err(DecodeError::BadHeader {
-            path: path.to_path_buf(),
-            reason,
-        })
+    let bad = |reason: String| DecodeError::BadHeader {
+        path: path.to_path_buf(),
+        reason,
     };
     // symphonia's probe looks for a container's marker anywhere in the first MiB, so a FLAC
     // stream may begin past a file's start (the fuzzer's `RIFX` + `fLaC` files, whose comment
     // blocks declared 4 GiB): the one it would take is checked, and so are Ogg's comments.
-    match probed_marker(|at, len| read_at(file, at, len)) {
-        Some((Probed::Flac, at)) => check_flac_metadata(file, at).or_else(bad)?,
-        Some((Probed::Ogg, at)) => check_ogg_comments(file, at).or_else(bad)?,
+    let probed = probed_marker(|at, len| read_at(file, at, len));
+    match probed {
+        Some((Probed::Flac, at)) => check_flac_metadata(file, at).map_err(bad)?,
+        Some((Probed::Ogg, at)) => check_ogg_comments(file, at).map_err(bad)?,
         _ => {}
     }
+    let container = probed.map(|p| p.0);
     if head.len() >= 4 && &head[..4] == b"fLaC" {
-        return Ok(());
+        return Ok(container);
     }
     if head.len() < 12 || &head[..4] != b"RIFF" || &head[8..12] != b"WAVE" {
-        return Ok(());
+        return Ok(container);
     }
     let u16_at = |at: usize| u16::from_le_bytes([head[at], head[at + 1]]);
     let mut pos = 12;
@@ -567,7 +582,7 @@ fn check_wav_header(file: &File, path: &Path, limits: &Limits) -> Result<(), Dec
                 head[pos + 15],
             ]);
             if let Err(reason) = limits.check_format(rate, usize::from(channels)) {
-                return bad(reason);
+                return Err(bad(reason));
             }
             // PCM, float, A-law, mu-law (and their extensible form): a block is one sample
             // per channel. A header that says otherwise decodes to another count of frames
@@ -578,17 +593,17 @@ fn check_wav_header(file: &File, path: &Path, limits: &Limits) -> Result<(), Dec
                 let whole_samples = matches!(format, 1 | 3 | 6 | 7 | 0xFFFE);
                 let expected = u32::from(channels) * u32::from(bits).div_ceil(8);
                 if whole_samples && u32::from(align) != expected {
-                    return bad(format!(
+                    return Err(bad(format!(
                         "block_align {align} is not {channels} channels of {bits}-bit samples \
                          ({expected} bytes)"
-                    ));
+                    )));
                 }
             }
-            return Ok(());
+            return Ok(container);
         }
         pos += 8 + len as usize + (len as usize & 1);
     }
-    Ok(())
+    Ok(container)
 }
 
 /// How far symphonia 0.5's probe searches a file for a container's marker

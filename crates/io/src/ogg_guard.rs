@@ -10,8 +10,8 @@ use std::fs::File;
 
 use crate::declared::{check_flac_block, check_vorbis_comment, read_at};
 
-/// symphonia-format-ogg's largest packet (`LogicalStream::MAX_PACKET_LEN`): a longer one is
-/// an error there, so its comments are never parsed.
+/// symphonia-format-ogg's largest saved part of a packet (`LogicalStream::MAX_PACKET_LEN`):
+/// a longer one is an error there that ends the reading.
 const MAX_PACKET_LEN: usize = 16 << 20;
 
 /// What a logical stream carries, from the first packet of a page that begins one.
@@ -22,10 +22,10 @@ enum Codec {
     Flac,
 }
 
-/// One logical stream's state: the codecs its first pages named, and the packet under way.
+/// One logical stream's state: the codec its first page named, and the packet under way.
 #[derive(Default)]
 struct Stream {
-    codecs: Vec<Codec>,
+    codec: Option<Codec>,
     partial: Option<Vec<u8>>,
 }
 
@@ -38,20 +38,22 @@ pub(crate) fn check_ogg_comments(file: &File, marker: u64) -> Result<(), String>
         let stream = streams.entry(page.serial).or_default();
         let packets = page.packets();
         if page.first_of_stream {
-            if let Some(first) = packets.first() {
-                let codec = if first.0.starts_with(b"\x01vorbis") {
-                    Some(Codec::Vorbis)
-                } else if first.0.starts_with(b"OpusHead") {
-                    Some(Codec::Opus)
-                } else if first.0.starts_with(b"\x7fFLAC") {
-                    Some(Codec::Flac)
-                } else {
-                    None
-                };
-                if let Some(c) = codec.filter(|c| !stream.codecs.contains(c)) {
-                    stream.codecs.push(c);
-                }
-            }
+            // A stream begins (again, in a chained file): symphonia makes a new logical stream
+            // with the mapper its first packet names.
+            let first = packets.first().map_or(&[][..], |p| p.0);
+            let codec = if first.starts_with(b"\x01vorbis") {
+                Some(Codec::Vorbis)
+            } else if first.starts_with(b"OpusHead") {
+                Some(Codec::Opus)
+            } else if first.starts_with(b"\x7fFLAC") {
+                Some(Codec::Flac)
+            } else {
+                None
+            };
+            *stream = Stream {
+                codec,
+                partial: None,
+            };
         }
         // As symphonia's `LogicalStream::read_page`: a page that continues no packet drops
         // the one under way; a continuation page with none under way has its first fragment
@@ -68,23 +70,26 @@ pub(crate) fn check_ogg_comments(file: &File, marker: u64) -> Result<(), String>
                 None => Cow::Borrowed(bytes),
             };
             if complete {
-                check_packet(&stream.codecs, &packet)?;
+                // Whatever its length: symphonia's limit is on the part it saves, and a page
+                // adds up to 65,025 bytes to that when it completes the packet.
+                check_packet(stream.codec, &packet)?;
             } else if packet.len() <= MAX_PACKET_LEN {
-                // symphonia refuses a longer packet before any of it is parsed.
+                // A longer part is an error there that ends the reading.
                 stream.partial = Some(packet.into_owned());
             }
+        }
+        // A continuation page with no fragment (no segments) leaves the part saved as it was.
+        if let Some(partial) = carried {
+            stream.partial = Some(partial);
         }
     }
     // Packets the file ends inside are parsed by nobody.
     Ok(())
 }
 
-/// Checks one packet as each codec named for its stream would parse it.
-fn check_packet(codecs: &[Codec], packet: &[u8]) -> Result<(), String> {
-    if packet.len() > MAX_PACKET_LEN {
-        return Ok(());
-    }
-    for codec in codecs {
+/// Checks one packet as the mapper of its stream's codec would parse it.
+fn check_packet(codec: Option<Codec>, packet: &[u8]) -> Result<(), String> {
+    if let Some(codec) = codec {
         match codec {
             Codec::Vorbis if packet.starts_with(b"\x03vorbis") => {
                 check_vorbis_comment(&packet[7..])?
@@ -326,6 +331,66 @@ mod tests {
         let mut skipped = b"OggSjunk".to_vec();
         skipped.extend(stream(&over, 255 * 40, None));
         assert_eq!(check(&skipped), Ok(()));
+    }
+
+    /// The first page of a Vorbis stream.
+    fn vorbis_start() -> Vec<u8> {
+        page(7, 0, 2, &[7], b"\x01vorbis", false)
+    }
+
+    #[test]
+    fn an_empty_continuation_page_keeps_the_packet_under_way() {
+        // symphonia keeps the saved part across a continuation page with no segments and
+        // completes the packet on the next page (found by review, 2026-11-27).
+        let mut start = comment_packet(0xFFFF_FFF0, 0);
+        start.resize(255, b'x');
+        let mut file = vorbis_start();
+        file.extend(page(7, 1, 0, &[255], &start, false));
+        file.extend(page(7, 2, 1, &[], &[], false));
+        file.extend(page(7, 3, 1, &[10], &[b'y'; 10], false));
+        assert!(check(&file).is_err());
+    }
+
+    #[test]
+    fn a_packet_completed_past_16_mib_is_checked() {
+        // The limit is on the part symphonia saves; the page that completes the packet adds
+        // to it unchecked: 16 MiB of vendor string, then the comment's length.
+        let whole = 258 * 65_025 + 1000;
+        let mut packet = b"\x03vorbis".to_vec();
+        packet.extend_from_slice(&((whole - 19) as u32).to_le_bytes());
+        packet.resize(whole - 8, b'v');
+        packet.extend_from_slice(&1u32.to_le_bytes());
+        packet.extend_from_slice(&0xFFFF_FFF0u32.to_le_bytes());
+        let mut file = vorbis_start();
+        for (i, piece) in packet.chunks(65_025).enumerate() {
+            let mut lacing = vec![255u8; piece.len() / 255];
+            if piece.len() < 65_025 {
+                lacing.push((piece.len() % 255) as u8);
+            }
+            file.extend(page(
+                7,
+                i as u32 + 1,
+                u8::from(i > 0),
+                &lacing,
+                piece,
+                false,
+            ));
+        }
+        assert!(check(&file).is_err());
+    }
+
+    #[test]
+    fn a_comment_that_ends_inside_a_length_is_symphonias_to_skip() {
+        // symphonia's Ogg reader skips a comment packet it cannot parse, with a warning, and
+        // allocates nothing for it: the file decodes, so it is not refused here.
+        let mut truncated = b"\x03vorbis".to_vec();
+        truncated.extend_from_slice(&0u32.to_le_bytes());
+        truncated.extend_from_slice(&2u32.to_le_bytes());
+        truncated.extend_from_slice(&1u32.to_le_bytes());
+        truncated.extend_from_slice(b"x\x01\x00");
+        let mut file = vorbis_start();
+        file.extend(page(7, 1, 0, &[truncated.len() as u8], &truncated, false));
+        assert_eq!(check(&file), Ok(()));
     }
 
     #[test]

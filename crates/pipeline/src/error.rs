@@ -27,6 +27,12 @@ pub enum JobError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// A recording that could not be written (its path and why).
+    #[error(transparent)]
+    Recording(#[from] sonograph_io::IqError),
+    /// A device that failed while the job ran on it.
+    #[error("{0}")]
+    Device(String),
     #[error("internal error: {0}")]
     Internal(String),
     /// Stopped at a batch boundary by [`crate::LiveJob::cancel`]; what was written stays, and

@@ -126,9 +126,8 @@ pub fn run_synth_iq(
                                 Ok(draft)
                             })
                             .collect::<Result<Vec<_>, sonograph_io::IqError>>()
-                    })
-                    .map_err(|e| JobError::Internal(e.to_string()))?;
-                publish_sigmf(drafts).map_err(|e| JobError::Internal(e.to_string()))?;
+                    })?;
+                publish_sigmf(drafts)?;
                 written += todo.len() as u64;
             }
             SynthFormat::Parquet { .. } => {
@@ -195,7 +194,7 @@ pub fn generate<'d>(
             let (truths, jobs): (Vec<Truth>, Vec<NoiseJob>) = rest.into_iter().unzip();
             device
                 .add_noise(&mut iq, &jobs)
-                .map_err(|e| JobError::Internal(format!("{}: {e}", device.name())))?;
+                .map_err(|e| JobError::Device(format!("{}: {e}", device.name())))?;
             Ok(iq.into_iter().zip(truths).collect())
         }
     }
