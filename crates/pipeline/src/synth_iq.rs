@@ -103,30 +103,28 @@ pub fn run_synth_iq(
                 let recs = generate(&synth, job.seed, &todo, noise.as_deref_mut(), pool)?;
                 // Written and synced side by side, then put in place together: one folder
                 // sync for the group's data and one for its metadata, not one per file.
-                let drafts = pool
-                    .install(|| {
-                        todo.par_iter()
-                            .zip(&recs)
-                            .map(|(&i, (iq, truth))| {
-                                let mut meta =
-                                    SigmfMeta::new(DataType::Cf32Le, job.spec.sample_rate);
-                                meta.declare_extension();
-                                meta.global.description = Some(format!(
-                                    "sonograph synth-iq, seed {}, recording {i}",
-                                    job.seed
-                                ));
-                                meta.annotations.push(truth_annotation(truth));
-                                let (draft, clipped) =
-                                    draft_sigmf(&recording_base(&job.out, i), iq, dtype, meta)?;
-                                if clipped > 0 {
-                                    tracing::warn!(
-                                        "recording {i}: {clipped} values clipped to the ci16 range"
-                                    );
-                                }
-                                Ok(draft)
-                            })
-                            .collect::<Result<Vec<_>, sonograph_io::IqError>>()
-                    })?;
+                let drafts = pool.install(|| {
+                    todo.par_iter()
+                        .zip(&recs)
+                        .map(|(&i, (iq, truth))| {
+                            let mut meta = SigmfMeta::new(DataType::Cf32Le, job.spec.sample_rate);
+                            meta.declare_extension();
+                            meta.global.description = Some(format!(
+                                "sonograph synth-iq, seed {}, recording {i}",
+                                job.seed
+                            ));
+                            meta.annotations.push(truth_annotation(truth));
+                            let (draft, clipped) =
+                                draft_sigmf(&recording_base(&job.out, i), iq, dtype, meta)?;
+                            if clipped > 0 {
+                                tracing::warn!(
+                                    "recording {i}: {clipped} values clipped to the ci16 range"
+                                );
+                            }
+                            Ok(draft)
+                        })
+                        .collect::<Result<Vec<_>, sonograph_io::IqError>>()
+                })?;
                 publish_sigmf(drafts)?;
                 written += todo.len() as u64;
             }
