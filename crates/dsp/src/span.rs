@@ -161,6 +161,13 @@ pub fn prepared_window<'a>(
     Ok((prepared_checked(spec, window, span, dst), base))
 }
 
+/// Whether the spec's prepared window is the signal's own samples: it neither scales nor
+/// pre-emphasises the signal (per-frame pre-emphasis comes later, in the frame).
+pub fn prepared_as_is(spec: &FeatureSpec) -> bool {
+    spec.input_scale == 1.0
+        && (spec.preemphasis == 0.0 || spec.preemphasis_scope == PreemphasisScope::Frame)
+}
+
 /// [`prepared_window`] of a span [`check_prepared`] has passed: the window itself where the
 /// spec neither scales nor pre-emphasises the signal (no copy), else its prepared copy in
 /// `dst`.
@@ -170,8 +177,7 @@ pub fn prepared_checked<'a>(
     span: &Span,
     dst: &'a mut Vec<f32>,
 ) -> &'a [f32] {
-    let plain = spec.input_scale == 1.0
-        && (spec.preemphasis == 0.0 || spec.preemphasis_scope == PreemphasisScope::Frame);
+    let plain = prepared_as_is(spec);
     // A later piece's first sample is only pre-emphasis context, as in `prepare_span`.
     let len = if span.sample_start == 0 {
         window.len()
@@ -245,9 +251,71 @@ pub fn prepare_span_into(spec: &FeatureSpec, window: &[f32], span: &Span, dst: &
     }
 }
 
+/// The samples `offset..offset + dst.len()` of a checked span's prepared window (as
+/// [`prepare_span_into`] writes them, the same bits) into `dst`: a piece of the window made
+/// on its own, so that pieces can be made side by side straight where they go (the GPU path's
+/// staging memory) without a copy of the whole window first.
+pub fn prepare_piece_into(
+    spec: &FeatureSpec,
+    window: &[f32],
+    span: &Span,
+    offset: usize,
+    dst: &mut [f32],
+) {
+    // The window's first sample is context where the span starts past the signal's first.
+    let context = usize::from(span.sample_start != 0);
+    let at = context + offset;
+    let samples = &window[at..at + dst.len()];
+    if at == 0 {
+        scale_and_preemphasize_into(spec, samples, true, 0.0, dst);
+    } else {
+        // Pre-emphasis reads the sample before, scaled: the context or the piece before's last.
+        let prev = window[at - 1] * spec.input_scale;
+        scale_and_preemphasize_into(spec, samples, false, prev, dst);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_window_made_in_pieces_is_the_window_made_whole() {
+        let signal: Vec<f32> = (0..5000)
+            .map(|i| ((i * 7) as f32 * 0.013).sin() * 0.4)
+            .collect();
+        for spec in [
+            FeatureSpec::nemo(80),
+            FeatureSpec::kaldi(80),
+            FeatureSpec::whisper(80),
+        ] {
+            let whole_span = Span::whole(&spec, signal.len());
+            // A later piece of the signal: its window's first sample is context.
+            let first_frame = 7;
+            let start = (spec.frame_start(first_frame) - 1) as usize;
+            let later = Span {
+                sample_start: start,
+                signal_len: signal.len(),
+                first_frame,
+                frames: 5,
+                last: false,
+            };
+            let end = (spec.frame_start(first_frame + 4) + spec.n_fft as isize) as usize;
+            for (window, span) in [(&signal[..], whole_span), (&signal[start..end], later)] {
+                let (_, len) = check_prepared(&spec, window, &span).unwrap();
+                let mut whole = vec![0.0f32; len];
+                prepare_span_into(&spec, window, &span, &mut whole);
+                for piece in [1, 2, 333, len] {
+                    let mut pieces = vec![f32::NAN; len];
+                    for (i, dst) in pieces.chunks_mut(piece).enumerate() {
+                        prepare_piece_into(&spec, window, &span, i * piece, dst);
+                    }
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert!(bits(&pieces) == bits(&whole), "pieces of {piece}");
+                }
+            }
+        }
+    }
     use crate::signal::{padded_index, reflect_index};
 
     #[test]

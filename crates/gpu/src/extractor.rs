@@ -14,7 +14,9 @@ use bytemuck::{Pod, Zeroable};
 use rayon::prelude::*;
 use sonograph_dsp::dct::Dct;
 use sonograph_dsp::mel::MelBank;
-use sonograph_dsp::span::{check_finite, prepared_checked, prepared_layout, Span};
+use sonograph_dsp::span::{
+    check_finite, prepare_piece_into, prepared_as_is, prepared_layout, Span,
+};
 use sonograph_dsp::spec::{FeatureSpec, OutputKind, PadMode, PreemphasisScope};
 use sonograph_dsp::window::window;
 use sonograph_dsp::{AudioBatch, DeviceError, Extractor, FeatureBatch, ItemError, Precision};
@@ -668,8 +670,8 @@ impl GpuBackend {
 
     /// Fills chunk `k`'s mapped upload buffer: its parameters, item records and frame table,
     /// then its items' windows as the kernels read them, straight from the decoded items
-    /// (through a scratch copy only where the spec scales or pre-emphasises them), each item
-    /// in pieces on several threads: one thread's copy into this memory ran at about 2.7 GB/s
+    /// (scaled and pre-emphasised on the way where the spec says), each item in pieces on
+    /// several threads: one thread's copy into this memory ran at about 2.7 GB/s
     /// on an H200 machine, and a chunk holds fewer items than such a machine has cores. Each
     /// piece is scanned for non-finite samples just before it is copied, while it is in the
     /// cache; returns each item's first, as the CPU path's check names it.
@@ -705,26 +707,36 @@ impl GpuBackend {
                     .flat_map(u32::to_le_bytes),
             );
         }
+        let as_is = prepared_as_is(spec);
         items
             .par_iter()
             .zip(&staged.starts)
-            .map_init(Vec::new, |scratch, (l, &at)| {
+            .map(|(l, &at)| {
                 let raw = batch.item(l.item);
                 // A later piece's first sample is context, outside the window sent.
                 let context = raw.len() - l.len;
                 let first = l.span.sample_start;
                 let refused = check_finite(&raw[..context], first, 1).err();
-                let window = prepared_checked(spec, raw, &l.span, scratch);
-                let pieces = window
-                    .par_chunks(FILL_PIECE_SAMPLES)
-                    .enumerate()
-                    .map(|(i, piece)| {
-                        let offset = context + i * FILL_PIECE_SAMPLES;
-                        let refused =
-                            check_finite(&raw[offset..offset + piece.len()], first + offset, 1);
-                        let from = at + 4 * (i * FILL_PIECE_SAMPLES) as u64;
-                        let mut view = mapped(from..from + 4 * piece.len() as u64)?;
-                        view.copy_from_slice(bytemuck::cast_slice(piece));
+                let pieces = (0..l.len.div_ceil(FILL_PIECE_SAMPLES))
+                    .into_par_iter()
+                    .map_init(Vec::new, |scratch, i| {
+                        let start = i * FILL_PIECE_SAMPLES;
+                        let len = FILL_PIECE_SAMPLES.min(l.len - start);
+                        let offset = context + start;
+                        let samples = &raw[offset..offset + len];
+                        let refused = check_finite(samples, first + offset, 1);
+                        let from = at + 4 * start as u64;
+                        let mut view = mapped(from..from + 4 * len as u64)?;
+                        if as_is {
+                            view.copy_from_slice(bytemuck::cast_slice(samples));
+                        } else {
+                            // Scaled and pre-emphasised a piece at a time, in the cache,
+                            // instead of the whole window in memory first.
+                            scratch.clear();
+                            scratch.resize(len, 0.0f32);
+                            prepare_piece_into(spec, raw, &l.span, start, scratch);
+                            view.copy_from_slice(bytemuck::cast_slice(scratch));
+                        }
                         Ok::<_, DeviceError>(refused.err())
                     })
                     .collect::<Result<Vec<_>, _>>()?;
