@@ -1387,7 +1387,10 @@ fn rf_features_serves_metrics_while_it_runs() {
         .args(["--workers", "1", "--metrics-addr", "127.0.0.1:0"])
         .args(["--telemetry-interval", "0.1"]);
     let mut job = Server::spawn(cmd, None, " on http://");
-    let m = metrics_once(&job, |_| true);
+    // `job_running` comes from the telemetry's sample (every 0.1 s here), the counts live.
+    let m = metrics_once(&job, |m| {
+        value_of(m, "sonograph_job_running", &[]) == Some(1.0)
+    });
     let done = value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap();
     assert!(done < 20_000.0, "the job ended before it was read: {done}");
     job.signal("-KILL");

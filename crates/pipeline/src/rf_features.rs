@@ -228,7 +228,7 @@ fn run(
     }
     let mut sink = PartSink::new(job, ledger, &spec_id)?;
     let bar = progress_bar(job.progress, sources.len() as u64);
-    let mut resumed = 0u64;
+    let (mut resumed, mut settled_before) = (0u64, 0u64);
     // Enough recordings at once to keep every thread busy (windows of one recording spread
     // over all of them), few enough that memory holds one group: at most 16, as many as
     // `max_samples` allows each.
@@ -244,7 +244,9 @@ fn run(
             .iter()
             .filter(|s| settled.done.contains(s.id()))
             .count() as u64;
-        live.set_items(sources.len() as u64, resumed);
+        // Settled by an earlier run, done or failed, as extract counts them for its progress.
+        settled_before += (chunk.len() - todo.len()) as u64;
+        live.set_items(sources.len() as u64, settled_before);
         bar.inc((chunk.len() - todo.len()) as u64);
         let results = pool.install(|| state.rows_of(job, &todo));
         let mut failures = Vec::new();
