@@ -654,7 +654,6 @@ impl GpuBackend {
         Ok(Staged {
             params,
             records,
-            table_bytes,
             starts,
             offsets: UploadOffsets {
                 records: params_bytes as u64,
@@ -697,7 +696,7 @@ impl GpuBackend {
             part.copy_from_slice(bytemuck::bytes_of(&staged.params));
             let (mut part, rest) = rest.split_at(std::mem::size_of_val(staged.records.as_slice()));
             part.copy_from_slice(bytemuck::cast_slice(&staged.records));
-            let (table, _) = rest.split_at(staged.table_bytes);
+            let (table, _) = rest.split_at(4 * staged.frames);
             table.write_iter(
                 staged
                     .records
@@ -1171,7 +1170,6 @@ struct DeviceBuffers<'a> {
 struct Staged {
     params: Params,
     records: Vec<ItemRecord>,
-    table_bytes: usize,
     /// Where each item's samples start in the staging buffer.
     starts: Vec<u64>,
     offsets: UploadOffsets,

@@ -80,21 +80,19 @@ impl StagingRing {
         chunk: usize,
         bytes: u64,
     ) -> Result<(), String> {
-        let index = chunk % RING_DEPTH;
-        debug_assert!(
-            self.slots[index].in_flight.is_none(),
-            "wait for the slot's chunk first"
-        );
-        if self.slots[index]
-            .upload
-            .as_ref()
-            .is_none_or(|b| b.size() < bytes)
-        {
-            let usage = wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC;
-            let buffer = make_staging(gpu, bytes, usage, true, "sonograph staging upload")?;
-            Self::replace(&mut self.stats, &mut self.slots[index].upload, buffer);
-        }
-        Ok(())
+        let slot = &mut self.slots[chunk % RING_DEPTH];
+        debug_assert!(slot.in_flight.is_none(), "wait for the slot's chunk first");
+        let usage = wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC;
+        let what = "sonograph staging upload";
+        grow(
+            &mut self.stats,
+            gpu,
+            &mut slot.upload,
+            bytes,
+            usage,
+            true,
+            what,
+        )
     }
 
     /// Makes sure chunk `chunk`'s slot has a readback buffer of at least `bytes` bytes. The
@@ -105,27 +103,18 @@ impl StagingRing {
         chunk: usize,
         bytes: u64,
     ) -> Result<(), String> {
-        let index = chunk % RING_DEPTH;
-        if self.slots[index]
-            .readback
-            .as_ref()
-            .is_none_or(|b| b.size() < bytes)
-        {
-            let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
-            let buffer = make_staging(gpu, bytes, usage, false, "sonograph staging readback")?;
-            Self::replace(&mut self.stats, &mut self.slots[index].readback, buffer);
-        }
-        Ok(())
-    }
-
-    fn replace(stats: &mut TransferStats, old: &mut Option<wgpu::Buffer>, new: wgpu::Buffer) {
-        if let Some(old) = old.take() {
-            stats.staging_bytes -= old.size();
-            old.destroy();
-        }
-        stats.staging_allocations += 1;
-        stats.staging_bytes += new.size();
-        *old = Some(new);
+        let slot = &mut self.slots[chunk % RING_DEPTH];
+        let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+        let what = "sonograph staging readback";
+        grow(
+            &mut self.stats,
+            gpu,
+            &mut slot.readback,
+            bytes,
+            usage,
+            false,
+            what,
+        )
     }
 
     pub fn upload(&self, chunk: usize) -> &wgpu::Buffer {
@@ -244,26 +233,39 @@ impl StagingRing {
     }
 }
 
-/// A staging buffer of at least `size` bytes.
-fn make_staging(
+/// Replaces `buffer` with a new staging buffer where it holds fewer than `size` bytes (or is
+/// not there), counting what is made and dropped in `stats`.
+fn grow(
+    stats: &mut TransferStats,
     gpu: &GpuDevice,
+    buffer: &mut Option<wgpu::Buffer>,
     size: u64,
     usage: wgpu::BufferUsages,
     mapped: bool,
     what: &str,
-) -> Result<wgpu::Buffer, String> {
+) -> Result<(), String> {
+    if buffer.as_ref().is_some_and(|b| b.size() >= size) {
+        return Ok(());
+    }
     // Grown by half again over what is asked, so that a batch a little larger than the last
     // does not make new buffers each time.
     let size = (size + size / 2).next_multiple_of(256);
     let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-    let buffer = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+    let new = gpu.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some(what),
         size,
         usage,
         mapped_at_creation: mapped,
     });
-    match pollster::block_on(scope.pop()) {
-        Some(e) => Err(format!("{what} of {size} bytes: {e}")),
-        None => Ok(buffer),
+    if let Some(e) = pollster::block_on(scope.pop()) {
+        return Err(format!("{what} of {size} bytes: {e}"));
     }
+    if let Some(old) = buffer.take() {
+        stats.staging_bytes -= old.size();
+        old.destroy();
+    }
+    stats.staging_allocations += 1;
+    stats.staging_bytes += new.size();
+    *buffer = Some(new);
+    Ok(())
 }
