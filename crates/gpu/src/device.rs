@@ -56,6 +56,34 @@ pub fn auto_software() -> bool {
     std::env::var("SONOGRAPH_AUTO_SOFTWARE").is_ok_and(|v| v == "1")
 }
 
+/// Whether this machine may have a hardware GPU at all, without loading a Vulkan driver. On
+/// Linux every hardware GPU driver reaches its device through a node under `/dev` (NVIDIA's
+/// `nvidia*`, Mesa's DRM render nodes, AMD's compute node, WSL's `dxg`); where none exists,
+/// `auto` can only choose the CPU, and loading the drivers to learn it costs a job tens of MB
+/// (Mesa's lavapipe and RADV map LLVM: 59 MiB of a 3-hour file's 154 MiB peak). Elsewhere, and
+/// with [`auto_software`], the answer is yes.
+pub fn hardware_gpu_may_exist() -> bool {
+    if auto_software() || !cfg!(target_os = "linux") {
+        return true;
+    }
+    gpu_nodes_in(std::path::Path::new("/dev"))
+}
+
+/// Whether `dev` holds a GPU's device node (see [`hardware_gpu_may_exist`]); a `dev` that
+/// cannot be read may hide one, so it counts as yes.
+fn gpu_nodes_in(dev: &std::path::Path) -> bool {
+    let is_node = |name: &str| name.starts_with("nvidia") || name == "dxg" || name == "kfd";
+    let (Ok(top), dri) = (std::fs::read_dir(dev), std::fs::read_dir(dev.join("dri"))) else {
+        return true;
+    };
+    let named = |entries: std::fs::ReadDir, test: &dyn Fn(&str) -> bool| {
+        entries
+            .flatten()
+            .any(|e| e.file_name().to_str().is_some_and(test))
+    };
+    named(top, &is_node) || dri.is_ok_and(|d| named(d, &|n| n.starts_with("renderD")))
+}
+
 /// Score of a device: the type first, then the API (native APIs over GL).
 pub fn score(device_type: DeviceType, native_api: bool) -> u32 {
     let base = match device_type {
@@ -644,6 +672,34 @@ mod tests {
 
     /// Discovery works with or without NVML: every device is listed with a `telemetry` key,
     /// `null` for the CPU and, without NVML, for every device.
+    #[test]
+    fn gpu_device_nodes_are_found_by_name() {
+        // A stand-in for /dev of its own per case, under the system's temporary folder.
+        let fake_dev = |case: &str, files: &[&str]| {
+            let dev = std::env::temp_dir()
+                .join(format!("sonograph-gpu-nodes-{}-{case}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dev);
+            std::fs::create_dir_all(dev.join("dri")).unwrap();
+            for f in files {
+                std::fs::write(dev.join(f), "").unwrap();
+            }
+            let found = gpu_nodes_in(&dev);
+            std::fs::remove_dir_all(&dev).unwrap();
+            found
+        };
+        assert!(!fake_dev("empty", &[]));
+        assert!(!fake_dev("display", &["dri/card0", "null", "tty0"]));
+        assert!(fake_dev("mesa", &["dri/card0", "dri/renderD128"]));
+        for node in ["nvidia0", "nvidiactl", "dxg", "kfd"] {
+            assert!(fake_dev(node, &[node]), "{node}");
+        }
+        let missing = std::env::temp_dir().join("sonograph-gpu-nodes-missing/dev");
+        assert!(
+            gpu_nodes_in(&missing),
+            "a /dev that cannot be read may hide a GPU"
+        );
+    }
+
     #[test]
     fn discovery_lists_devices_with_telemetry_only_from_nvml() {
         #[cfg(feature = "gpu")]

@@ -35,6 +35,12 @@ impl DeviceRequest {
     pub fn cpu_only(&self) -> bool {
         matches!(self, DeviceRequest::List(l) if l.iter().all(|s| *s == DeviceSelection::Cpu))
     }
+
+    /// Only `auto` and `cpu`: a GPU could be chosen only if it is a hardware one.
+    pub fn auto_or_cpu(&self) -> bool {
+        matches!(self, DeviceRequest::List(l)
+            if l.iter().all(|s| matches!(s, DeviceSelection::Cpu | DeviceSelection::Auto)))
+    }
 }
 
 impl FromStr for DeviceRequest {
@@ -107,7 +113,9 @@ impl DeviceSet {
         disabled: &[String],
         probe: ProbePolicy,
     ) -> Result<Self, GpuError> {
-        let registry = if request.cpu_only() {
+        // `auto` picks hardware GPUs only: without one on the machine, no driver is loaded.
+        let no_gpu_to_find = request.auto_or_cpu() && !crate::device::hardware_gpu_may_exist();
+        let registry = if request.cpu_only() || no_gpu_to_find {
             DeviceRegistry::from_devices(Vec::new())
         } else {
             DeviceRegistry::discover()
