@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::Args;
 use sonograph_pipeline::{JobOptions, JobOutcome};
 
-use crate::user;
+use crate::{job_error, user};
 
 #[derive(Args)]
 pub struct ExtractArgs {
@@ -66,15 +66,6 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
         &outcome,
         if spec.is_complex() { "IQ" } else { "audio" },
     ))
-}
-
-/// A job's error: a usage error (exit 2) where the input or the options are at fault.
-pub(crate) fn job_error(e: sonograph_pipeline::JobError) -> anyhow::Error {
-    if e.is_usage() {
-        user(e.to_string())
-    } else {
-        anyhow::Error::new(e)
-    }
 }
 
 /// Says how a job ended (the first failures, the totals; a feature job's model side) and

@@ -1,18 +1,18 @@
-//! The GPU half of the command line: `sonograph devices`, `features --device`, and
-//! `bench --device`.
+//! The GPU half of the command line: `sonograph devices`, the devices of `features` and
+//! `extract`, and `bench --device`.
 
 use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
-use sonograph_dsp::{AudioBatch, CpuBackend, Extractor, FeatureBatch, FeatureSpec};
+use sonograph_dsp::{CpuBackend, Extractor, FeatureSpec};
 use sonograph_gpu::{
     Budget, DeviceRegistry, DeviceRequest, DeviceSelection, DeviceSet, GpuError, OpenError,
     OpenOptions, ProbePolicy, Selected,
 };
-use sonograph_pipeline::{AdaptiveBatcher, BatchStats, BatcherConfig};
+use sonograph_pipeline::bench;
 
-use super::{load_spec, user, BenchArgs, FeaturesArgs};
+use super::{load_spec, user, BenchArgs};
 
 /// How long the health probe of `sonograph devices` may take per adapter.
 const PROBE_DEADLINE: Duration = Duration::from_secs(5);
@@ -189,183 +189,31 @@ fn selected_id(s: Selected) -> String {
     }
 }
 
-/// `features --device gpu...`: the whole file decoded, then one item on the GPU, through the
-/// adaptive batcher: a file that does not fit on the device (or a device lost on it) is
-/// computed on the CPU, with a warning.
-pub fn features(
-    args: &FeaturesArgs,
-    spec: &FeatureSpec,
-    mut gpu: Box<dyn Extractor>,
-) -> Result<()> {
-    let samples = sonograph_io::decode_mono(
-        &args.input,
-        &super::decode_options(args.channel, &args.limits)?,
-        spec.sample_rate,
-    )
-    .map_err(|e| user(e.to_string()))?;
-    let mut cpu = CpuBackend::new(spec, args.spec.precision.for_spec(spec))
-        .map_err(|e| user(e.to_string()))?;
-    let mut batcher = AdaptiveBatcher::new(BatcherConfig {
-        initial: 1,
-        max: 1,
-        ..Default::default()
-    });
-    let mut out = FeatureBatch::new(spec.n_bins());
-    batcher.run(
-        &AudioBatch::from_items([samples.as_slice()]),
-        gpu.as_mut(),
-        &mut cpu,
-        &mut out,
-    );
-    for alert in &batcher.stats().alerts {
-        eprintln!("sonograph: warning: {}: {alert}", args.input.display());
-    }
-    let (frames, rows) = out
-        .item(0)
-        .map_err(|e| user(format!("{}: {e}", args.input.display())))?;
-    if frames == 0 {
-        eprintln!(
-            "sonograph: warning: {}: {} samples at {} Hz are shorter than one frame; writing 0 frames (as the reference does)",
-            args.input.display(),
-            samples.len(),
-            spec.sample_rate
-        );
-    }
-    sonograph_io::write_npy(&args.out, &[frames, spec.n_bins()], rows, args.dtype.into())
-        .map_err(|e| user(e.to_string()))?;
-    tracing::info!(device = %gpu.device(), frames, "wrote {}", args.out.display());
-    Ok(())
-}
-
-/// A generated batch: `items` clips of `seconds` seconds (a chirp over noise, all different).
-fn generated(spec: &FeatureSpec, items: usize, seconds: f64) -> Vec<Vec<f32>> {
-    let rate = f64::from(spec.sample_rate);
-    (0..items)
-        .map(|k| {
-            let n = (seconds * rate) as usize;
-            let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ k as u64;
-            (0..n)
-                .map(|i| {
-                    let t = i as f64 / rate;
-                    let f = 100.0 + 50.0 * k as f64 + 3000.0 * t / seconds;
-                    // xorshift noise: deterministic, no dependency.
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    let noise = (state >> 40) as f64 / (1u64 << 24) as f64 - 0.5;
-                    (0.3 * (2.0 * std::f64::consts::PI * f * t).sin() + 0.01 * noise) as f32
-                })
-                .collect()
-        })
-        .collect()
-}
-
 /// `bench --device all|cpu|gpu|gpu:N`: audio-seconds per second per device, with the memory
 /// pool's and the batcher's statistics.
 pub fn bench(args: &BenchArgs, device: &str) -> Result<()> {
     let spec = load_spec(&args.spec)?;
-    let clips: Vec<Vec<f32>> = if args.inputs.is_empty() {
-        if args.clips == 0 || !(args.seconds > 0.0 && args.seconds <= 3600.0) {
-            return Err(user(
-                "--clips must be at least 1 and --seconds in (0, 3600]",
-            ));
-        }
-        generated(&spec, args.clips, args.seconds)
+    let clips = if args.inputs.is_empty() {
+        bench::generated_clips(&spec, args.clips, args.seconds)
     } else {
-        args.inputs
-            .iter()
-            .map(|p| {
-                sonograph_io::decode_mono(
-                    p,
-                    &super::decode_options(None, &args.limits)?,
-                    spec.sample_rate,
-                )
-                .map_err(|e| user(e.to_string()))
-            })
-            .collect::<Result<_>>()?
-    };
-    let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
-    let seconds = batch.samples().len() as f64 / f64::from(spec.sample_rate);
+        bench::decode_clips(
+            &args.inputs,
+            &super::decode_options(None, &args.limits)?,
+            &spec,
+        )
+    }
+    .map_err(crate::job_error)?;
     let precision = args.spec.precision.for_spec(&spec);
     let options = OpenOptions {
         precision,
         budget: budget(args.gpu_memory.as_deref())?,
         cpu_threads: (args.threads > 0).then_some(args.threads),
     };
-    let executors = open(&device_set(device)?, &spec, &options)?;
-    let longest = clips.iter().map(|c| c.len()).max().unwrap_or(0);
-    for mut executor in executors {
+    for mut executor in open(&device_set(device)?, &spec, &options)? {
         let mut fallback = CpuBackend::new(&spec, precision).map_err(|e| user(e.to_string()))?;
-        let config = BatcherConfig::for_device(executor.as_ref(), longest, clips.len());
-        let before = executor.transfer_stats();
-        let timing = time_backend(
-            executor.as_mut(),
-            &mut fallback,
-            &batch,
-            config,
-            args.repeat,
-        )?;
-        let (name, memory) = (executor.device(), executor.memory_stats());
-        let (times, failed, batcher) = timing;
-        let median = times[times.len() / 2];
-        // The data path's counters over the timed runs, and the kernels' own rate where the
-        // device timed them (the audio on the device already: what "resident" peers measure).
-        let transfer = executor.transfer_stats().zip(before).map(|(after, before)| {
-            let kernel_seconds = after.kernel_seconds - before.kernel_seconds;
-            let timed = after.timed_chunks - before.timed_chunks;
-            let runs = (after.chunks - before.chunks) as f64;
-            // Per run, the warm-up run included.
-            let per_run = |x: f64| x / (times.len() + 1) as f64;
-            serde_json::json!({
-                "chunks_per_run": per_run(runs),
-                "chunks_filled_while_busy": after.chunks_filled_while_busy - before.chunks_filled_while_busy,
-                "staging_allocations_during_runs": after.staging_allocations - before.staging_allocations,
-                "staging_bytes": after.staging_bytes,
-                "kernel_seconds_per_run": (timed > 0).then(|| per_run(kernel_seconds)),
-                // Host time per run: copying into the staging memory, waiting for the
-                // device, finishing the rows.
-                "fill_seconds_per_run": per_run(after.fill_seconds - before.fill_seconds),
-                "wait_seconds_per_run": per_run(after.wait_seconds - before.wait_seconds),
-                "finish_seconds_per_run": per_run(after.finish_seconds - before.finish_seconds),
-                "kernel_audio_seconds_per_second": (timed > 0 && kernel_seconds > 0.0)
-                    .then(|| seconds * (times.len() + 1) as f64 / kernel_seconds),
-            })
-        });
-        let report = serde_json::json!({
-            "device": name,
-            "spec_id": spec.spec_id(),
-            "items": clips.len(),
-            "failed_items": failed,
-            "audio_seconds": seconds,
-            "median_seconds": median,
-            "audio_seconds_per_second": seconds / median,
-            "repeats": times.len(),
-            "batcher": batcher,
-            "memory": memory,
-            "transfer": transfer,
-        });
-        println!("{report}");
+        let timing = bench::time_device(executor.as_mut(), &mut fallback, &clips, args.repeat)
+            .map_err(crate::job_error)?;
+        println!("{}", serde_json::to_string(&timing)?);
     }
     Ok(())
-}
-
-/// Times `repeat` runs of the batch through an adaptive batcher on `backend`; returns the
-/// sorted times, the items that failed, and the batcher's counters.
-fn time_backend(
-    backend: &mut dyn Extractor,
-    fallback: &mut CpuBackend,
-    batch: &AudioBatch,
-    config: BatcherConfig,
-    repeat: usize,
-) -> Result<(Vec<f64>, usize, BatchStats)> {
-    let bins = backend.spec().n_bins();
-    let mut batcher = AdaptiveBatcher::new(config);
-    let mut out = FeatureBatch::new(bins);
-    let times = super::timed(repeat, || {
-        out.reset(bins);
-        batcher.run(batch, backend, fallback, &mut out);
-        Ok(())
-    })?;
-    let failed = (0..out.len()).filter(|&i| out.item(i).is_err()).count();
-    Ok((times, failed, batcher.stats().clone()))
 }

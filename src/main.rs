@@ -4,9 +4,8 @@
 //! 3 `extract` finished but some items failed (they are in the report); 1 an internal error.
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
 
 /// mimalloc keeps freed memory for reuse: with glibc's malloc every item's buffers (hundreds of
 /// KiB each) went back to the kernel and were faulted in again, a quarter of a job's time.
@@ -19,10 +18,11 @@ mod model_cli;
 mod rf_cli;
 mod serve_cli;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use sonograph_dsp::{AudioBatch, CpuBackend, CpuExtractor, Extractor, FeatureBatch, FeatureSpec};
-use sonograph_io::{ChannelMix, DecodeOptions, Limits, StreamError};
+use sonograph_dsp::FeatureSpec;
+use sonograph_io::{ChannelMix, DecodeOptions, Limits};
+use sonograph_pipeline::bench;
 
 #[derive(Parser)]
 #[command(
@@ -149,6 +149,15 @@ pub(crate) fn user(msg: impl Into<String>) -> anyhow::Error {
     UserError(msg.into()).into()
 }
 
+/// A job's error: a usage error (exit 2) where the input or the options are at fault.
+pub(crate) fn job_error(e: sonograph_pipeline::JobError) -> anyhow::Error {
+    if e.is_usage() {
+        user(e.to_string())
+    } else {
+        anyhow::Error::new(e)
+    }
+}
+
 fn main() -> ExitCode {
     // Mesa's Vulkan device-select layer tries to reach a Wayland display and prints
     // "XDG_RUNTIME_DIR is invalid" on every headless run; it only reorders adapters, which
@@ -248,6 +257,7 @@ fn decode_options(channel: Option<usize>, limits: &LimitArgs) -> Result<DecodeOp
 
 fn features(args: &FeaturesArgs) -> Result<()> {
     let spec = load_spec(&args.spec)?;
+    let precision = args.spec.precision.for_spec(&spec);
     let request: sonograph_gpu::DeviceRequest = args
         .device
         .parse()
@@ -258,56 +268,39 @@ fn features(args: &FeaturesArgs) -> Result<()> {
             args.device
         )));
     }
+    let mut gpu = None;
     if !request.cpu_only() {
         let options = sonograph_gpu::OpenOptions {
-            precision: args.spec.precision.for_spec(&spec),
+            precision,
             budget: gpu_cli::budget(args.gpu_memory.as_deref())?,
             cpu_threads: None,
         };
         let set = gpu_cli::device_set(&args.device)?;
-        let device = gpu_cli::open(&set, &spec, &options)?.pop();
-        // `auto` without a usable GPU is the CPU, which streams the file below.
-        if let Some(gpu) = device.filter(|d| !d.is_cpu()) {
-            return gpu_cli::features(args, &spec, gpu);
-        }
+        // `auto` without a usable GPU is the CPU, which streams the file.
+        gpu = gpu_cli::open(&set, &spec, &options)?
+            .pop()
+            .filter(|d| !d.is_cpu());
     }
-    let mut extractor = CpuExtractor::with_precision(&spec, args.spec.precision.for_spec(&spec))
-        .map_err(|e| user(e.to_string()))?;
     let opts = decode_options(args.channel, &args.limits)?;
-    // The header's length (when it has one) sizes the rows at once.
-    let expected = sonograph_io::AudioReader::open(&args.input, &opts)
-        .ok()
-        .and_then(|r| r.expected_seconds())
-        .map_or(0, |s| (s * f64::from(spec.sample_rate)) as usize);
-    extractor.begin_sized(expected);
-    // Frames are computed while the file is still being decoded, on another core.
-    let summary =
-        sonograph_io::stream_mono_pipelined(&args.input, &opts, spec.sample_rate, |chunk| {
-            extractor.push(chunk)
-        })
-        .map_err(|e| match e {
-            StreamError::Decode(d) => user(d.to_string()),
-            other => user(other.to_string()),
-        })?;
-    let mut out = Vec::new();
-    let frames = extractor
-        .finish(&mut out)
-        .map_err(|e| user(format!("{}: {e}", args.input.display())))?;
-    if frames == 0 {
-        eprintln!(
-            "sonograph: warning: {}: {} samples at {} Hz are shorter than one frame; writing 0 frames (as the reference does)",
-            args.input.display(),
-            summary.output_samples,
-            spec.sample_rate
-        );
+    let done = sonograph_pipeline::one_file::file_features(
+        &args.input,
+        &spec,
+        precision,
+        &opts,
+        gpu,
+        &args.out,
+        args.dtype.into(),
+    )
+    .map_err(job_error)?;
+    for warning in &done.warnings {
+        eprintln!("sonograph: warning: {warning}");
     }
-    sonograph_io::write_npy(&args.out, &[frames, spec.n_bins()], &out, args.dtype.into())
-        .map_err(|e| user(e.to_string()))?;
     tracing::info!(
         input = %args.input.display(),
-        frames,
+        frames = done.frames,
         bins = spec.n_bins(),
         spec_id = %spec.spec_id(),
+        device = %done.device,
         "wrote {}",
         args.out.display()
     );
@@ -340,98 +333,14 @@ fn bench(args: &BenchArgs) -> Result<()> {
         return gpu_cli::bench(args, device);
     }
     let spec = load_spec(&args.spec)?;
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(args.threads)
-        .build()
-        .context("cannot start the thread pool")?;
-    let threads = pool.current_num_threads();
     let opts = decode_options(None, &args.limits)?;
-    let (audio_seconds, times) = if args.decode_only {
-        let mut seconds = 0.0;
-        for path in &args.inputs {
-            let info = sonograph_io::AudioReader::open(path, &opts)
-                .map_err(|e| user(e.to_string()))?
-                .info()
-                .clone();
-            let n = decode_native(path, &opts)?;
-            seconds += n as f64 / f64::from(info.sample_rate);
-        }
-        let times = timed(args.repeat, || {
-            pool.install(|| {
-                use rayon::prelude::*;
-                args.inputs
-                    .par_iter()
-                    .map(|p| decode_native(p, &opts).map(|_| ()))
-                    .collect::<Result<()>>()
-            })
-        })?;
-        (seconds, times)
+    let timing = if args.decode_only {
+        bench::time_decode(&spec, &args.inputs, &opts, args.threads, args.repeat)
     } else {
-        let clips: Vec<Vec<f32>> = args
-            .inputs
-            .iter()
-            .map(|p| {
-                sonograph_io::decode_mono(p, &opts, spec.sample_rate)
-                    .map_err(|e| user(e.to_string()))
-            })
-            .collect::<Result<_>>()?;
-        let seconds =
-            clips.iter().map(|c| c.len()).sum::<usize>() as f64 / f64::from(spec.sample_rate);
-        let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
+        let clips = bench::decode_clips(&args.inputs, &opts, &spec).map_err(job_error)?;
         let precision = args.spec.precision.for_spec(&spec);
-        // The same backend `extract` runs, on a pool of `--threads` workers.
-        let mut backend = CpuBackend::with_threads(&spec, precision, args.threads)
-            .map_err(|e| user(e.to_string()))?;
-        let mut out = FeatureBatch::new(spec.n_bins());
-        let times = timed(args.repeat, || {
-            out.reset(spec.n_bins());
-            backend.extract_batch(&batch, &mut out)?;
-            for i in 0..out.len() {
-                out.item(i).map_err(|e| user(e.to_string()))?;
-            }
-            Ok(())
-        })?;
-        (seconds, times)
+        bench::time_cpu(&spec, precision, args.threads, &clips, args.repeat)
     };
-    let median = times[times.len() / 2];
-    let report = serde_json::json!({
-        "mode": if args.decode_only { "decode" } else { "extract" },
-        "spec_id": spec.spec_id(),
-        "threads": threads,
-        "files": args.inputs.len(),
-        "audio_seconds": audio_seconds,
-        "median_seconds": median,
-        "audio_seconds_per_second": audio_seconds / median,
-        "repeats": times.len(),
-    });
-    println!("{report}");
+    println!("{}", serde_json::to_string(&timing.map_err(job_error)?)?);
     Ok(())
-}
-
-/// Decodes at the file's own rate, discarding the samples; returns the frame count.
-fn decode_native(path: &Path, opts: &DecodeOptions) -> Result<u64> {
-    let mut reader =
-        sonograph_io::AudioReader::open(path, opts).map_err(|e| user(e.to_string()))?;
-    while reader
-        .next_chunk()
-        .map_err(|e| user(e.to_string()))?
-        .is_some()
-    {}
-    Ok(reader.frames_read())
-}
-
-/// Runs `f` once to warm up, then `repeat` times; returns the sorted durations in seconds.
-fn timed(repeat: usize, mut f: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
-    if repeat == 0 {
-        return Err(user("--repeat must be at least 1"));
-    }
-    f()?;
-    let mut times = Vec::with_capacity(repeat);
-    for _ in 0..repeat {
-        let t = Instant::now();
-        f()?;
-        times.push(t.elapsed().as_secs_f64());
-    }
-    times.sort_by(f64::total_cmp);
-    Ok(times)
 }

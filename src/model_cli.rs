@@ -1,28 +1,19 @@
 //! `sonograph vad` and `sonograph transcribe`: Silero VAD and NeMo ASR exports through
 //! sonograph-model (onnxruntime, loaded at run time). `transcribe` is a job of the pipeline
-//! (sonograph_pipeline::transcribe); this file parses its flags and calls it. `vad` streams
-//! each file through the segmenter; bad input stops it with one line naming the file
-//! (exit 2), and its output is written under a temporary name and renamed when complete.
+//! (sonograph_pipeline::transcribe), `vad` one of sonograph_pipeline::vad; this file parses
+//! their flags and calls them.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::path::PathBuf;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::Result;
 use clap::Args;
-use rayon::prelude::*;
-use sonograph_io::manifest::{Entry, Source, SourceItem};
-use sonograph_io::DecodeOptions;
-use sonograph_model::{Runtime, Segment, VadParams};
+use sonograph_model::VadParams;
 use sonograph_pipeline::transcribe::{
-    at_16k, is_manifest, run_transcribe, stream_vad, SegmentMode, Segmenters, TranscribeJob,
-    TranscriptFormat, VadEvent, VadStop,
+    run_transcribe, SegmentMode, TranscribeJob, TranscriptFormat,
 };
+use sonograph_pipeline::vad::{run_vad, VadJob};
 
 use crate::{user, LimitArgs};
-
-use sonograph_pipeline::transcribe::OUT_RATE;
 
 /// What both commands take about their input and the runtime.
 #[derive(Args)]
@@ -37,21 +28,6 @@ pub(crate) struct InputArgs {
     /// (pip install onnxruntime==1.31.1).
     #[arg(long, env = "SONOGRAPH_ORT_LIB")]
     ort_lib: Option<PathBuf>,
-}
-
-impl InputArgs {
-    fn runtime(&self) -> Result<&'static Runtime> {
-        Runtime::get(self.ort_lib.as_deref()).map_err(|e| user(e.to_string()))
-    }
-
-    /// The decoding of `item`: the channel and limits, the item's offset and duration.
-    fn options(&self, item: &SourceItem) -> Result<DecodeOptions> {
-        Ok(DecodeOptions {
-            offset_s: item.offset_s,
-            duration_s: item.duration_s,
-            ..crate::decode_options(self.channel, &self.limits)?
-        })
-    }
 }
 
 /// `get_speech_timestamps`' parameters, with its defaults.
@@ -161,129 +137,17 @@ pub(crate) struct TranscribeArgs {
     input: InputArgs,
 }
 
-/// `path` written under a temporary name beside it, published by [`Staged::commit`].
-struct Staged(sonograph_io::publish::Draft);
-
-impl Staged {
-    fn create(path: &Path) -> Result<(Self, BufWriter<File>)> {
-        let (draft, f) = sonograph_io::publish::Draft::create(path)
-            .map_err(|e| user(format!("{}: cannot write: {e}", path.display())))?;
-        Ok((Staged(draft), BufWriter::new(f)))
-    }
-    fn path(&self) -> &Path {
-        self.0.path()
-    }
-    fn commit(self, w: BufWriter<File>) -> Result<()> {
-        let path = self.path().to_path_buf();
-        let f = w
-            .into_inner()
-            .map_err(|e| anyhow!("{}: cannot write: {e}", path.display()))?;
-        self.0
-            .sync(f)
-            .and_then(|s| s.publish())
-            .with_context(|| format!("{}: cannot write", path.display()))
-    }
-}
-
-/// Calls `each` with the audio items of the inputs, in order: files as given, folders walked
-/// (sorted), manifests (with `manifests`) streamed line by line. A manifest line that cannot be
-/// used stops the command with its id and reason.
-fn for_each_item(
-    inputs: &[PathBuf],
-    manifests: bool,
-    mut each: impl FnMut(&SourceItem) -> Result<()>,
-) -> Result<()> {
-    for input in inputs {
-        if input.is_dir() || (manifests && input.is_file() && is_manifest(input)) {
-            let source = Source::open(input).map_err(|e| user(e.to_string()))?;
-            for entry in source.entries().map_err(|e| user(e.to_string()))? {
-                match entry.map_err(|e| user(e.to_string()))? {
-                    Entry::Item(item) => each(&item)?,
-                    Entry::Invalid { id, reason } => {
-                        return Err(user(format!("{}: {id}: {reason}", input.display())))
-                    }
-                    // `Source::open` lists audio only.
-                    Entry::Iq { id, .. } => {
-                        return Err(user(format!("{}: {id}: not audio", input.display())))
-                    }
-                }
-            }
-        } else {
-            each(&SourceItem {
-                id: input.display().to_string(),
-                path: input.clone(),
-                offset_s: 0.0,
-                duration_s: None,
-            })?;
-        }
-    }
-    Ok(())
-}
-
-/// Files whose segments are computed at once (in parallel) before they are written in order.
-const VAD_CHUNK: usize = 256;
-
 pub(crate) fn vad(args: &VadArgs) -> Result<()> {
-    let params = args.vad.params()?;
-    crate::limits(&args.input.limits)?;
-    let rt = args.input.runtime()?;
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(args.jobs)
-        .build()
-        .context("cannot start the thread pool")?;
-    // One set of segmenters per worker at most, reused from chunk to chunk.
-    let idle: Mutex<Vec<Segmenters>> = Mutex::new(Vec::new());
-    let segments_of = |item: &SourceItem| -> Result<(u32, Vec<Segment>)> {
-        let taken = idle.lock().map(|mut v| v.pop()).unwrap_or(None);
-        let mut segmenters = taken.unwrap_or_else(|| Segmenters::new(rt, params));
-        let opts = args.input.options(item)?;
-        let mut found = Vec::new();
-        let rate = stream_vad(&mut segmenters, item, &opts, None, |event| {
-            if let VadEvent::Segment(s) = event {
-                found.push(s);
-            }
-            Ok(())
-        })
-        .map_err(|e| match e {
-            VadStop::Runtime(message) => anyhow!(message),
-            input => user(input.to_string()),
-        })?;
-        if let Ok(mut v) = idle.lock() {
-            v.push(segmenters);
-        }
-        Ok((rate, found))
+    let job = VadJob {
+        inputs: args.inputs.clone(),
+        out: args.out.clone(),
+        params: args.vad.params()?,
+        jobs: args.jobs,
+        channel: args.input.channel,
+        limits: crate::limits(&args.input.limits)?,
+        ort_lib: args.input.ort_lib.clone(),
     };
-    let (staged, mut w) = Staged::create(&args.out)?;
-    let mut chunk: Vec<SourceItem> = Vec::with_capacity(VAD_CHUNK);
-    let mut write_chunk = |chunk: &mut Vec<SourceItem>| -> Result<()> {
-        let results: Vec<Result<(u32, Vec<Segment>)>> =
-            pool.install(|| chunk.par_iter().map(&segments_of).collect());
-        for (item, result) in chunk.drain(..).zip(results) {
-            let (rate, segments) = result?;
-            for s in segments {
-                let (start, end) = (at_16k(s.start, rate), at_16k(s.end, rate));
-                let line = serde_json::json!({
-                    "source": item.id,
-                    "start": start,
-                    "end": end,
-                    "start_s": start as f64 / f64::from(OUT_RATE),
-                    "end_s": end as f64 / f64::from(OUT_RATE),
-                });
-                writeln!(w, "{line}")
-                    .map_err(|e| user(format!("{}: cannot write: {e}", args.out.display())))?;
-            }
-        }
-        Ok(())
-    };
-    for_each_item(&args.inputs, false, |item| {
-        chunk.push(item.clone());
-        if chunk.len() == VAD_CHUNK {
-            write_chunk(&mut chunk)?;
-        }
-        Ok(())
-    })?;
-    write_chunk(&mut chunk)?;
-    staged.commit(w)
+    run_vad(&job).map_err(crate::job_error)
 }
 
 /// `sonograph transcribe`: exit 0, 3 when items or segments failed (listed in the report and
@@ -310,7 +174,7 @@ pub(crate) fn transcribe(args: &TranscribeArgs) -> Result<u8> {
         part_items: args.items_per_part,
         ..TranscribeJob::new(args.source.clone(), args.out.clone(), args.model.clone())
     };
-    let outcome = run_transcribe(&job).map_err(crate::extract::job_error)?;
+    let outcome = run_transcribe(&job).map_err(crate::job_error)?;
     let code = crate::extract::print_outcome(&args.out, &outcome, "audio");
     // Segments the model could not take fail no item; they are listed, and said by the code.
     let segments_failed = outcome.report().failures.len() as u64 > outcome.report().items_failed;

@@ -219,7 +219,7 @@ fn auto_noise_device(
         }
         let mut run = || {
             let noise = gpu.as_mut().map(|g| g as &mut dyn NoiseDevice);
-            generate(synth, seed, &indices, noise, pool).map_err(crate::extract::job_error)
+            generate(synth, seed, &indices, noise, pool).map_err(crate::job_error)
         };
         run()?;
         let t = std::time::Instant::now();
@@ -274,7 +274,7 @@ pub fn synth_iq(args: &SynthArgs) -> Result<u8> {
     }
     let noise = gpu.map(|g| Box::new(g) as Box<dyn NoiseDevice>);
     let on_gpu = noise.is_some();
-    let report = run_synth_iq(&job, noise, &pool).map_err(crate::extract::job_error)?;
+    let report = run_synth_iq(&job, noise, &pool).map_err(crate::job_error)?;
     eprintln!(
         "sonograph: shard {shard_index}/{shard_count}: {} recordings written, {} already there, in {:.1} s{}",
         report.written,
@@ -389,6 +389,6 @@ pub fn rf_features(args: &FeaturesArgs) -> Result<u8> {
     if let Some(w) = &watch {
         w.telemetry.detach_job();
     }
-    let outcome = outcome.map_err(crate::extract::job_error)?;
+    let outcome = outcome.map_err(crate::job_error)?;
     Ok(crate::extract::print_outcome(&args.out, &outcome, "IQ"))
 }

@@ -326,6 +326,13 @@ impl CpuBackend {
         Ok(b)
     }
 
+    /// The workers it runs on.
+    pub fn threads(&self) -> usize {
+        self.pool
+            .as_ref()
+            .map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
+    }
+
     fn run(&self, batch: &AudioBatch) -> Vec<Result<Vec<f32>, ItemError>> {
         let spec = &self.spec;
         let precision = self.precision;

@@ -16,6 +16,10 @@ pub enum JobError {
     /// A model (or the runtime it needs) that cannot load, or cannot take the job's features.
     #[error("{0}")]
     Model(String),
+    /// An input that cannot be used by a job that stops at one (`vad`, `bench`, `features`):
+    /// the file and why.
+    #[error("{0}")]
+    Input(String),
     #[error(transparent)]
     Source(#[from] SourceError),
     #[error(transparent)]
@@ -48,6 +52,7 @@ impl JobError {
             self,
             JobError::Config(_)
                 | JobError::Model(_)
+                | JobError::Input(_)
                 | JobError::Source(_)
                 | JobError::Ledger(
                     LedgerError::SpecMismatch { .. } | LedgerError::ShardMismatch { .. }

@@ -12,6 +12,7 @@
 
 pub mod alerts;
 pub mod batcher;
+pub mod bench;
 mod budget;
 mod config;
 mod decode;
@@ -23,6 +24,7 @@ mod layout;
 pub mod live;
 pub mod manifest;
 pub mod model;
+pub mod one_file;
 pub mod options;
 mod report;
 pub mod rf_features;
@@ -35,6 +37,7 @@ pub mod telemetry;
 #[cfg(test)]
 mod testing;
 pub mod transcribe;
+pub mod vad;
 mod writer;
 
 pub use batcher::{

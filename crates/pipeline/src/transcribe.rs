@@ -20,9 +20,7 @@ use sonograph_io::ledger::{Ledger, LedgerReader, PieceRecord};
 use sonograph_io::manifest::{Entry, SourceItem, SourceOptions};
 use sonograph_io::transcripts::{TranscriptRow, TranscriptWriter};
 use sonograph_io::{AudioReader, StreamError};
-use sonograph_model::{
-    AsrModel, ModelBatch, ModelError, Runtime, Segment, VadParams, VadSegmenter,
-};
+use sonograph_model::{AsrModel, ModelBatch, Runtime, VadParams};
 
 use crate::batcher::{AdaptiveBatcher, BatcherConfig};
 use crate::error::JobError;
@@ -32,9 +30,9 @@ use crate::live::LiveJob;
 use crate::model::{FeatureRows, NoFallback};
 use crate::report::{peak_rss_mb, DeviceReport, Failure, Report, StageTimes};
 use crate::source::ShardSource;
+use crate::vad::{stream_vad, Segmenters, SinkStop, VadEvent, VadStop};
 
-/// Timestamps are given in samples at this rate, whatever the file's.
-pub const OUT_RATE: u32 = 16_000;
+pub use crate::vad::OUT_RATE;
 
 /// Items per part by default.
 pub const DEFAULT_PART_ITEMS: usize = 1024;
@@ -740,123 +738,4 @@ impl TranscriptSink {
         self.write_s += t.elapsed().as_secs_f64();
         Ok(())
     }
-}
-
-/// An error from inside a stream's sink, carried out of sonograph-io as it is.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct SinkStop(String);
-
-/// What [`stream_vad`] reports, in order: the samples of a chunk, the segments they complete,
-/// then the segmenter after the chunk.
-pub enum VadEvent<'a> {
-    Samples(&'a [f32]),
-    Segment(Segment),
-    Pushed(&'a VadSegmenter),
-}
-
-/// Why streaming a file through the VAD stopped. Each message names the file.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum VadStop {
-    /// The input: a file that does not decode, NaN samples, a rate the model cannot take.
-    #[error("{0}")]
-    Input(String),
-    /// onnxruntime itself.
-    #[error("{0}")]
-    Runtime(String),
-}
-
-/// A model error on `path`: the input's fault unless onnxruntime failed.
-fn model_error(path: &Path, e: ModelError) -> VadStop {
-    match e {
-        ModelError::Runtime(msg) => {
-            VadStop::Runtime(format!("{}: onnxruntime: {msg}", path.display()))
-        }
-        other => VadStop::Input(format!("{}: {other}", path.display())),
-    }
-}
-
-/// Segmenters by rate, kept from one file to the next: opening one loads the model into a new
-/// onnxruntime session, which costs more than a short clip's VAD.
-pub struct Segmenters {
-    rt: &'static Runtime,
-    params: VadParams,
-    by_rate: HashMap<u32, VadSegmenter>,
-}
-
-impl Segmenters {
-    pub fn new(rt: &'static Runtime, params: VadParams) -> Self {
-        Segmenters {
-            rt,
-            params,
-            by_rate: HashMap::new(),
-        }
-    }
-
-    /// A segmenter at `rate`, reset.
-    fn at(&mut self, rate: u32) -> Result<&mut VadSegmenter, ModelError> {
-        let seg = match self.by_rate.entry(rate) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(VadSegmenter::new(self.rt, &self.params, rate)?)
-            }
-        };
-        seg.reset();
-        Ok(seg)
-    }
-}
-
-/// Streams `item` through Silero VAD: at the file's rate where silero-vad takes it (8 kHz, or
-/// a multiple of 16 kHz, decimated as it does), else resampled to 16 kHz (or always at
-/// `force_rate`); returns that rate, in whose samples the segments are. An error from `on`
-/// (an input error, naming the file) stops the stream.
-pub fn stream_vad(
-    segmenters: &mut Segmenters,
-    item: &SourceItem,
-    opts: &DecodeOptions,
-    force_rate: Option<u32>,
-    mut on: impl FnMut(VadEvent<'_>) -> Result<(), String>,
-) -> Result<u32, VadStop> {
-    let reader = AudioReader::open(&item.path, opts).map_err(|e| VadStop::Input(e.to_string()))?;
-    let native = reader.info().sample_rate;
-    let rate = force_rate.unwrap_or(match VadSegmenter::model_rate(native) {
-        Some(_) => native,
-        None => OUT_RATE,
-    });
-    let seg = segmenters
-        .at(rate)
-        .map_err(|e| model_error(&item.path, e))?;
-    let mut found = Vec::new();
-    let mut runtime_failed = None;
-    sonograph_io::stream_reader(reader, rate, |chunk| {
-        on(VadEvent::Samples(chunk)).map_err(SinkStop)?;
-        if let Err(e) = seg.push(chunk, &mut found) {
-            let stop = model_error(&item.path, e);
-            let message = stop.to_string();
-            runtime_failed = Some(stop);
-            return Err(SinkStop(message));
-        }
-        for s in found.drain(..) {
-            on(VadEvent::Segment(s)).map_err(SinkStop)?;
-        }
-        on(VadEvent::Pushed(seg)).map_err(SinkStop)
-    })
-    .map_err(|e| match (runtime_failed.take(), e) {
-        (Some(stop), _) => stop,
-        (None, StreamError::Sink { source, .. }) => VadStop::Input(source.0),
-        (None, other) => VadStop::Input(other.to_string()),
-    })?;
-    seg.finish(&mut found)
-        .map_err(|e| model_error(&item.path, e))?;
-    for s in found.drain(..) {
-        on(VadEvent::Segment(s)).map_err(VadStop::Input)?;
-    }
-    Ok(rate)
-}
-
-/// Samples at `rate` as samples at 16 kHz: exact for 8 kHz (× 2) and for multiples of 16 kHz
-/// (segments there are multiples of the decimation step).
-pub fn at_16k(samples: u64, rate: u32) -> u64 {
-    samples * u64::from(OUT_RATE) / u64::from(rate)
 }
