@@ -99,13 +99,14 @@ pub(crate) fn device_error(e: sonograph_gpu::OpenError) -> PyErr {
 }
 
 /// A job's error as the exception of its kind: a bad option or source is the caller's
-/// (`OptionsError`), a model that cannot load `ModelError`, anything else the job's own
+/// (`OptionsError`), a file that stops the job `InputError`, a model that cannot load `ModelError`, anything else the job's own
 /// failure (`Error`).
 pub(crate) fn job_error(e: sonograph_pipeline::JobError) -> PyErr {
     use sonograph_pipeline::JobError;
     let text = crate::python_names(&e.to_string());
     match e {
         JobError::Model(_) => raise(4, text),
+        JobError::Input(_) => input_error(text),
         e if e.is_usage() => options_error(text),
         _ => error(text),
     }
