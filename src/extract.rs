@@ -25,11 +25,8 @@ pub struct ExtractArgs {
     /// they resolve to) and exit without running it.
     #[arg(long)]
     plan: bool,
-    /// Serve /metrics, /health and the dashboard on this address while the job runs.
-    #[arg(long, env = "SONOGRAPH_METRICS_ADDR")]
-    metrics_addr: Option<std::net::SocketAddr>,
     #[command(flatten)]
-    telemetry: crate::serve_cli::TelemetryArgs,
+    watch: crate::serve_cli::WatchArgs,
 }
 
 /// Exit codes of `extract`, as documented in the README.
@@ -51,15 +48,9 @@ pub fn extract(args: &ExtractArgs) -> Result<u8> {
     let spec = config.spec.clone();
     let devices = crate::gpu_cli::open_job(&plan.device, plan.gpu_memory.as_deref(), &mut config)?;
     let out = &config.out;
-    let watch = crate::serve_cli::watch(args.metrics_addr, &args.telemetry, out)?;
-    let live = sonograph_pipeline::LiveJob::new();
-    if let Some(w) = &watch {
-        w.telemetry.attach_job("extract", live.clone());
-    }
-    let outcome = sonograph_pipeline::run_live(&config, devices, Default::default(), live);
-    if let Some(w) = &watch {
-        w.telemetry.detach_job();
-    }
+    let outcome = args.watch.run("extract", out, |live| {
+        sonograph_pipeline::run_live(&config, devices, Default::default(), live.clone())
+    })?;
     let outcome = outcome.map_err(job_error)?;
     Ok(print_outcome(
         out,

@@ -9,7 +9,7 @@ use anyhow::Result;
 use clap::Args;
 use sonograph_model::VadParams;
 use sonograph_pipeline::transcribe::{
-    run_transcribe, SegmentMode, TranscribeJob, TranscriptFormat,
+    run_transcribe_live, SegmentMode, TranscribeJob, TranscriptFormat,
 };
 use sonograph_pipeline::vad::{run_vad, VadJob};
 
@@ -135,6 +135,8 @@ pub(crate) struct TranscribeArgs {
     threads: usize,
     #[command(flatten)]
     input: InputArgs,
+    #[command(flatten)]
+    watch: crate::serve_cli::WatchArgs,
 }
 
 pub(crate) fn vad(args: &VadArgs) -> Result<()> {
@@ -174,7 +176,12 @@ pub(crate) fn transcribe(args: &TranscribeArgs) -> Result<u8> {
         part_items: args.items_per_part,
         ..TranscribeJob::new(args.source.clone(), args.out.clone(), args.model.clone())
     };
-    let outcome = run_transcribe(&job).map_err(crate::job_error)?;
+    let outcome = args
+        .watch
+        .run("transcribe", &args.out, |live| {
+            run_transcribe_live(&job, live)
+        })?
+        .map_err(crate::job_error)?;
     let code = crate::extract::print_outcome(&args.out, &outcome, "audio");
     // Segments the model could not take fail no item; they are listed, and said by the code.
     let segments_failed = outcome.report().failures.len() as u64 > outcome.report().items_failed;

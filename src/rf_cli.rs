@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use sonograph_io::sigmf::{WriteType, DEFAULT_MAX_SAMPLES};
 use sonograph_pipeline::rf_features::{run_rf_features_live, RfFeaturesJob};
-use sonograph_pipeline::synth_iq::{generate, run_synth_iq, SynthFormat, SynthIqJob};
+use sonograph_pipeline::synth_iq::{generate, run_synth_iq_live, SynthFormat, SynthIqJob};
 use sonograph_rf::features::FeatureConfig;
 use sonograph_rf::rows::RowSpec;
 use sonograph_rf::spec::{ModKind, ModulationSpec, Range, SnrDefinition};
@@ -88,6 +88,8 @@ pub struct SynthArgs {
     /// Print the resolved spec as JSON and exit.
     #[arg(long)]
     print_spec: bool,
+    #[command(flatten)]
+    watch: crate::serve_cli::WatchArgs,
 }
 
 /// The spec from the file and the flags.
@@ -274,7 +276,12 @@ pub fn synth_iq(args: &SynthArgs) -> Result<u8> {
     }
     let noise = gpu.map(|g| Box::new(g) as Box<dyn NoiseDevice>);
     let on_gpu = noise.is_some();
-    let report = run_synth_iq(&job, noise, &pool).map_err(crate::job_error)?;
+    let report = args
+        .watch
+        .run("synth-iq", &args.out, |live| {
+            run_synth_iq_live(&job, noise, &pool, live)
+        })?
+        .map_err(crate::job_error)?;
     eprintln!(
         "sonograph: shard {shard_index}/{shard_count}: {} recordings written, {} already there, in {:.1} s{}",
         report.written,
@@ -341,11 +348,8 @@ pub struct FeaturesArgs {
     /// No progress bar even on a terminal.
     #[arg(long, env = "SONOGRAPH_NO_PROGRESS")]
     no_progress: bool,
-    /// Serve /metrics, /health and the dashboard on this address while the job runs.
-    #[arg(long, env = "SONOGRAPH_METRICS_ADDR")]
-    metrics_addr: Option<std::net::SocketAddr>,
     #[command(flatten)]
-    telemetry: crate::serve_cli::TelemetryArgs,
+    watch: crate::serve_cli::WatchArgs,
 }
 
 /// `sonograph rf-features`: exit 0, 3 when recordings failed (listed in the report), 2 on
@@ -380,15 +384,9 @@ pub fn rf_features(args: &FeaturesArgs) -> Result<u8> {
     };
     let device =
         rf_gpu(&args.device)?.map(|g| Box::new(g) as Box<dyn sonograph_rf::rows::PsdDevice>);
-    let watch = crate::serve_cli::watch(args.metrics_addr, &args.telemetry, &args.out)?;
-    let live = sonograph_pipeline::LiveJob::new();
-    if let Some(w) = &watch {
-        w.telemetry.attach_job("rf-features", live.clone());
-    }
-    let outcome = run_rf_features_live(&job, device, &live);
-    if let Some(w) = &watch {
-        w.telemetry.detach_job();
-    }
+    let outcome = args.watch.run("rf-features", &args.out, |live| {
+        run_rf_features_live(&job, device, live)
+    })?;
     let outcome = outcome.map_err(crate::job_error)?;
     Ok(crate::extract::print_outcome(&args.out, &outcome, "IQ"))
 }

@@ -1,4 +1,4 @@
-//! `sonograph serve` and `--metrics-addr` (`extract`, `rf-features`): the HTTP service
+//! `sonograph serve` and the `--metrics-addr` of every job command: the HTTP service
 //! (crates/server).
 
 use std::net::SocketAddr;
@@ -10,6 +10,7 @@ use anyhow::Result;
 use clap::Args;
 use sonograph_pipeline::alerts::AlertRules;
 use sonograph_pipeline::telemetry::{Telemetry, TelemetryConfig};
+use sonograph_pipeline::LiveJob;
 use sonograph_server::{Devices, ServerConfig, Sidecar};
 
 use crate::user;
@@ -101,42 +102,65 @@ pub fn serve(args: &ServeArgs) -> Result<u8> {
     Ok(0)
 }
 
-/// The telemetry of a job's run and, with `--metrics-addr`, its read-only server.
-pub struct Watch {
-    pub telemetry: Arc<Telemetry>,
-    _sidecar: Option<Sidecar>,
+/// `--metrics-addr` and the telemetry settings of every job command.
+#[derive(Args)]
+pub struct WatchArgs {
+    /// Serve /metrics, /health and the dashboard on this address while the job runs.
+    #[arg(long, env = "SONOGRAPH_METRICS_ADDR")]
+    metrics_addr: Option<SocketAddr>,
+    #[command(flatten)]
+    telemetry: TelemetryArgs,
 }
 
-/// Starts the sampler for a job (and the server when `addr` is given).
-pub fn watch(addr: Option<SocketAddr>, args: &TelemetryArgs, out: &Path) -> Result<Option<Watch>> {
-    let Some(addr) = addr else {
-        return Ok(None);
-    };
-    let devices = Devices::new(sonograph_gpu::disabled_devices());
-    devices.discover().map_err(user)?;
-    let telemetry = Telemetry::start(args.config()?, devices.probe());
-    if let Some(url) = &args.alert_webhook {
-        telemetry.add_alert_sink(Box::new(
-            sonograph_server::webhook::Webhook::new(url).map_err(user)?,
-        ));
-    }
-    let token = std::env::var("SONOGRAPH_TOKEN")
-        .ok()
-        .filter(|t| !t.is_empty());
-    let sidecar = Sidecar::start(addr, token, telemetry.clone(), devices).map_err(|e| {
-        if e.is_usage() {
-            user(format!("--metrics-addr: {e}"))
-        } else {
-            anyhow::Error::new(e)
+impl WatchArgs {
+    /// Runs `job` with its live counters, served on `--metrics-addr` while it runs (named
+    /// `kind` there), and returns what it returned.
+    pub fn run<T>(
+        &self,
+        kind: &str,
+        out: &Path,
+        job: impl FnOnce(&Arc<LiveJob>) -> T,
+    ) -> Result<T> {
+        let sidecar = self.serve(out)?;
+        let live = LiveJob::new();
+        if let Some((telemetry, _)) = &sidecar {
+            telemetry.attach_job(kind, live.clone());
         }
-    })?;
-    eprintln!(
-        "sonograph: metrics and dashboard of {} on http://{}",
-        out.display(),
-        sidecar.addr()
-    );
-    Ok(Some(Watch {
-        telemetry,
-        _sidecar: Some(sidecar),
-    }))
+        let result = job(&live);
+        if let Some((telemetry, _)) = &sidecar {
+            telemetry.detach_job();
+        }
+        Ok(result)
+    }
+
+    /// The sampler and its read-only server, where `--metrics-addr` asks for them.
+    fn serve(&self, out: &Path) -> Result<Option<(Arc<Telemetry>, Sidecar)>> {
+        let Some(addr) = self.metrics_addr else {
+            return Ok(None);
+        };
+        let devices = Devices::new(sonograph_gpu::disabled_devices());
+        devices.discover().map_err(user)?;
+        let telemetry = Telemetry::start(self.telemetry.config()?, devices.probe());
+        if let Some(url) = &self.telemetry.alert_webhook {
+            telemetry.add_alert_sink(Box::new(
+                sonograph_server::webhook::Webhook::new(url).map_err(user)?,
+            ));
+        }
+        let token = std::env::var("SONOGRAPH_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty());
+        let sidecar = Sidecar::start(addr, token, telemetry.clone(), devices).map_err(|e| {
+            if e.is_usage() {
+                user(format!("--metrics-addr: {e}"))
+            } else {
+                anyhow::Error::new(e)
+            }
+        })?;
+        eprintln!(
+            "sonograph: metrics and dashboard of {} on http://{}",
+            out.display(),
+            sidecar.addr()
+        );
+        Ok(Some((telemetry, sidecar)))
+    }
 }

@@ -1397,6 +1397,111 @@ fn rf_features_serves_metrics_while_it_runs() {
     job.wait_exit(Duration::from_secs(5));
 }
 
+/// `synth-iq --metrics-addr` serves its progress too: recordings written (items and rows),
+/// seconds of signal, the shard's total, the job running.
+#[test]
+fn synth_iq_serves_metrics_while_it_runs() {
+    let dir = Scratch::new("synth-sidecar");
+    const COUNT: f64 = 1_000_000.0;
+    let mut cmd = serving::command();
+    cmd.args([
+        "synth-iq",
+        "--count",
+        "1000000",
+        "--samples",
+        "4096",
+        "--seed",
+        "3",
+    ])
+    .args([
+        "--format",
+        "parquet",
+        "--rows-per-part",
+        "64",
+        "--workers",
+        "1",
+    ])
+    .arg("--out")
+    .arg(dir.path("out"))
+    .args([
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--telemetry-interval",
+        "0.1",
+    ]);
+    let mut job = Server::spawn(cmd, None, " on http://");
+    let m = metrics_once(&job, |m| {
+        // The running flag and the job's items come from the telemetry's samples.
+        value_of(m, "sonograph_job_running", &[]) == Some(1.0)
+            && value_of(m, "sonograph_job_items", &[("state", "total")]) == Some(COUNT)
+    });
+    let done = value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap();
+    assert!(done < COUNT, "the job ended before it was read: {done}");
+    assert_eq!(done % 64.0, 0.0, "parts of 64 recordings: {done}");
+    assert_eq!(value_of(&m, "sonograph_rows_total", &[]), Some(done));
+    let seconds = value_of(&m, "sonograph_audio_seconds_total", &[]).unwrap();
+    // 4096 samples at the spec's default 200 kHz each.
+    assert!(
+        (seconds - done * 4096.0 / 200_000.0).abs() < 1e-6 * done,
+        "{seconds} s for {done} recordings"
+    );
+    job.signal("-KILL");
+    job.wait_exit(Duration::from_secs(5));
+}
+
+/// `transcribe --metrics-addr` serves its progress: items done, transcripts written with their
+/// seconds once their part is committed, the shard's total, the job running.
+#[test]
+fn transcribe_serves_metrics_while_it_runs() {
+    if skip_ort::runtime_or_skip().is_none() {
+        return;
+    }
+    const ITEMS: usize = 5000;
+    let dir = Scratch::new("transcribe-sidecar");
+    let corpus = dir.path("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let clip = repo.join("tests/data/speech_16000_mono_s16.wav");
+    for i in 0..ITEMS {
+        std::fs::hard_link(&clip, corpus.join(format!("c{i:05}.wav"))).unwrap();
+    }
+    let mut cmd = serving::command();
+    cmd.arg("transcribe")
+        .arg(&corpus)
+        .arg("--model")
+        .arg(repo.join("crates/model/tests/data/asr/ctc"))
+        .arg("--out")
+        .arg(dir.path("out"))
+        .args(["--threads", "1", "--items-per-part", "4"])
+        .args([
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--telemetry-interval",
+            "0.1",
+        ]);
+    let mut job = Server::spawn(cmd, None, " on http://");
+    let m = metrics_once(&job, |m| {
+        // The running flag and the job's items come from the telemetry's samples.
+        value_of(m, "sonograph_job_running", &[]) == Some(1.0)
+            && value_of(m, "sonograph_job_items", &[("state", "total")]) == Some(ITEMS as f64)
+            && value_of(m, "sonograph_rows_total", &[]).unwrap_or(0.0) > 0.0
+    });
+    let done = value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap();
+    assert!(
+        done < ITEMS as f64,
+        "the job ended before it was read: {done}"
+    );
+    let seconds = value_of(&m, "sonograph_audio_seconds_total", &[]).unwrap();
+    let rows = value_of(&m, "sonograph_rows_total", &[]).unwrap();
+    // Each 2 s clip is transcribed whole: one row of (about) 2 s each.
+    assert!(
+        (seconds - 2.0 * rows).abs() < 0.01 * rows,
+        "{seconds} s in {rows} rows"
+    );
+    job.signal("-KILL");
+    job.wait_exit(Duration::from_secs(5));
+}
+
 /// Faults injected into a real GPU (lavapipe in CI) through the gpu crate's failpoints raise
 /// their alerts through the server: five OOMs in a row (`oom_burst`, WARNING) and a device
 /// lost for good (`device_lost`, ERROR, its work moved to the CPU). Each fires once, on

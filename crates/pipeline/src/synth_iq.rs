@@ -18,6 +18,7 @@ use sonograph_rf::{Complex32, NoiseDevice, NoiseJob, Synth, SynthSpec, Truth};
 
 use crate::error::JobError;
 use crate::layout::{io_err, OutputLayout};
+use crate::live::LiveJob;
 use crate::report::peak_rss_mb;
 
 /// SigMF recordings are generated and published in groups of this many.
@@ -71,8 +72,32 @@ pub struct SynthReport {
 /// Runs the job on `pool`, the noise stage on `noise` where given.
 pub fn run_synth_iq(
     job: &SynthIqJob,
+    noise: Option<Box<dyn NoiseDevice>>,
+    pool: &rayon::ThreadPool,
+) -> Result<SynthReport, JobError> {
+    run_synth_iq_live(job, noise, pool, &LiveJob::new())
+}
+
+/// [`run_synth_iq`], its progress counted in `live` as it goes (recordings of the shard,
+/// those already there, each one written and its seconds of signal), for `--metrics-addr`.
+/// A cancel stops it at a group's boundary with [`JobError::Canceled`]; what was written
+/// stays, and the same job run again writes the rest.
+pub fn run_synth_iq_live(
+    job: &SynthIqJob,
+    noise: Option<Box<dyn NoiseDevice>>,
+    pool: &rayon::ThreadPool,
+    live: &LiveJob,
+) -> Result<SynthReport, JobError> {
+    let report = synth_iq(job, noise, pool, live);
+    live.set_finished();
+    report
+}
+
+fn synth_iq(
+    job: &SynthIqJob,
     mut noise: Option<Box<dyn NoiseDevice>>,
     pool: &rayon::ThreadPool,
+    live: &LiveJob,
 ) -> Result<SynthReport, JobError> {
     if let SynthFormat::Parquet { rows_per_part: 0 } = job.format {
         return Err(JobError::Config("rows_per_part must be at least 1".into()));
@@ -91,8 +116,16 @@ pub fn run_synth_iq(
         SynthFormat::Parquet { rows_per_part } => rows_per_part,
         SynthFormat::Sigmf(_) => SIGMF_GROUP,
     };
+    let total = (range.end - range.start) as u64;
+    let seconds_each = job.spec.n_samples as f64 / job.spec.sample_rate;
+    live.set_items(total, 0);
     let mut start = range.start as u64;
     while start < range.end as u64 {
+        if live.is_canceled() {
+            return Err(JobError::Canceled {
+                undone: range.end as u64 - start,
+            });
+        }
         let end = ((start / step + 1) * step).min(range.end as u64);
         match job.format {
             SynthFormat::Sigmf(dtype) => {
@@ -100,6 +133,7 @@ pub fn run_synth_iq(
                     .filter(|&i| !sigmf_paths(&recording_base(&job.out, i)).0.exists())
                     .collect();
                 already_there += end - start - todo.len() as u64;
+                live.set_items(total, already_there);
                 let recs = generate(&synth, job.seed, &todo, noise.as_deref_mut(), pool)?;
                 // Written and synced side by side, then put in place together: one folder
                 // sync for the group's data and one for its metadata, not one per file.
@@ -127,16 +161,25 @@ pub fn run_synth_iq(
                 })?;
                 publish_sigmf(drafts)?;
                 written += todo.len() as u64;
+                for _ in &todo {
+                    live.row_written(seconds_each);
+                    live.item_done();
+                }
             }
             SynthFormat::Parquet { .. } => {
                 let path = job.out.join(format!("part-{start:09}-{end:09}.parquet"));
                 if path.exists() {
                     already_there += end - start;
+                    live.set_items(total, already_there);
                 } else {
                     let indices: Vec<u64> = (start..end).collect();
                     let recs = generate(&synth, job.seed, &indices, noise.as_deref_mut(), pool)?;
                     write_iq_part(&path, &indices, &recs, &job.spec, job.seed)?;
                     written += end - start;
+                    for _ in &indices {
+                        live.row_written(seconds_each);
+                        live.item_done();
+                    }
                 }
             }
         }

@@ -284,6 +284,20 @@ impl Transcriber {
 
 /// Runs the job.
 pub fn run_transcribe(job: &TranscribeJob) -> Result<JobOutcome, JobError> {
+    run_transcribe_live(job, &LiveJob::new())
+}
+
+/// [`run_transcribe`], its progress counted in `live` as it goes (items settled by an earlier
+/// run, items done and failed, transcript rows and their seconds), for `--metrics-addr`. A
+/// cancel stops the feeding of items; what was transcribed is written, and the job returns
+/// [`JobError::Canceled`].
+pub fn run_transcribe_live(job: &TranscribeJob, live: &LiveJob) -> Result<JobOutcome, JobError> {
+    let outcome = transcribe(job, live);
+    live.set_finished();
+    outcome
+}
+
+fn transcribe(job: &TranscribeJob, live: &LiveJob) -> Result<JobOutcome, JobError> {
     job.check()?;
     let started = Instant::now();
     let cpu_at_start = crate::host::process_cpu_seconds();
@@ -349,18 +363,22 @@ pub fn run_transcribe(job: &TranscribeJob) -> Result<JobOutcome, JobError> {
             .at(OUT_RATE)
             .map_err(|e| JobError::Model(format!("VAD: {e}")))?;
     }
-    let live = LiveJob::new();
     // A single file is shard 0's item (of any shard count).
     let single_here = single && job.shard_index == 0;
     let items_total = source
         .as_ref()
         .map_or(u64::from(single_here), |s| s.len() as u64);
+    // Settled by an earlier run, done or failed, as extract counts them for its progress.
+    live.set_items(
+        items_total,
+        sink.ledger.done_count()? + sink.ledger.failed_count()?,
+    );
     let (tx, rx) = crossbeam_channel::bounded::<Entry>(64);
     let (resumed, decode_s) = std::thread::scope(|scope| -> Result<(u64, f64), JobError> {
         // Owned here: an early return drops it, so a feeder blocked on a full queue gets an
         // error from its send and ends, and the scope's join does not wait for ever.
         let rx = rx;
-        let (source, live) = (&source, &live);
+        let source = &source;
         // The ledger's reader is the feeder's alone (a SQLite connection is not shared).
         let feeder = scope.spawn(move || -> Result<u64, JobError> {
             match source {
@@ -411,9 +429,13 @@ pub fn run_transcribe(job: &TranscribeJob) -> Result<JobOutcome, JobError> {
                 ),
             };
             match outcome {
-                Ok(()) => sink.ended.push(id),
+                Ok(()) => {
+                    live.item_done();
+                    sink.ended.push(id);
+                }
                 Err(ItemStop::Job(e)) => return Err(e),
                 Err(ItemStop::Item(reason)) => {
+                    live.item_failed(&id, &reason);
                     // What of it was cut or transcribed already goes with it.
                     pending.retain(|p| p.item != id);
                     done.rows.retain(|r| r.0 != id);
@@ -428,12 +450,12 @@ pub fn run_transcribe(job: &TranscribeJob) -> Result<JobOutcome, JobError> {
             if sink.ended.len() + sink.failures.len() >= job.part_items {
                 tr.flush(&mut pending, &mut done);
                 tr.lost()?;
-                sink.write_part(&mut done)?;
+                sink.write_part(&mut done, live)?;
             }
         }
         tr.flush(&mut pending, &mut done);
         tr.lost()?;
-        sink.write_part(&mut done)?;
+        sink.write_part(&mut done, live)?;
         let resumed = feeder
             .join()
             .map_err(|_| JobError::Internal("the item feeder panicked".into()))??;
@@ -480,7 +502,7 @@ pub fn run_transcribe(job: &TranscribeJob) -> Result<JobOutcome, JobError> {
         peak_rss_mb: peak_rss_mb(),
         failures,
     };
-    finish_output(&layout, &report, false)?;
+    finish_output(&layout, &report, live.is_canceled())?;
     Ok(JobOutcome::Finished(report))
 }
 
@@ -649,7 +671,7 @@ impl TranscriptSink {
 
     /// Writes the transcripts of the items ended since the last part (all of `done`: the
     /// pending segments were run before) and records the items that failed.
-    fn write_part(&mut self, done: &mut Transcribed) -> Result<(), JobError> {
+    fn write_part(&mut self, done: &mut Transcribed, live: &LiveJob) -> Result<(), JobError> {
         let t = Instant::now();
         if !self.failures.is_empty() {
             let list: Vec<(&str, &str, &str)> = self
@@ -698,6 +720,11 @@ impl TranscriptSink {
         self.ledger.begin_part(part, &file, &records)?;
         let rows = std::mem::take(&mut done.rows);
         let count = rows.len() as u64;
+        // Counted live once the part is committed.
+        let row_seconds: Vec<f64> = rows
+            .iter()
+            .map(|(_, row, ..)| row.end_s - row.start_s)
+            .collect();
         match self.format {
             TranscriptFormat::Jsonl => {
                 let mut text = String::new();
@@ -729,6 +756,9 @@ impl TranscriptSink {
         }
         let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         self.ledger.commit_part(part, bytes)?;
+        for seconds in row_seconds {
+            live.row_written(seconds);
+        }
         self.next_part = Some(part + 1);
         self.rows_written += count;
         self.parts_written += 1;
