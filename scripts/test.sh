@@ -73,15 +73,15 @@ step cargo test --workspace --locked --no-fail-fast
 step bash python/test.sh
 step cargo test --locked --no-fail-fast -p sonograph-gpu --features failpoints --test faults
 step cargo test --locked --no-fail-fast -p sonograph-model --features failpoints --test faults
-named_step cargo test --locked -p sonograph --features failpoints --test extract killed_at_random
-named_step cargo test --locked -p sonograph --features failpoints --test extract crash_at_any_step
-named_step cargo test --locked -p sonograph --features failpoints --test rf_cli crash_at_any_step
-named_step cargo test --locked -p sonograph --features failpoints --test models crash_at_any_step
-step cargo test --locked -p sonograph --features failpoints --test extract_model
-named_step cargo test --locked -p sonograph --features failpoints --test cli probe
-named_step cargo test --locked -p sonograph --features failpoints --test serve gpu_faults
-named_step cargo test --locked -p sonograph --features failpoints --test serve panicking_job
-step cargo test --locked -p sonograph --no-default-features --test cli
+named_step cargo test --locked -p sonograph --features failpoints --test integration extract::killed_at_random
+named_step cargo test --locked -p sonograph --features failpoints --test integration extract::crash_at_any_step
+named_step cargo test --locked -p sonograph --features failpoints --test integration rf_cli::crash_at_any_step
+named_step cargo test --locked -p sonograph --features failpoints --test integration models::crash_at_any_step
+named_step cargo test --locked -p sonograph --features failpoints --test integration extract_model::
+named_step cargo test --locked -p sonograph --features failpoints --test integration cli::probe
+named_step cargo test --locked -p sonograph --features failpoints --test integration serve::gpu_faults
+named_step cargo test --locked -p sonograph --features failpoints --test integration serve::panicking_job
+named_step cargo test --locked -p sonograph --no-default-features --test integration cli::
 named_step cargo test --locked -p sonograph-model --features cuda --test asr gpu_model_device
 
 read -r passed failed ignored < <(awk '/^test result:/ { p += $4; f += $6; i += $8 }

@@ -1,7 +1,7 @@
 //! The `sonograph` binary end to end: outputs, flags, environment variables, exit codes and
 //! error messages.
 
-mod common;
+use crate::common;
 use common::{bin, repo, stderr, Tmp};
 
 use std::path::{Path, PathBuf};

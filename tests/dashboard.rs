@@ -5,10 +5,8 @@
 //! for integration tests (CARGO_TARGET_TMPDIR, wherever the build directory is), and to
 //! docs/dashboard.png with `SONOGRAPH_UPDATE_SCREENSHOT=1`.
 
-#[path = "shared/serving.rs"]
-mod serving;
-#[path = "shared/skip.rs"]
-mod skip;
+use crate::shared::serving;
+use crate::shared::skip;
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpStream;

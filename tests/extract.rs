@@ -1,7 +1,7 @@
 //! `sonograph extract` end to end: a mixed corpus with broken files, kill -9 and resume,
 //! shards, long files in flat memory, manifests.
 
-mod common;
+use crate::common;
 use common::{bin, repo, stderr, Tmp};
 
 use std::collections::BTreeMap;
@@ -223,7 +223,7 @@ impl Lcg {
 /// the crash points by the process dying of SIGABRT with a pending part in the ledger, the
 /// kills by the process still running when killed. A failpoint sleeps in every executor batch
 /// so that the job lasts long enough, whatever the machine's load, for the kills to land.
-/// Needs the failpoints build: `cargo test --features failpoints --test extract`.
+/// Needs the failpoints build: `cargo test --features failpoints --test integration extract::`.
 #[cfg(feature = "failpoints")]
 #[test]
 fn killed_at_random_moments_and_resumed_equals_a_clean_run() {
@@ -356,7 +356,7 @@ fn killed_at_random_moments_and_resumed_equals_a_clean_run() {
 /// a job — job.json, every part, the report, the done marker — and the same command run again
 /// finishes it: every item exactly once, no temporary file left or taken as a part, and the
 /// dataset a clean run gives. Needs the failpoints build:
-/// `cargo test --features failpoints --test extract crash_at_any_step`.
+/// `cargo test --features failpoints --test integration extract::crash_at_any_step`.
 #[cfg(feature = "failpoints")]
 #[test]
 fn a_crash_at_any_step_of_any_publish_loses_and_doubles_nothing() {

@@ -3,8 +3,7 @@
 //! `ComplexStft` of the recording's samples. Specs and sources of the wrong kind, recordings
 //! at another rate and truncated data are item failures that name the file and say why.
 
-#[allow(dead_code)] // the helpers other test files use
-mod common;
+use crate::common;
 use common::{bin, stderr, Tmp};
 
 use std::path::Path;

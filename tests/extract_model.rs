@@ -6,15 +6,12 @@
 //! lost model device, and a crash mid-way through a VAD job, with nothing lost or doubled.
 //! Tests that need onnxruntime say why they skipped without it.
 
-#[allow(dead_code)]
-mod common;
+use crate::common;
 use common::{bin, repo, run_with_peak_rss, stderr, write_wav, Tmp};
 
-#[path = "shared/skip_ort.rs"]
-mod skip_ort;
+use crate::shared::skip_ort;
 
-#[path = "shared/model_outputs.rs"]
-mod model_outputs;
+use crate::shared::model_outputs;
 use model_outputs::{floats, worst};
 
 use std::collections::{BTreeMap, HashMap};

@@ -10,8 +10,7 @@ use std::path::{Path, PathBuf};
 use sonograph_dsp::{CpuExtractor, ItemError, Precision};
 use sonograph_io::{decode_mono, read_npy_f32, DecodeOptions};
 
-#[path = "shared/golden_keys.rs"]
-mod golden_keys;
+use crate::shared::golden_keys;
 use golden_keys::spec_for;
 
 const LOG_ATOL: f64 = 2e-4;

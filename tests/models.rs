@@ -5,15 +5,12 @@
 //! why they skipped without it (tests/shared/skip_ort.rs).
 
 // Not every helper of the shared module is used here.
-#[allow(dead_code)]
-mod common;
+use crate::common;
 #[cfg(feature = "failpoints")]
-#[path = "shared/publish_crash.rs"]
-mod publish_crash;
+use crate::shared::publish_crash;
 use common::{bin, repo, run_with_peak_rss, stderr, write_wav, Tmp};
 
-#[path = "shared/skip_ort.rs"]
-mod skip_ort;
+use crate::shared::skip_ort;
 
 use std::path::Path;
 use std::process::Output;
@@ -579,7 +576,7 @@ fn transcribe_lists_a_bad_item_and_shards_and_resumes() {
 /// A crash (by failpoint, as kill -9 or a power cut) at each step of publishing each file of
 /// a `transcribe` run, and the same command run again gives the transcripts of a clean run,
 /// each item's once. Needs the failpoints build:
-/// `cargo test --features failpoints --test models crash_at_any_step`.
+/// `cargo test --features failpoints --test integration models::crash_at_any_step`.
 #[cfg(feature = "failpoints")]
 #[test]
 fn transcribe_after_a_crash_at_any_step_of_any_publish_equals_a_clean_run() {

@@ -3,15 +3,10 @@
 //! kill -9 and SIGTERM leave behind. `extract --metrics-addr` too.
 
 #[cfg(all(feature = "failpoints", feature = "gpu"))]
-#[allow(dead_code)]
-mod common;
-#[path = "shared/serving.rs"]
-mod serving;
-#[allow(clippy::duplicate_mod)]
-#[path = "shared/skip.rs"]
-mod skip;
-#[path = "shared/skip_ort.rs"]
-mod skip_ort;
+use crate::common;
+use crate::shared::serving;
+use crate::shared::skip;
+use crate::shared::skip_ort;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -1506,7 +1501,7 @@ fn transcribe_serves_metrics_while_it_runs() {
 /// their alerts through the server: five OOMs in a row (`oom_burst`, WARNING) and a device
 /// lost for good (`device_lost`, ERROR, its work moved to the CPU). Each fires once, on
 /// `gpu:0`, and closes when the job ends; every item is still done.
-/// Needs the failpoints build: `cargo test --features failpoints --test serve gpu_faults`.
+/// Needs the failpoints build: `cargo test --features failpoints --test integration serve::gpu_faults`.
 #[cfg(all(feature = "failpoints", feature = "gpu"))]
 #[test]
 fn gpu_faults_raise_oom_burst_and_device_lost_alerts() {
@@ -1585,7 +1580,7 @@ fn gpu_faults_raise_oom_burst_and_device_lost_alerts() {
 
 /// A panic inside a job fails that job with its message, and the queue goes on: the next job
 /// runs and the server keeps answering. Needs the failpoints build:
-/// `cargo test --features failpoints --test serve panicking_job`.
+/// `cargo test --features failpoints --test integration serve::panicking_job`.
 #[cfg(feature = "failpoints")]
 #[test]
 fn a_panicking_job_fails_alone_and_the_queue_goes_on() {

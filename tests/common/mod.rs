@@ -4,8 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 #[cfg(feature = "gpu")]
-#[path = "../shared/skip.rs"]
-mod skip;
+use crate::shared::skip;
 
 /// The binary, with none of the environment variables that would change what it does
 /// (flags from `SONOGRAPH_*`, shards from Kubernetes or Slurm).

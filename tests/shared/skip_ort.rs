@@ -2,14 +2,10 @@
 //! `SONOGRAPH_REQUIRE_ORT=1` (set by CI, which pip-installs onnxruntime==1.31.1) it fails,
 //! naming why; otherwise it prints why and appends a line to `$SONOGRAPH_SKIP_LOG`, so that
 //! the run ends with a count of skipped tests. The onnxruntime twin of skip.rs (whose
-//! recording it uses); included with `#[path]` by every test that needs the runtime, so that
-//! no model test skips in any other way.
+//! recording it uses); every test that needs the runtime goes through it, so that no model
+//! test skips in any other way.
 
-// A test that also has tests/common (which loads skip.rs for its GPU checks) loads it twice:
-// harmless, it holds functions only.
-#[allow(clippy::duplicate_mod)]
-#[path = "skip.rs"]
-mod gpu_skip;
+use super::skip as gpu_skip;
 
 /// onnxruntime, or `None` after recording the skip (the caller returns). Fails under
 /// `SONOGRAPH_REQUIRE_ORT=1`.
