@@ -5,7 +5,11 @@
 //! recording it uses); every test that needs the runtime goes through it, so that no model
 //! test skips in any other way.
 
-use super::skip as gpu_skip;
+// Included with `#[path]` by the model crate's tests too, so it brings skip.rs itself; the
+// integration tests have it twice, which is harmless: it holds functions only.
+#[allow(clippy::duplicate_mod)]
+#[path = "skip.rs"]
+mod gpu_skip;
 
 /// onnxruntime, or `None` after recording the skip (the caller returns). Fails under
 /// `SONOGRAPH_REQUIRE_ORT=1`.
