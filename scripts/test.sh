@@ -74,13 +74,13 @@ step bash python/test.sh
 step cargo test --locked --no-fail-fast -p sonograph-gpu --features failpoints --test faults
 step cargo test --locked --no-fail-fast -p sonograph-model --features failpoints --test faults
 named_step cargo test --locked -p sonograph --features failpoints --test integration extract::killed_at_random
-named_step cargo test --locked -p sonograph --features failpoints --test integration extract::crash_at_any_step
-named_step cargo test --locked -p sonograph --features failpoints --test integration rf_cli::crash_at_any_step
-named_step cargo test --locked -p sonograph --features failpoints --test integration models::crash_at_any_step
+named_step cargo test --locked -p sonograph --features failpoints --test integration extract::a_crash_at_any_step
+named_step cargo test --locked -p sonograph --features failpoints --test integration -- rf_cli::rf_features_after_a_crash_at_any_step rf_cli::synth_iq_after_a_crash_at_any_step
+named_step cargo test --locked -p sonograph --features failpoints --test integration models::transcribe_after_a_crash_at_any_step
 named_step cargo test --locked -p sonograph --features failpoints --test integration extract_model::
-named_step cargo test --locked -p sonograph --features failpoints --test integration cli::probe
+named_step cargo test --locked -p sonograph --features failpoints --test integration cli::a_device_that_fails_its_probe
 named_step cargo test --locked -p sonograph --features failpoints --test integration serve::gpu_faults
-named_step cargo test --locked -p sonograph --features failpoints --test integration serve::panicking_job
+named_step cargo test --locked -p sonograph --features failpoints --test integration serve::a_panicking_job
 named_step cargo test --locked -p sonograph --no-default-features --test integration cli::
 named_step cargo test --locked -p sonograph-model --features cuda --test asr gpu_model_device
 

@@ -356,7 +356,7 @@ fn killed_at_random_moments_and_resumed_equals_a_clean_run() {
 /// a job — job.json, every part, the report, the done marker — and the same command run again
 /// finishes it: every item exactly once, no temporary file left or taken as a part, and the
 /// dataset a clean run gives. Needs the failpoints build:
-/// `cargo test --features failpoints --test integration extract::crash_at_any_step`.
+/// `cargo test --features failpoints --test integration extract::a_crash_at_any_step`.
 #[cfg(feature = "failpoints")]
 #[test]
 fn a_crash_at_any_step_of_any_publish_loses_and_doubles_nothing() {

@@ -576,7 +576,7 @@ fn transcribe_lists_a_bad_item_and_shards_and_resumes() {
 /// A crash (by failpoint, as kill -9 or a power cut) at each step of publishing each file of
 /// a `transcribe` run, and the same command run again gives the transcripts of a clean run,
 /// each item's once. Needs the failpoints build:
-/// `cargo test --features failpoints --test integration models::crash_at_any_step`.
+/// `cargo test --features failpoints --test integration models::transcribe_after_a_crash`.
 #[cfg(feature = "failpoints")]
 #[test]
 fn transcribe_after_a_crash_at_any_step_of_any_publish_equals_a_clean_run() {

@@ -116,7 +116,7 @@ fn synth_iq_is_identical_for_any_workers_shards_and_resume() {
 /// a recording's data, its metadata, dataset.json — and the same command run again gives the
 /// dataset of a clean run, byte for byte, with no temporary file left: a recording whose
 /// metadata exists is never a torn one. Needs the failpoints build:
-/// `cargo test --features failpoints --test integration rf_cli::crash_at_any_step`.
+/// `cargo test --features failpoints --test integration rf_cli::`.
 #[cfg(feature = "failpoints")]
 #[test]
 fn synth_iq_after_a_crash_at_any_step_of_any_publish_equals_a_clean_run() {
@@ -502,7 +502,7 @@ fn a_bad_recording_is_listed_and_the_others_written() {
 /// A crash (by failpoint, as kill -9 or a power cut) at each step of publishing each file of
 /// an `rf-features` run — every part, job.json, the report, the completion marker — and the
 /// same command run again gives the rows of a clean run, each recording's once. Needs the
-/// failpoints build: `cargo test --features failpoints --test integration rf_cli::crash_at_any_step`.
+/// failpoints build: `cargo test --features failpoints --test integration rf_cli::`.
 #[cfg(feature = "failpoints")]
 #[test]
 fn rf_features_after_a_crash_at_any_step_of_any_publish_equals_a_clean_run() {

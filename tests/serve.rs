@@ -1580,7 +1580,7 @@ fn gpu_faults_raise_oom_burst_and_device_lost_alerts() {
 
 /// A panic inside a job fails that job with its message, and the queue goes on: the next job
 /// runs and the server keeps answering. Needs the failpoints build:
-/// `cargo test --features failpoints --test integration serve::panicking_job`.
+/// `cargo test --features failpoints --test integration serve::a_panicking_job`.
 #[cfg(feature = "failpoints")]
 #[test]
 fn a_panicking_job_fails_alone_and_the_queue_goes_on() {
