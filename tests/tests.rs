@@ -15,6 +15,7 @@ mod dashboard;
 mod extract;
 mod extract_iq;
 mod extract_model;
+mod frameworks;
 mod golden;
 mod models;
 mod rf_cli;

@@ -91,6 +91,23 @@ impl AudioBatch {
         &self.offsets
     }
 
+    /// The batch as `spec` frames it, where the spec has a fixed item length: each whole item
+    /// padded or cut to it ([`FeatureSpec::fixed_length`]); a piece of an item as it is (a
+    /// fixed-length spec refuses pieces). `None` where the spec takes items as they are.
+    pub fn fixed_for(&self, spec: &FeatureSpec) -> Option<AudioBatch> {
+        if spec.fixed_samples == 0 {
+            return None;
+        }
+        let mut b = AudioBatch::new();
+        for i in 0..self.len() {
+            match self.spans[i] {
+                None => b.push(&spec.fixed_length(self.item(i))),
+                piece => b.push_piece(self.item(i), piece),
+            }
+        }
+        Some(b)
+    }
+
     /// Items `range` as a batch of their own (for splitting a batch that did not fit).
     pub fn slice(&self, range: std::ops::Range<usize>) -> AudioBatch {
         let mut b = AudioBatch::new();

@@ -21,7 +21,7 @@ use crate::float::cast;
 pub use crate::float::Real;
 use crate::mel::MelBank;
 use crate::signal::{padded_index, reflect_index, scale_and_preemphasize};
-use crate::span::{check_finite, check_span, prepared_window, Span};
+use crate::span::{check_finite, check_span, piece_of_fixed_item, prepared_window, Span};
 use crate::spec::{
     FeatureSpec, Framing, InputKind, LogGuard, LogKind, Normalize, OutputKind, PadMode,
     PreemphasisScope,
@@ -377,6 +377,8 @@ impl CpuExtractor {
     /// Computes the features of one whole item and appends them (row-major, frames × bins)
     /// to `out`; returns the frame count.
     pub fn extract(&mut self, samples: &[f32], out: &mut Vec<f32>) -> Result<usize, ItemError> {
+        let fixed = self.spec.fixed_length(samples);
+        let samples = &fixed[..];
         if self.spec.output == OutputKind::Psd {
             self.begin();
             self.push(samples)?;
@@ -397,6 +399,15 @@ impl CpuExtractor {
         span: &Span,
         out: &mut Vec<f32>,
     ) -> Result<usize, ItemError> {
+        if self.spec.fixed_samples > 0 {
+            // An item is padded or cut whole: a piece of one has no fixed length to take.
+            if *span != Span::whole(&self.spec, window.len()) {
+                return Err(piece_of_fixed_item(&self.spec));
+            }
+            if window.len() != self.spec.fixed_samples {
+                return self.extract(window, out);
+            }
+        }
         if self.spec.output == OutputKind::Psd {
             // Only a whole item passes the check: Welch averages all its frames.
             check_span(&self.spec, window.len(), span)?;
@@ -512,6 +523,11 @@ impl CpuExtractor {
         if self.spec.is_complex() {
             return self.push_complex(samples);
         }
+        // A fixed length takes the item's first samples only (the rest is cut).
+        let samples = match self.spec.fixed_samples {
+            0 => samples,
+            n => &samples[..samples.len().min(n.saturating_sub(self.signal_len))],
+        };
         if let Some(i) = samples.iter().position(|s| !s.is_finite()) {
             let index = self.signal_len + i;
             self.in_item = false;
@@ -545,6 +561,14 @@ impl CpuExtractor {
         if !self.in_item || self.signal_len == 0 {
             self.in_item = false;
             return Err(ItemError::Empty);
+        }
+        if self.signal_len < self.spec.fixed_samples {
+            // Zeros to the fixed length, framed as any sample is.
+            let zeros = vec![0.0; (self.spec.fixed_samples - self.signal_len).min(1 << 16)];
+            while self.signal_len < self.spec.fixed_samples {
+                let n = zeros.len().min(self.spec.fixed_samples - self.signal_len);
+                self.push(&zeros[..n])?;
+            }
         }
         self.in_item = false;
         if self.signal_len < self.spec.min_samples {

@@ -38,6 +38,16 @@ impl Span {
     }
 }
 
+/// Why a piece of an item cannot be computed under a spec of fixed item length: the item is
+/// padded or cut whole, and a piece has no length of its own to take.
+pub fn piece_of_fixed_item(spec: &FeatureSpec) -> ItemError {
+    ItemError::BadSpan(format!(
+        "the spec pads or cuts every item to {} samples, so an item is computed whole, not in \
+         pieces",
+        spec.fixed_samples
+    ))
+}
+
 /// Frames whose samples all lie within the first `n` samples (or the left padding): those a
 /// stream can compute before it knows where the item ends.
 pub fn frames_ready(spec: &FeatureSpec, n: usize) -> usize {

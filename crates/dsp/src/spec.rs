@@ -217,12 +217,21 @@ pub struct FeatureSpec {
     /// Left out of the JSON when 0, so that specs without it keep their `spec_id`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub min_samples: usize,
+    /// Every item zero-padded at its end to, or cut at, this many samples before framing, so
+    /// that every item gives the same frames (transformers' `WhisperFeatureExtractor`: 30 s,
+    /// 480,000 samples, as openai-whisper's `transcribe` pads). 0 = the item as it is. Left
+    /// out of the JSON when 0, so that specs without it keep their `spec_id`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub fixed_samples: usize,
     /// Number of cepstral coefficients kept for `output = "mfcc"`.
     pub n_mfcc: usize,
     /// Cepstral lifter coefficient (0 = off): `c[i] *= 1 + L/2 sin(pi (i + 1) / L)`, as librosa.
     pub lifter: f32,
     pub output: OutputKind,
 }
+
+/// The longest fixed length a spec may ask for: an hour at 48 kHz (an item is held whole).
+pub const MAX_FIXED_SAMPLES: usize = 3600 * 48_000;
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
@@ -274,6 +283,7 @@ impl FeatureSpec {
             drop_nyquist: false,
             fftshift: false,
             min_samples: 0,
+            fixed_samples: 0,
             n_mfcc: 20,
             lifter: 0.0,
             output: OutputKind::Mel,
@@ -291,6 +301,16 @@ impl FeatureSpec {
             drop_last_frame: true,
             output: OutputKind::Logmel,
             ..Self::base()
+        }
+    }
+
+    /// transformers' `WhisperFeatureExtractor(feature_size=n_mels)` as fine-tuning recipes
+    /// call it (`padding="max_length"`, `truncation=True`): [`Self::whisper`] of the audio
+    /// zero-padded or cut to 30 s, 3,000 frames whatever its length.
+    pub fn whisper_hf(n_mels: usize) -> Self {
+        FeatureSpec {
+            fixed_samples: 30 * 16_000,
+            ..Self::whisper(n_mels)
         }
     }
 
@@ -421,6 +441,16 @@ impl FeatureSpec {
                 spec: Self::whisper(128),
             },
             Preset {
+                name: "whisper-hf",
+                matches: "transformers WhisperFeatureExtractor (5.24): the audio zero-padded or cut to 30 s, 80 mels, 3000 frames",
+                spec: Self::whisper_hf(80),
+            },
+            Preset {
+                name: "whisper-hf-128",
+                matches: "transformers WhisperFeatureExtractor(feature_size=128) (large-v3), 3000 frames",
+                spec: Self::whisper_hf(128),
+            },
+            Preset {
                 name: "kaldi",
                 matches: "Kaldi compute-fbank-feats / kaldi-native-fbank, 80 bins, dither 0",
                 spec: Self::kaldi(80),
@@ -512,9 +542,12 @@ impl FeatureSpec {
 
     /// The spectral core this spec computes in by default (`--precision auto`): f32 where the
     /// golden suite shows it holds the reference to the tolerance with margin and the
-    /// reference itself computes in f32 (Whisper's torch code), f64 everywhere else.
+    /// reference itself computes in f32 (Whisper's torch code, and transformers' extractor
+    /// for `whisper-hf`: 6e-5 from it at most on its fixtures), f64 everywhere else.
     pub fn default_precision(&self) -> crate::Precision {
-        if *self == Self::whisper(80) || *self == Self::whisper(128) {
+        let whisper = [Self::whisper(80), Self::whisper(128)];
+        let whisper_hf = [Self::whisper_hf(80), Self::whisper_hf(128)];
+        if whisper.contains(self) || whisper_hf.contains(self) {
             crate::Precision::F32
         } else {
             crate::Precision::F64
@@ -524,6 +557,23 @@ impl FeatureSpec {
     /// Complex (IQ) input.
     pub fn is_complex(&self) -> bool {
         self.input == InputKind::Complex
+    }
+
+    /// `samples` as the spec frames them: zero-padded at the end to, or cut at,
+    /// `fixed_samples` where it is set (an empty item stays empty: it has nothing to pad);
+    /// as they are otherwise.
+    pub fn fixed_length<'a>(&self, samples: &'a [f32]) -> std::borrow::Cow<'a, [f32]> {
+        let n = self.fixed_samples;
+        if n == 0 || samples.is_empty() || samples.len() == n {
+            return std::borrow::Cow::Borrowed(samples);
+        }
+        if samples.len() > n {
+            return std::borrow::Cow::Borrowed(&samples[..n]);
+        }
+        let mut padded = Vec::with_capacity(n);
+        padded.extend_from_slice(samples);
+        padded.resize(n, 0.0);
+        std::borrow::Cow::Owned(padded)
     }
 
     /// Values one sample takes in a sample buffer: 1 for audio, 2 for IQ (I then Q).
@@ -743,6 +793,26 @@ impl FeatureSpec {
     /// rather than given a meaning of sonograph's own.
     fn validate_input(&self) -> Result<(), SpecError> {
         let bad = |field: &'static str, reason: String| Err(SpecError::Invalid { field, reason });
+        if self.fixed_samples > 0 {
+            if self.input != InputKind::Real {
+                return bad(
+                    "fixed_samples",
+                    "pads or cuts audio items; IQ recordings are framed as they are".into(),
+                );
+            }
+            if self.output == OutputKind::Psd {
+                return bad(
+                    "fixed_samples",
+                    "a Welch PSD averages the item's frames: padding would change it".into(),
+                );
+            }
+            if self.fixed_samples > MAX_FIXED_SAMPLES {
+                return bad(
+                    "fixed_samples",
+                    format!("{} is over {MAX_FIXED_SAMPLES}", self.fixed_samples),
+                );
+            }
+        }
         if self.input == InputKind::Real {
             if self.fftshift {
                 return bad(
@@ -932,5 +1002,54 @@ mod tests {
         assert_eq!(k.n_frames(16_000), 98);
         assert_eq!(k.fmax_hz(), 8000.0);
         assert_eq!(k.n_bins(), 80);
+    }
+
+    #[test]
+    fn a_fixed_length_pads_or_cuts_whole_items_only() {
+        let spec = FeatureSpec::whisper_hf(80);
+        spec.validate().unwrap();
+        let short = spec.fixed_length(&[1.0; 10]);
+        assert_eq!(short.len(), 480_000);
+        assert!(short[..10].iter().all(|&x| x == 1.0) && short[10..].iter().all(|&x| x == 0.0));
+        let long = vec![0.5f32; 480_010];
+        assert_eq!(&*spec.fixed_length(&long), &long[..480_000]);
+        assert!(
+            spec.fixed_length(&[]).is_empty(),
+            "an empty item stays empty"
+        );
+        // Without a fixed length, and in the JSON (so other specs keep their spec_id).
+        assert_eq!(
+            FeatureSpec::whisper(80).fixed_length(&long).len(),
+            long.len()
+        );
+        assert!(!FeatureSpec::whisper(80).to_json().contains("fixed_samples"));
+        assert!(spec.to_json().contains("\"fixed_samples\": 480000"));
+        // Where padding has no meaning, the spec says so.
+        let mut psd = FeatureSpec::welch(16_000, 256);
+        psd.fixed_samples = 1000;
+        assert!(psd.validate().is_err());
+        let mut iq = FeatureSpec::preset("iq-power").unwrap();
+        iq.fixed_samples = 1000;
+        assert!(iq.validate().is_err());
+        // A piece of an item has no length of its own to pad: refused, whatever the window.
+        let mut ex = crate::CpuExtractor::new(&spec).unwrap();
+        let window = vec![0.1f32; 8000];
+        let piece = crate::span::Span {
+            sample_start: 0,
+            signal_len: 16_000,
+            first_frame: 0,
+            frames: 40,
+            last: false,
+        };
+        assert!(matches!(
+            ex.extract_span(&window, &piece, &mut Vec::new()),
+            Err(crate::ItemError::BadSpan(_))
+        ));
+        // A whole item through the span path is padded as `extract` pads it.
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let whole = crate::span::Span::whole(&spec, window.len());
+        assert_eq!(ex.extract_span(&window, &whole, &mut a), Ok(3000));
+        assert_eq!(ex.extract(&window, &mut b), Ok(3000));
+        assert_eq!(a, b);
     }
 }

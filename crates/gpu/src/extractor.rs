@@ -1317,12 +1317,18 @@ impl Extractor for GpuBackend {
         }
         let started = Instant::now();
         let before = self.ring.stats;
+        // A fixed-length spec's items padded or cut to that length, as the CPU takes them.
+        let fixed = batch.fixed_for(&self.spec);
+        let batch = fixed.as_ref().unwrap_or(batch);
         // Every item's span checked and laid out first; one the spec cannot take fails alone.
         // (Its samples are scanned as they are copied: see `fill`.)
         let spec = &self.spec;
         let checked: Vec<Result<Laid, ItemError>> = (0..batch.len())
             .map(|i| {
                 let item = batch.item(i);
+                if spec.fixed_samples > 0 && batch.span(i).is_some() {
+                    return Err(sonograph_dsp::span::piece_of_fixed_item(spec));
+                }
                 let span = batch
                     .span(i)
                     .copied()

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use sonograph_dsp::{FeatureSpec, Precision};
 use sonograph_io::decode::{ChannelMix, Limits};
+use sonograph_io::manifest::SourceItem;
 use sonograph_io::parquet::Dtype;
 use sonograph_io::sigmf::{DataType, DEFAULT_MAX_SAMPLES};
 use sonograph_io::Roots;
@@ -121,6 +122,24 @@ impl JobConfig {
 
     /// Checks every setting before anything runs: each size within its bounds (see
     /// [`bounds`]), and what the job may hold in memory at once within the machine's.
+    /// The spec's fixed item length in seconds, where it has one.
+    pub(crate) fn fixed_item_seconds(&self) -> Option<f64> {
+        (self.spec.fixed_samples > 0)
+            .then(|| self.spec.fixed_samples as f64 / f64::from(self.spec.sample_rate))
+    }
+
+    /// How much of `item` is decoded: all of it (or its manifest duration), except under a
+    /// spec of fixed length, which cuts the rest: then up to a second past that length, so
+    /// that a resampler's output is whole up to the cut (as when the whole file is resampled).
+    /// With voice activity, every segment is an item of its own, padded or cut alone, and the
+    /// whole file is read.
+    pub(crate) fn decoded_seconds(&self, item: &SourceItem) -> Option<f64> {
+        match self.fixed_item_seconds().filter(|_| self.vad.is_none()) {
+            None => item.duration_s,
+            Some(fixed) => Some(item.duration_s.map_or(fixed + 1.0, |d| d.min(fixed + 1.0))),
+        }
+    }
+
     pub fn check(&self) -> Result<(), JobError> {
         let config = self;
         let bad = |m: &str| Err(JobError::Config(m.to_string()));
@@ -149,6 +168,18 @@ impl JobConfig {
                 "chunk-seconds {} is shorter than one hop of the spec ({hop} s)",
                 config.chunk_seconds
             )));
+        }
+        if let Some(fixed) = config.fixed_item_seconds().filter(|_| config.vad.is_none()) {
+            // Such an item is decoded as one (a second past the length, for the resampler's
+            // sake) and never cut in pieces, so it must fit under max-seconds.
+            if config.max_seconds < fixed + 1.0 {
+                return Err(JobError::Config(format!(
+                    "max-seconds {} is under {} s: the spec pads or cuts every item to {fixed} \
+                     s, and an item is decoded whole up to a second past that",
+                    config.max_seconds,
+                    fixed + 1.0
+                )));
+            }
         }
         within("part-mb", config.part_mb, bounds::PART_MB)?;
         check_shard(config.shard_index, config.shard_count)?;
@@ -319,4 +350,38 @@ pub(crate) fn within<T: PartialOrd + std::fmt::Display>(
         range.start(),
         range.end()
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(duration_s: Option<f64>) -> SourceItem {
+        SourceItem {
+            id: "a.wav".into(),
+            path: "a.wav".into(),
+            offset_s: 0.0,
+            duration_s,
+        }
+    }
+
+    #[test]
+    fn a_fixed_length_spec_decodes_a_second_past_it_and_needs_that_under_max_seconds() {
+        let spec = FeatureSpec::preset("whisper-hf").unwrap();
+        let mut config = JobConfig::new("in".into(), "out".into(), spec);
+        config.check().unwrap();
+        assert_eq!(config.decoded_seconds(&item(None)), Some(31.0));
+        assert_eq!(config.decoded_seconds(&item(Some(12.0))), Some(12.0));
+        assert_eq!(config.decoded_seconds(&item(Some(40.0))), Some(31.0));
+        config.max_seconds = 30.0;
+        config.chunk_seconds = 30.0;
+        assert!(
+            matches!(config.check(), Err(JobError::Config(ref m)) if m.contains("max-seconds 30")),
+            "{:?}",
+            config.check()
+        );
+        let plain = JobConfig::new("in".into(), "out".into(), FeatureSpec::whisper(80));
+        assert_eq!(plain.decoded_seconds(&item(None)), None);
+        assert_eq!(plain.decoded_seconds(&item(Some(40.0))), Some(40.0));
+    }
 }

@@ -191,7 +191,7 @@ fn decode_item(
         mix: config.mix,
         limits: config.limits,
         offset_s: item.offset_s,
-        duration_s: item.duration_s,
+        duration_s: config.decoded_seconds(item),
     };
     let mut reader = open_item(config, item, work.iq.as_ref(), &opts).map_err(fail)?;
     if let Some(vad) = vad {
@@ -211,9 +211,11 @@ fn decode_item(
             blocked,
         );
     }
-    let short = reader
-        .expected_seconds()
-        .is_some_and(|s| s <= config.max_seconds);
+    // An item of a fixed-length spec is decoded only that far (see `decoded_seconds`): short.
+    let short = config.fixed_item_seconds().is_some()
+        || reader
+            .expected_seconds()
+            .is_some_and(|s| s <= config.max_seconds);
     if short {
         // Held whole only as far as max-seconds: a header that says "short" and lies costs
         // no more than an honest one, and the item goes on as a long one.

@@ -77,7 +77,12 @@ pub(crate) fn feature_row(
 
 /// Seconds of a whole item of `values` samples at `spec`'s rate (IQ samples are two values).
 pub(crate) fn item_seconds(spec: &FeatureSpec, values: usize) -> f64 {
-    (values / spec.values_per_sample()) as f64 / f64::from(spec.sample_rate)
+    let mut samples = values / spec.values_per_sample();
+    if spec.fixed_samples > 0 {
+        // The audio the row's features hold: the rest was cut (padding holds none).
+        samples = samples.min(spec.fixed_samples);
+    }
+    samples as f64 / f64::from(spec.sample_rate)
 }
 
 pub(crate) struct Writer {

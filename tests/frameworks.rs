@@ -1,0 +1,195 @@
+//! The presets that follow a framework's own frontend, against that framework run on the
+//! fixtures of scripts/frameworks_reference.py (tests/golden/frameworks/cases.json, made with
+//! transformers 5.24.0): `whisper-hf` and `whisper-hf-128`, transformers'
+//! `WhisperFeatureExtractor` as fine-tuning recipes call it (the audio zero-padded or cut to
+//! 30 s, 3,000 frames). Every frame within the golden suite's 2e-4, on the CPU in both
+//! precisions, streamed, and through `extract` on the CPU and the GPU.
+
+use std::path::{Path, PathBuf};
+
+use sonograph_dsp::{CpuExtractor, FeatureSpec, Precision};
+use sonograph_io::parquet::read_part;
+use sonograph_io::read_npy_f32;
+
+use crate::common::{self, bin, stderr, write_wav, Tmp};
+
+const LOG_ATOL: f64 = 2e-4;
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/frameworks")
+}
+
+struct Case {
+    name: String,
+    signal: String,
+    preset: String,
+}
+
+fn cases() -> Vec<Case> {
+    let text = std::fs::read_to_string(dir().join("cases.json")).unwrap();
+    let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(manifest["versions"]["transformers"], "5.24.0");
+    manifest["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| Case {
+            name: c["case"].as_str().unwrap().into(),
+            signal: c["signal"].as_str().unwrap().into(),
+            preset: c["preset"].as_str().unwrap().into(),
+        })
+        .collect()
+}
+
+fn input(signal: &str) -> Vec<f32> {
+    read_npy_f32(&dir().join(format!("input/{signal}.npy")))
+        .unwrap()
+        .1
+}
+
+/// The reference `[3000, bins]`, row-major.
+fn reference(case: &str) -> (Vec<usize>, Vec<f32>) {
+    read_npy_f32(&dir().join(format!("ref/{case}.npy"))).unwrap()
+}
+
+/// The largest difference, and where.
+fn worst(got: &[f32], expect: &[f32], bins: usize) -> (f64, String) {
+    assert_eq!(got.len(), expect.len());
+    got.iter()
+        .zip(expect)
+        .enumerate()
+        .map(|(i, (&a, &b))| {
+            let e = (f64::from(a) - f64::from(b)).abs();
+            (
+                e,
+                format!("frame {} bin {}: {a} vs {b}", i / bins, i % bins),
+            )
+        })
+        .fold((0.0, String::new()), |w, x| {
+            if x.0 > w.0 || x.0.is_nan() {
+                x
+            } else {
+                w
+            }
+        })
+}
+
+#[test]
+fn whisper_hf_equals_transformers_whole_streamed_and_in_both_precisions() {
+    let cases = cases();
+    assert_eq!(cases.len(), 7, "five signals, two of them at 128 mels too");
+    for case in &cases {
+        let spec = FeatureSpec::preset(&case.preset).unwrap();
+        let bins = spec.n_bins();
+        let x = input(&case.signal);
+        let (shape, expect) = reference(&case.name);
+        assert_eq!(shape, [3000, bins], "{}", case.name);
+        for precision in [Precision::F64, Precision::F32] {
+            let mut ex = CpuExtractor::with_precision(&spec, precision).unwrap();
+            let mut got = Vec::new();
+            assert_eq!(ex.extract(&x, &mut got), Ok(3000), "{}", case.name);
+            let (err, at) = worst(&got, &expect, bins);
+            eprintln!("{} {precision:?}: worst {err:.2e} ({at})", case.name);
+            assert!(
+                err <= LOG_ATOL,
+                "{} {precision:?}: {err:e} at {at}",
+                case.name
+            );
+            // Streamed in uneven chunks: cut and padded the same.
+            ex.begin();
+            for chunk in x.chunks(7919) {
+                ex.push(chunk).unwrap();
+            }
+            let mut streamed = Vec::new();
+            assert_eq!(ex.finish(&mut streamed), Ok(3000), "{}", case.name);
+            assert_eq!(streamed, got, "{} {precision:?} streamed", case.name);
+        }
+    }
+}
+
+/// Why the preset exists: `whisper` reflects at the audio's end, as
+/// `log_mel_spectrogram(audio)` does; transformers pads with zeros first. They agree inside
+/// the audio and part in its last frames, most on audio that ends loud.
+#[test]
+fn whisper_reflects_where_transformers_pads_with_zeros() {
+    let x = input("chirp_loud_3s");
+    let (_, expect) = reference("chirp_loud_3s.whisper-hf-80");
+    let mut got = Vec::new();
+    let frames = CpuExtractor::new(&FeatureSpec::preset("whisper").unwrap())
+        .unwrap()
+        .extract(&x, &mut got)
+        .unwrap();
+    assert_eq!(frames, 300);
+    let interior = (frames - 2) * 80;
+    let (err, at) = worst(&got[..interior], &expect[..interior], 80);
+    assert!(err <= LOG_ATOL, "interior frames: {err:e} at {at}");
+    let (end, at) = worst(&got[interior..], &expect[interior..frames * 80], 80);
+    assert!(end > 0.1, "the last frames should differ: {end:e} at {at}");
+}
+
+/// `extract --preset whisper-hf` writes transformers' rows for a short file (padded) and a
+/// long one (cut at 30 s, not cut into pieces), on the CPU and, where there is one, the GPU.
+#[test]
+fn extract_writes_the_rows_transformers_gives() {
+    let tmp = Tmp::new("whisper-hf");
+    let corpus = tmp.path("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    for signal in ["chirp_loud_3s", "noise_31s"] {
+        write_wav(
+            &corpus.join(format!("{signal}.wav")),
+            16_000,
+            &input(signal),
+            true,
+        );
+    }
+    let mut devices = vec!["cpu"];
+    if common::has_gpu_adapter() {
+        devices.push("gpu");
+    }
+    for device in devices {
+        let out = tmp.path(&format!("out-{device}"));
+        let o = bin()
+            .arg("extract")
+            .arg(&corpus)
+            .arg("--out")
+            .arg(&out)
+            .args([
+                "--preset",
+                "whisper-hf",
+                "--device",
+                device,
+                "--no-progress",
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{device}: {}", stderr(&o));
+        let mut rows = Vec::new();
+        for entry in std::fs::read_dir(&out).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "parquet") {
+                rows.extend(read_part(&path).unwrap().0);
+            }
+        }
+        rows.sort_by(|a, b| a.id.cmp(&b.id));
+        assert_eq!(rows.len(), 2, "{device}: one row per file");
+        for (row, (signal, seconds)) in rows
+            .iter()
+            .zip([("chirp_loud_3s", 3.0), ("noise_31s", 30.0)])
+        {
+            assert_eq!(row.id, format!("{signal}.wav"));
+            assert_eq!(
+                (row.num_frames, row.num_bins),
+                (3000, 80),
+                "{device} {signal}"
+            );
+            assert!(
+                (row.duration_s - seconds).abs() < 1e-9,
+                "{device} {signal}: {}",
+                row.duration_s
+            );
+            let (_, expect) = reference(&format!("{signal}.whisper-hf-80"));
+            let (err, at) = worst(&row.features, &expect, 80);
+            assert!(err <= LOG_ATOL, "{device} {signal}: {err:e} at {at}");
+        }
+    }
+}
