@@ -81,7 +81,7 @@ named_step cargo test --locked -p sonograph --features failpoints --test integra
 named_step cargo test --locked -p sonograph --features failpoints --test integration cli::a_device_that_fails_its_probe
 named_step cargo test --locked -p sonograph --features failpoints --test integration serve::gpu_faults
 named_step cargo test --locked -p sonograph --features failpoints --test integration serve::a_panicking_job
-named_step cargo test --locked -p sonograph --no-default-features --test integration cli::
+named_step cargo test --locked -p sonograph --no-default-features --test integration -- cli:: --skip rf_cli::
 named_step cargo test --locked -p sonograph-model --features cuda --test asr gpu_model_device
 
 read -r passed failed ignored < <(awk '/^test result:/ { p += $4; f += $6; i += $8 }

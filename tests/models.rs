@@ -315,6 +315,24 @@ fn vad_refuses_bad_input_with_one_line() {
         assert!(err.contains(needle), "{a:?}: {err}");
         assert!(!out.exists(), "{a:?} left an output");
     }
+    // An output that cannot be written is the user's to fix too: one line, exit 2.
+    let nowhere = tmp.path("missing-folder/s.jsonl");
+    let o = bin()
+        .arg("vad")
+        .arg(&good)
+        .arg("--out")
+        .arg(&nowhere)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    if !err.contains("onnxruntime not found") {
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(
+            err.contains("missing-folder/s.jsonl: cannot write"),
+            "{err}"
+        );
+    }
 }
 
 /// Without onnxruntime anywhere sonograph looks, the model commands say in one line how to

@@ -100,9 +100,13 @@ impl AudioBatch {
         }
         let mut b = AudioBatch::new();
         for i in 0..self.len() {
+            let item = self.item(i);
             match self.spans[i] {
-                None => b.push(&spec.fixed_length(self.item(i))),
-                piece => b.push_piece(self.item(i), piece),
+                // A whole item, or one given with its whole span (a voice segment).
+                Some(span) if span != Span::whole(spec, item.len()) => {
+                    b.push_piece(item, Some(span))
+                }
+                _ => b.push(&spec.fixed_length(item)),
             }
         }
         Some(b)

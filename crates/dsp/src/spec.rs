@@ -617,12 +617,17 @@ impl FeatureSpec {
         }
     }
 
-    /// Frames produced for `n_samples` input samples (after resampling).
+    /// Frames produced for an item of `n_samples` input samples (after resampling): under a
+    /// fixed item length, those of that length, whatever the item's.
     pub fn n_frames(&self, n_samples: usize) -> usize {
         if n_samples == 0 {
             return 0;
         }
-        let raw = self.n_raw_frames(n_samples);
+        let framed = match self.fixed_samples {
+            0 => n_samples,
+            fixed => fixed,
+        };
+        let raw = self.n_raw_frames(framed);
         match self.output {
             OutputKind::Psd => usize::from(raw > 0),
             _ if self.drop_last_frame => raw.saturating_sub(1),
@@ -1045,6 +1050,16 @@ mod tests {
             ex.extract_span(&window, &piece, &mut Vec::new()),
             Err(crate::ItemError::BadSpan(_))
         ));
+        // An empty item has nothing to pad: refused, whichever way it comes.
+        assert_eq!(
+            ex.extract(&[], &mut Vec::new()),
+            Err(crate::ItemError::Empty)
+        );
+        let none = crate::span::Span::whole(&spec, 0);
+        assert_eq!(
+            ex.extract_span(&[], &none, &mut Vec::new()),
+            Err(crate::ItemError::Empty)
+        );
         // A whole item through the span path is padded as `extract` pads it.
         let (mut a, mut b) = (Vec::new(), Vec::new());
         let whole = crate::span::Span::whole(&spec, window.len());

@@ -76,10 +76,15 @@ fn signal_len(spec: &FeatureSpec) -> Option<usize> {
         spec.n_fft / 2 + 1,
         1,
     ];
+    // A fixed item length frames that many samples, whatever the signal's.
+    let framed = |n: usize| match spec.fixed_samples {
+        0 => n,
+        fixed => fixed,
+    };
     tries
         .into_iter()
-        .filter(|&n| n > 0 && n <= MAX_SIGNAL)
-        .find(|&n| spec.n_raw_frames(n).saturating_mul(spec.n_fft) <= WORK_BUDGET)
+        .filter(|&n| n > 0 && framed(n) <= MAX_SIGNAL)
+        .find(|&n| spec.n_raw_frames(framed(n)).saturating_mul(spec.n_fft) <= WORK_BUDGET)
 }
 
 /// A spec whose values stay finite on a signal in [-1, 1]: no scale that overflows f32, a

@@ -58,7 +58,8 @@ pub fn auto_software() -> bool {
 
 /// Whether this machine may have a hardware GPU at all, without loading a Vulkan driver. On
 /// Linux every hardware GPU driver reaches its device through a node under `/dev` (NVIDIA's
-/// `nvidia*`, Mesa's DRM render nodes, AMD's compute node, WSL's `dxg`); where none exists,
+/// `nvidia*`, Mesa's DRM render nodes, AMD's compute node, WSL's `dxg`, the embedded GPUs'
+/// own); where none exists,
 /// `auto` can only choose the CPU, and loading the drivers to learn it costs a job tens of MB
 /// (Mesa's lavapipe and RADV map LLVM: 59 MiB of a 3-hour file's 154 MiB peak). Elsewhere, and
 /// with [`auto_software`], the answer is yes.
@@ -72,7 +73,14 @@ pub fn hardware_gpu_may_exist() -> bool {
 /// Whether `dev` holds a GPU's device node (see [`hardware_gpu_may_exist`]); a `dev` that
 /// cannot be read may hide one, so it counts as yes.
 fn gpu_nodes_in(dev: &std::path::Path) -> bool {
-    let is_node = |name: &str| name.starts_with("nvidia") || name == "dxg" || name == "kfd";
+    // NVIDIA's driver (and Jetson's nvhost/nvgpu), WSL, AMD's compute node, and the embedded
+    // GPUs whose drivers are not DRM ones (Mali, Adreno's kgsl, Vivante's galcore).
+    let is_node = |name: &str| {
+        ["nvidia", "nvhost", "nvgpu", "mali", "kgsl"]
+            .iter()
+            .any(|p| name.starts_with(p))
+            || ["dxg", "kfd", "galcore"].contains(&name)
+    };
     let (Ok(top), dri) = (std::fs::read_dir(dev), std::fs::read_dir(dev.join("dri"))) else {
         return true;
     };
@@ -670,8 +678,7 @@ mod tests {
         assert_eq!(r.get("gpu:0").unwrap().telemetry, None);
     }
 
-    /// Discovery works with or without NVML: every device is listed with a `telemetry` key,
-    /// `null` for the CPU and, without NVML, for every device.
+    /// `auto`'s look for a GPU without a driver: the device nodes that say one may be there.
     #[test]
     fn gpu_device_nodes_are_found_by_name() {
         // A stand-in for /dev of its own per case, under the system's temporary folder.
@@ -690,7 +697,15 @@ mod tests {
         assert!(!fake_dev("empty", &[]));
         assert!(!fake_dev("display", &["dri/card0", "null", "tty0"]));
         assert!(fake_dev("mesa", &["dri/card0", "dri/renderD128"]));
-        for node in ["nvidia0", "nvidiactl", "dxg", "kfd"] {
+        for node in [
+            "nvidia0",
+            "nvidiactl",
+            "dxg",
+            "kfd",
+            "nvhost-ctrl",
+            "mali0",
+            "kgsl-3d0",
+        ] {
             assert!(fake_dev(node, &[node]), "{node}");
         }
         let missing = std::env::temp_dir().join("sonograph-gpu-nodes-missing/dev");
@@ -700,6 +715,8 @@ mod tests {
         );
     }
 
+    /// Discovery works with or without NVML: every device is listed with a `telemetry` key,
+    /// `null` for the CPU and, without NVML, for every device.
     #[test]
     fn discovery_lists_devices_with_telemetry_only_from_nvml() {
         #[cfg(feature = "gpu")]

@@ -301,3 +301,41 @@ fn an_item_with_a_non_finite_sample_fails_alone_naming_the_cpus_sample() {
     );
     assert_close(&on_gpu, &on_cpu, [0, 2]);
 }
+
+/// A fixed-length spec (`whisper-hf`) pads or cuts each item on the GPU as the CPU does: a
+/// short item, a long one, and a voice segment (an item given with its whole span) all give
+/// 3,000 frames of the CPU's rows; a piece of an item and an empty item are refused alike.
+#[test]
+fn fixed_length_items_are_padded_or_cut_as_on_the_cpu() {
+    let spec = FeatureSpec::preset("whisper-hf").unwrap();
+    let Some(mut g) = gpu(&spec) else { return };
+    let tone = |n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| (0.4 * (i as f64 * 0.05).sin()) as f32)
+            .collect()
+    };
+    let (short, long, segment) = (tone(16_000), tone(500_000), tone(40_000));
+    let mut batch = AudioBatch::from_items([short.as_slice(), long.as_slice()]);
+    batch.push_piece(&segment, Some(Span::whole(&spec, segment.len())));
+    let piece = Span {
+        sample_start: 0,
+        signal_len: 80_000,
+        first_frame: 0,
+        frames: 100,
+        last: false,
+    };
+    batch.push_piece(&segment, Some(piece));
+    batch.push(&[]);
+    let (on_gpu, on_cpu) = (
+        rows(&mut g, &batch),
+        cpu_rows(&spec, Precision::F32, &batch),
+    );
+    for i in 0..3 {
+        assert_eq!(on_gpu.item(i).unwrap().0, 3000, "item {i}");
+    }
+    assert_close(&on_gpu, &on_cpu, 0..3);
+    for i in 3..5 {
+        let (g, c) = (on_gpu.item(i).unwrap_err(), on_cpu.item(i).unwrap_err());
+        assert_eq!(g.to_string(), c.to_string(), "item {i}");
+    }
+}

@@ -239,7 +239,13 @@ pub fn time_device(
     let bins = spec.n_bins();
     let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
     let seconds = batch.samples().len() as f64 / f64::from(spec.sample_rate);
-    let longest = clips.iter().map(|c| c.len()).max().unwrap_or(0);
+    // A fixed item length is what the device holds of each clip, however short.
+    let longest = clips
+        .iter()
+        .map(|c| c.len())
+        .max()
+        .unwrap_or(0)
+        .max(spec.fixed_samples);
     let config = BatcherConfig::for_device(executor, longest, clips.len());
     let before = executor.transfer_stats();
     let mut batcher = AdaptiveBatcher::new(config);

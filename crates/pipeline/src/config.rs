@@ -120,26 +120,23 @@ impl JobConfig {
         }
     }
 
-    /// Checks every setting before anything runs: each size within its bounds (see
-    /// [`bounds`]), and what the job may hold in memory at once within the machine's.
     /// The spec's fixed item length in seconds, where it has one.
     pub(crate) fn fixed_item_seconds(&self) -> Option<f64> {
         (self.spec.fixed_samples > 0)
             .then(|| self.spec.fixed_samples as f64 / f64::from(self.spec.sample_rate))
     }
 
-    /// How much of `item` is decoded: all of it (or its manifest duration), except under a
-    /// spec of fixed length, which cuts the rest: then up to a second past that length, so
-    /// that a resampler's output is whole up to the cut (as when the whole file is resampled).
-    /// With voice activity, every segment is an item of its own, padded or cut alone, and the
-    /// whole file is read.
+    /// How much of `item` is decoded ([`decoded_seconds`]). With voice activity, every
+    /// segment is an item of its own, padded or cut alone, and the whole file is read.
     pub(crate) fn decoded_seconds(&self, item: &SourceItem) -> Option<f64> {
-        match self.fixed_item_seconds().filter(|_| self.vad.is_none()) {
-            None => item.duration_s,
-            Some(fixed) => Some(item.duration_s.map_or(fixed + 1.0, |d| d.min(fixed + 1.0))),
+        match self.vad {
+            Some(_) => item.duration_s,
+            None => decoded_seconds(&self.spec, item.duration_s),
         }
     }
 
+    /// Checks every setting before anything runs: each size within its bounds (see
+    /// [`bounds`]), and what the job may hold in memory at once within the machine's.
     pub fn check(&self) -> Result<(), JobError> {
         let config = self;
         let bad = |m: &str| Err(JobError::Config(m.to_string()));
@@ -222,7 +219,8 @@ impl JobConfig {
     pub fn item_bytes(&self, seconds: f64) -> u64 {
         let spec = &self.spec;
         let values_per_sample = if spec.is_complex() { 2.0 } else { 1.0 };
-        let samples = seconds * f64::from(spec.sample_rate);
+        // A fixed item length is what the devices hold of an item, however short it was.
+        let samples = (seconds * f64::from(spec.sample_rate)).max(spec.fixed_samples as f64);
         let frames = samples / spec.hop_length as f64 + 1.0;
         let bytes = 4.0 * (samples * values_per_sample + frames * spec.n_bins() as f64);
         bytes.min(u64::MAX as f64) as u64
@@ -350,6 +348,17 @@ pub(crate) fn within<T: PartialOrd + std::fmt::Display>(
         range.start(),
         range.end()
     )))
+}
+
+/// How much of an item of `duration_s` (all of it: `None`) is decoded for `spec`: all of it,
+/// except under a fixed item length, which cuts the rest: then up to a second past that length,
+/// so that a resampler's output is whole up to the cut (as when the whole file is resampled).
+pub(crate) fn decoded_seconds(spec: &FeatureSpec, duration_s: Option<f64>) -> Option<f64> {
+    if spec.fixed_samples == 0 {
+        return duration_s;
+    }
+    let most = spec.fixed_samples as f64 / f64::from(spec.sample_rate) + 1.0;
+    Some(duration_s.map_or(most, |d| d.min(most)))
 }
 
 #[cfg(test)]

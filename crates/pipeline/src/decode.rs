@@ -522,7 +522,7 @@ fn send_segments(
                 index: cut,
                 span: Span::whole(spec, samples.len()),
                 offset_s: start as f64 / rate,
-                duration_s: samples.len() as f64 / rate,
+                duration_s: crate::writer::item_seconds(spec, samples.len()),
                 last: false,
             };
             cut += 1;

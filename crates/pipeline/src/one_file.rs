@@ -35,6 +35,11 @@ pub fn file_features(
     out: &Path,
     dtype: Dtype,
 ) -> Result<FileFeatures, JobError> {
+    // A fixed item length reads no further than it needs, as `extract` reads.
+    let opts = &DecodeOptions {
+        duration_s: crate::config::decoded_seconds(spec, opts.duration_s),
+        ..opts.clone()
+    };
     let mut warnings = Vec::new();
     let short = |frames: usize, samples: u64| {
         (frames == 0).then(|| format!(

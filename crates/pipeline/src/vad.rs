@@ -80,10 +80,9 @@ pub fn run_vad(job: &VadJob) -> Result<(), JobError> {
         }
         Ok((rate, found))
     };
-    let cannot_write = |e: std::io::Error| JobError::Io {
-        path: job.out.clone(),
-        source: e,
-    };
+    // The output the user named: a usage error, as every `vad` error about its files is.
+    let cannot_write =
+        |e: std::io::Error| JobError::Input(format!("{}: cannot write: {e}", job.out.display()));
     let (draft, file) = sonograph_io::publish::Draft::create(&job.out).map_err(cannot_write)?;
     let mut w = BufWriter::new(file);
     let mut chunk: Vec<SourceItem> = Vec::with_capacity(VAD_CHUNK);
@@ -126,6 +125,7 @@ fn for_each_input_item(
     inputs: &[PathBuf],
     mut each: impl FnMut(SourceItem) -> Result<(), JobError>,
 ) -> Result<(), JobError> {
+    // Source errors name their file; an entry that cannot be used is named under its input.
     let bad = |input: &Path, what: String| JobError::Input(format!("{}: {what}", input.display()));
     for input in inputs {
         if !input.is_dir() {
@@ -137,9 +137,12 @@ fn for_each_input_item(
             })?;
             continue;
         }
-        let source = Source::open(input).map_err(|e| bad(input, e.to_string()))?;
-        for entry in source.entries().map_err(|e| bad(input, e.to_string()))? {
-            match entry.map_err(|e| bad(input, e.to_string()))? {
+        let source = Source::open(input).map_err(|e| JobError::Input(e.to_string()))?;
+        for entry in source
+            .entries()
+            .map_err(|e| JobError::Input(e.to_string()))?
+        {
+            match entry.map_err(|e| JobError::Input(e.to_string()))? {
                 Entry::Item(item) => each(item)?,
                 Entry::Invalid { id, reason } => return Err(bad(input, format!("{id}: {reason}"))),
                 // `Source::open` lists audio only.
