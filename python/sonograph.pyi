@@ -2,7 +2,7 @@
 py.typed marker in the wheel; python/test.sh checks them with mypy against the tests."""
 
 import os
-from typing import Any, Iterator, Literal, Mapping, Union, final
+from typing import Any, Iterable, Iterator, Literal, Mapping, Union, final
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +19,7 @@ __all__ = [
     "decode",
     "extract",
     "features",
+    "features_batch",
     "load",
     "plan",
     "preset",
@@ -59,6 +60,18 @@ def features(
     precision: _Precision = "auto",
 ) -> npt.NDArray[np.float32]:
     """The features of mono audio `samples` at `sample_rate` Hz: float32 [frames, bins]."""
+
+def features_batch(
+    clips: Iterable[npt.ArrayLike | Mapping[str, Any]],
+    sample_rate: int | None = None,
+    preset: str | None = None,
+    *,
+    spec: _Spec | _PathLike | None = None,
+    precision: _Precision = "auto",
+    layout: Literal["frames_bins", "bins_frames"] = "frames_bins",
+) -> list[npt.NDArray[np.float32]]:
+    """The features of each clip (arrays at `sample_rate`, or datasets' audio dicts), on every
+    core: float32 [frames, bins] each, or [bins, frames] with layout="bins_frames"."""
 
 def load(
     path: _PathLike,

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use numpy::{AllowTypeChange, IntoPyArray, PyArray2, PyArrayLike1, PyArrayMethods};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
 use sonograph_dsp::{CpuExtractor, FeatureSpec, Precision};
 use sonograph_io::resample::StreamResampler;
 use sonograph_pipeline::{JobOptions, Plan, SpecChoice};
@@ -122,46 +122,136 @@ fn features<'py>(
 ) -> PyResult<Bound<'py, PyArray2<f32>>> {
     let (spec, precision) = spec_of(py, preset, spec.as_ref(), precision)?;
     check_rate(sample_rate)?;
+    let samples = mono_samples(samples, "samples")?;
+    let bins = spec.n_bins();
+    let rows = py
+        .detach(move || features_at(&spec, precision, samples, sample_rate))
+        .map_err(input_error)?;
+    to_array(py, rows, bins)
+}
+
+/// The features of a batch of clips, computed side by side on every core: a list of arrays
+/// (all at `sample_rate`) or of `{"array", "sampling_rate"}` dicts (a Hugging Face `datasets`
+/// audio column), as a list of float32 arrays, [frames, bins] each, or [bins, frames] with
+/// `layout="bins_frames"` (transformers' `input_features`). Each is what `features` gives for
+/// its clip; a clip that cannot be computed fails the call, naming its index.
+#[pyfunction]
+#[pyo3(signature = (clips, sample_rate=None, preset=None, *, spec=None, precision="auto", layout="frames_bins"))]
+fn features_batch<'py>(
+    py: Python<'py>,
+    clips: &Bound<'py, PyAny>,
+    sample_rate: Option<u32>,
+    preset: Option<&str>,
+    spec: Option<Bound<'py, PyAny>>,
+    precision: &str,
+    layout: &str,
+) -> PyResult<Bound<'py, PyList>> {
+    let (spec, precision) = spec_of(py, preset, spec.as_ref(), precision)?;
+    let bins_first = match layout {
+        "frames_bins" => false,
+        "bins_frames" => true,
+        other => {
+            return Err(options_error(format!(
+                "layout {other:?}: \"frames_bins\" or \"bins_frames\""
+            )))
+        }
+    };
+    let mut items = Vec::new();
+    for (i, clip) in clips.try_iter()?.enumerate() {
+        let clip = clip?;
+        let at = |what: &str| format!("clip {i}: {what}");
+        let (samples, rate) = match clip.cast::<PyDict>() {
+            Ok(d) => {
+                let get = |key: &str| {
+                    d.get_item(key)?.ok_or_else(|| {
+                        input_error(at(&format!("a dict without {key:?} (datasets' audio has \"array\" and \"sampling_rate\")")))
+                    })
+                };
+                let rate: u32 = get("sampling_rate")?
+                    .extract()
+                    .map_err(|_| input_error(at("sampling_rate is not a whole number")))?;
+                (get("array")?, rate)
+            }
+            Err(_) => {
+                let rate = sample_rate.ok_or_else(|| {
+                    options_error(at(
+                        "an array without sample_rate: give sample_rate, or clips as {\"array\", \"sampling_rate\"} dicts",
+                    ))
+                })?;
+                (clip, rate)
+            }
+        };
+        check_rate(rate).map_err(|e| options_error(at(&e.to_string())))?;
+        items.push((mono_samples(&samples, &at("array"))?, rate));
+    }
+    let bins = spec.n_bins();
+    let computed: Vec<Result<Vec<f32>, String>> = py.detach(|| {
+        use rayon::prelude::*;
+        items
+            .into_par_iter()
+            .map(|(samples, rate)| features_at(&spec, precision, samples, rate))
+            .collect()
+    });
+    let list = PyList::empty(py);
+    for (i, rows) in computed.into_iter().enumerate() {
+        let rows = rows.map_err(|e| input_error(format!("clip {i}: {e}")))?;
+        let array = to_array(py, rows, bins)?;
+        if bins_first {
+            list.append(array.transpose()?.call_method0("copy")?)?;
+        } else {
+            list.append(array)?;
+        }
+    }
+    Ok(list)
+}
+
+/// One channel of audio from a Python object: a 1-D array of floats (any float dtype,
+/// converted to float32); integers are refused, as their scale is not known.
+fn mono_samples(samples: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<f32>> {
     if let Ok(kind) = samples.getattr("dtype").and_then(|d| d.getattr("kind")) {
         if matches!(kind.extract::<String>()?.as_str(), "i" | "u" | "b") {
             return Err(input_error(format!(
-                "samples of dtype {}: give floats in [-1, 1] (PCM / 32768 for int16)",
+                "{what} of dtype {}: give floats in [-1, 1] (PCM / 32768 for int16)",
                 samples.getattr("dtype")?
             )));
         }
     }
-    let samples = samples
-        .extract::<PyArrayLike1<'py, f32, AllowTypeChange>>()
+    Ok(samples
+        .extract::<PyArrayLike1<'_, f32, AllowTypeChange>>()
         .map_err(|_| {
             let shape = samples
                 .getattr("shape")
                 .map_or_else(|_| "no array".to_string(), |s| s.to_string());
             input_error(format!(
-                "samples: one channel of audio, a 1-D array of numbers; got shape {shape}"
+                "{what}: one channel of audio, a 1-D array of numbers; got shape {shape}"
             ))
         })?
         .as_array()
-        .to_vec();
-    let (target, bins) = (spec.sample_rate, spec.n_bins());
-    let rows = py
-        .detach(move || {
-            let samples = if sample_rate == target {
-                samples
-            } else {
-                let mut r = StreamResampler::new(sample_rate, target)
-                    .map_err(|e| format!("sample_rate {sample_rate}: {e}"))?;
-                let mut out = Vec::with_capacity(
-                    (samples.len() as f64 * f64::from(target) / f64::from(sample_rate)) as usize
-                        + 1,
-                );
-                r.process(&samples, &mut out);
-                r.finish(&mut out);
-                out
-            };
-            compute(&spec, precision, &samples)
-        })
-        .map_err(input_error)?;
-    to_array(py, rows, bins)
+        .to_vec())
+}
+
+/// `samples` at `rate` resampled to the spec's rate (as the CLI resamples decoded files), then
+/// their features.
+fn features_at(
+    spec: &FeatureSpec,
+    precision: Precision,
+    samples: Vec<f32>,
+    rate: u32,
+) -> Result<Vec<f32>, String> {
+    let target = spec.sample_rate;
+    let samples = if rate == target {
+        samples
+    } else {
+        let mut r =
+            StreamResampler::new(rate, target).map_err(|e| format!("sample_rate {rate}: {e}"))?;
+        let mut out = Vec::with_capacity(
+            (samples.len() as f64 * f64::from(target) / f64::from(rate)) as usize + 1,
+        );
+        r.process(&samples, &mut out);
+        r.finish(&mut out);
+        out
+    };
+    compute(spec, precision, &samples)
 }
 
 /// The features of an audio file (decoded, channels mixed to mono, resampled to the spec's
@@ -386,6 +476,7 @@ fn sonograph(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(presets, m)?)?;
     m.add_function(wrap_pyfunction!(preset, m)?)?;
     m.add_function(wrap_pyfunction!(features, m)?)?;
+    m.add_function(wrap_pyfunction!(features_batch, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(decode, m)?)?;
     m.add_function(wrap_pyfunction!(extract, m)?)?;

@@ -58,6 +58,35 @@ def test_features_of_an_array_equal_those_of_its_file(name):
                           sonograph.load(DATA / name, "whisper"))
 
 
+def test_a_batch_gives_each_clips_features_and_takes_datasets_audio_dicts():
+    speech, rate = wav_samples(DATA / "speech_16000_mono_s16.wav")
+    low, low_rate = wav_samples(DATA / "speech_8000_mono_s16.wav")
+    clips = [speech, speech[: rate // 2], low]
+    one = [sonograph.features(c, r, "whisper-hf")
+           for c, r in zip(clips, [rate, rate, low_rate])]
+    assert all(f.shape == (3000, 80) for f in one)
+    # datasets' audio column: {"array", "sampling_rate"} per clip, rates mixed.
+    audio = [{"array": c, "sampling_rate": r} for c, r in zip(clips, [rate, rate, low_rate])]
+    got = sonograph.features_batch(audio, preset="whisper-hf")
+    assert len(got) == 3 and all(np.array_equal(g, o) for g, o in zip(got, one))
+    # transformers' layout: input_features [80, 3000].
+    hf = sonograph.features_batch(audio, preset="whisper-hf", layout="bins_frames")
+    assert all(h.shape == (80, 3000) and np.array_equal(h, o.T) for h, o in zip(hf, one))
+    assert all(h.flags["C_CONTIGUOUS"] for h in hf)
+    # Plain arrays at one rate.
+    same = sonograph.features_batch(clips[:2], rate, "whisper-hf")
+    assert all(np.array_equal(g, o) for g, o in zip(same, one[:2]))
+    # What cannot be used says which clip and why, in the exception of its kind.
+    with pytest.raises(sonograph.OptionsError, match="clip 0: an array without sample_rate"):
+        sonograph.features_batch([speech], preset="whisper")
+    with pytest.raises(sonograph.InputError, match="clip 1: a dict without \"sampling_rate\""):
+        sonograph.features_batch([audio[0], {"array": speech}], preset="whisper")
+    with pytest.raises(sonograph.InputError, match="clip 1: .*no samples"):
+        sonograph.features_batch([speech, np.zeros(0, np.float32)], rate, "whisper-hf")
+    with pytest.raises(sonograph.OptionsError, match="layout"):
+        sonograph.features_batch(audio, preset="whisper", layout="bins")  # type: ignore[arg-type]
+
+
 def test_a_spec_dict_is_a_preset_changed_or_not():
     samples, rate = wav_samples(DATA / "speech_16000_mono_s16.wav")
     spec = sonograph.preset("nemo")
