@@ -1306,6 +1306,29 @@ fn metrics_once(
     m
 }
 
+/// A job command run with `--metrics-addr` (telemetry sampled every 0.1 s): its metrics once
+/// the sample says it runs, it has items done and `also` holds (see [`metrics_once`]); the job
+/// is killed then.
+fn metrics_of_running_job(
+    mut cmd: std::process::Command,
+    also: impl Fn(&prometheus_parse::Scrape) -> bool,
+) -> prometheus_parse::Scrape {
+    cmd.args([
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--telemetry-interval",
+        "0.1",
+    ]);
+    let mut job = Server::spawn(cmd, None, " on http://");
+    // `job_running` and the job's items come from the telemetry's sample, the counts live.
+    let m = metrics_once(&job, |m| {
+        value_of(m, "sonograph_job_running", &[]) == Some(1.0) && also(m)
+    });
+    job.signal("-KILL");
+    job.wait_exit(Duration::from_secs(5));
+    m
+}
+
 /// `extract --metrics-addr` serves /metrics, /health and the dashboard while it runs.
 #[test]
 fn extract_serves_metrics_while_it_runs() {
@@ -1379,17 +1402,10 @@ fn rf_features_serves_metrics_while_it_runs() {
     let mut cmd = serving::command();
     cmd.args(["rf-features", corpus.to_str().unwrap(), "--out"])
         .arg(dir.path("out"))
-        .args(["--workers", "1", "--metrics-addr", "127.0.0.1:0"])
-        .args(["--telemetry-interval", "0.1"]);
-    let mut job = Server::spawn(cmd, None, " on http://");
-    // `job_running` comes from the telemetry's sample (every 0.1 s here), the counts live.
-    let m = metrics_once(&job, |m| {
-        value_of(m, "sonograph_job_running", &[]) == Some(1.0)
-    });
+        .args(["--workers", "1"]);
+    let m = metrics_of_running_job(cmd, |_| true);
     let done = value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap();
     assert!(done < 20_000.0, "the job ended before it was read: {done}");
-    job.signal("-KILL");
-    job.wait_exit(Duration::from_secs(5));
 }
 
 /// `synth-iq --metrics-addr` serves its progress too: recordings written (items and rows),
@@ -1417,18 +1433,9 @@ fn synth_iq_serves_metrics_while_it_runs() {
         "1",
     ])
     .arg("--out")
-    .arg(dir.path("out"))
-    .args([
-        "--metrics-addr",
-        "127.0.0.1:0",
-        "--telemetry-interval",
-        "0.1",
-    ]);
-    let mut job = Server::spawn(cmd, None, " on http://");
-    let m = metrics_once(&job, |m| {
-        // The running flag and the job's items come from the telemetry's samples.
-        value_of(m, "sonograph_job_running", &[]) == Some(1.0)
-            && value_of(m, "sonograph_job_items", &[("state", "total")]) == Some(COUNT)
+    .arg(dir.path("out"));
+    let m = metrics_of_running_job(cmd, |m| {
+        value_of(m, "sonograph_job_items", &[("state", "total")]) == Some(COUNT)
     });
     let done = value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap();
     assert!(done < COUNT, "the job ended before it was read: {done}");
@@ -1446,8 +1453,6 @@ fn synth_iq_serves_metrics_while_it_runs() {
         (seconds - rows * each).abs() <= each * 1.000_001,
         "{seconds} s for {rows} rows"
     );
-    job.signal("-KILL");
-    job.wait_exit(Duration::from_secs(5));
 }
 
 /// `transcribe --metrics-addr` serves its progress: items done, transcripts written with their
@@ -1475,18 +1480,9 @@ fn transcribe_serves_metrics_while_it_runs() {
         .arg(repo.join("crates/model/tests/data/asr/ctc"))
         .arg("--out")
         .arg(dir.path("out"))
-        .args(["--threads", "1", "--items-per-part", "4"])
-        .args([
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--telemetry-interval",
-            "0.1",
-        ]);
-    let mut job = Server::spawn(cmd, None, " on http://");
-    let m = metrics_once(&job, |m| {
-        // The running flag and the job's items come from the telemetry's samples.
-        value_of(m, "sonograph_job_running", &[]) == Some(1.0)
-            && value_of(m, "sonograph_job_items", &[("state", "total")]) == Some(ITEMS as f64)
+        .args(["--threads", "1", "--items-per-part", "4"]);
+    let m = metrics_of_running_job(cmd, |m| {
+        value_of(m, "sonograph_job_items", &[("state", "total")]) == Some(ITEMS as f64)
             && value_of(m, "sonograph_rows_total", &[]).unwrap_or(0.0) > 0.0
     });
     let done = value_of(&m, "sonograph_items_total", &[("status", "ok")]).unwrap();
@@ -1501,8 +1497,6 @@ fn transcribe_serves_metrics_while_it_runs() {
         (seconds - 2.0 * rows).abs() < 0.01 * rows,
         "{seconds} s in {rows} rows"
     );
-    job.signal("-KILL");
-    job.wait_exit(Duration::from_secs(5));
 }
 
 /// Faults injected into a real GPU (lavapipe in CI) through the gpu crate's failpoints raise

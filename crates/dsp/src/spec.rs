@@ -559,6 +559,11 @@ impl FeatureSpec {
         self.input == InputKind::Complex
     }
 
+    /// The fixed item length in seconds, where the spec has one.
+    pub fn fixed_seconds(&self) -> Option<f64> {
+        (self.fixed_samples > 0).then(|| self.fixed_samples as f64 / f64::from(self.sample_rate))
+    }
+
     /// `samples` as the spec frames them: zero-padded at the end to, or cut at,
     /// `fixed_samples` where it is set (an empty item stays empty: it has nothing to pad);
     /// as they are otherwise.

@@ -120,12 +120,6 @@ impl JobConfig {
         }
     }
 
-    /// The spec's fixed item length in seconds, where it has one.
-    pub(crate) fn fixed_item_seconds(&self) -> Option<f64> {
-        (self.spec.fixed_samples > 0)
-            .then(|| self.spec.fixed_samples as f64 / f64::from(self.spec.sample_rate))
-    }
-
     /// How much of `item` is decoded ([`decoded_seconds`]). With voice activity, every
     /// segment is an item of its own, padded or cut alone, and the whole file is read.
     pub(crate) fn decoded_seconds(&self, item: &SourceItem) -> Option<f64> {
@@ -166,7 +160,7 @@ impl JobConfig {
                 config.chunk_seconds
             )));
         }
-        if let Some(fixed) = config.fixed_item_seconds().filter(|_| config.vad.is_none()) {
+        if let Some(fixed) = config.spec.fixed_seconds().filter(|_| config.vad.is_none()) {
             // Such an item is decoded as one (a second past the length, for the resampler's
             // sake) and never cut in pieces, so it must fit under max-seconds.
             if config.max_seconds < fixed + 1.0 {
@@ -354,10 +348,10 @@ pub(crate) fn within<T: PartialOrd + std::fmt::Display>(
 /// except under a fixed item length, which cuts the rest: then up to a second past that length,
 /// so that a resampler's output is whole up to the cut (as when the whole file is resampled).
 pub(crate) fn decoded_seconds(spec: &FeatureSpec, duration_s: Option<f64>) -> Option<f64> {
-    if spec.fixed_samples == 0 {
+    let Some(fixed) = spec.fixed_seconds() else {
         return duration_s;
-    }
-    let most = spec.fixed_samples as f64 / f64::from(spec.sample_rate) + 1.0;
+    };
+    let most = fixed + 1.0;
     Some(duration_s.map_or(most, |d| d.min(most)))
 }
 

@@ -212,7 +212,7 @@ fn decode_item(
         );
     }
     // An item of a fixed-length spec is decoded only that far (see `decoded_seconds`): short.
-    let short = config.fixed_item_seconds().is_some()
+    let short = config.spec.fixed_seconds().is_some()
         || reader
             .expected_seconds()
             .is_some_and(|s| s <= config.max_seconds);
