@@ -24,6 +24,9 @@ __all__ = [
     "plan",
     "preset",
     "presets",
+    "rf_features",
+    "synth_iq",
+    "transcribe",
 ]
 
 _PathLike = Union[str, "os.PathLike[str]"]
@@ -91,11 +94,31 @@ def decode(
 ) -> npt.NDArray[np.float32]:
     """An audio file's samples as sonograph decodes them: mono, at `sample_rate`, float32."""
 
-def plan(source: _PathLike, out: _PathLike, **options: Any) -> dict[str, Any]:
-    """The job `extract(source, out, **options)` would run, every default filled in."""
+def plan(
+    source: _PathLike | None = None,
+    out: _PathLike | None = None,
+    *,
+    kind: Literal["extract", "rf-features", "synth-iq", "transcribe"] = "extract",
+    **options: Any,
+) -> dict[str, Any]:
+    """The job of `kind` these arguments would run, every default filled in."""
 
 def extract(source: _PathLike, out: _PathLike, **options: Any) -> dict[str, Any]:
     """Runs an extract job (the CLI's and the service's options, by their Python names);
+    returns its report."""
+
+def rf_features(source: _PathLike, out: _PathLike, **options: Any) -> dict[str, Any]:
+    """Runs an rf-features job (`sonograph rf-features`' options by their Python names);
+    returns its report."""
+
+def synth_iq(out: _PathLike, count: int, **options: Any) -> dict[str, Any]:
+    """Runs a synth-iq job (`sonograph synth-iq`'s options by their Python names); returns its
+    report."""
+
+def transcribe(
+    source: _PathLike, out: _PathLike, model: _PathLike, **options: Any
+) -> dict[str, Any]:
+    """Runs a transcribe job (`sonograph transcribe`'s options by their Python names);
     returns its report."""
 
 @final

@@ -189,9 +189,19 @@ fn main() -> ExitCode {
         // --help and --version print in full; a usage error is one line, like every other.
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
+            // The message up to its first blank line: a missing argument's name is on the
+            // lines after "the following required arguments were not provided:".
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or("bad usage");
-            eprintln!("sonograph: {first} (see --help)");
+            let message: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .take_while(|l| !l.is_empty())
+                .collect();
+            let message = match message.join(" ") {
+                m if m.is_empty() => "bad usage".to_string(),
+                m => m,
+            };
+            eprintln!("sonograph: {message} (see --help)");
             return ExitCode::from(2);
         }
     };

@@ -8,9 +8,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 use sonograph_model::VadParams;
-use sonograph_pipeline::transcribe::{
-    run_transcribe_live, SegmentMode, TranscribeJob, TranscriptFormat,
-};
+use sonograph_pipeline::transcribe::run_transcribe_live;
+use sonograph_pipeline::transcribe_options::TranscribeOptions;
 use sonograph_pipeline::vad::{run_vad, VadJob};
 
 use crate::{user, LimitArgs};
@@ -96,45 +95,18 @@ pub(crate) struct VadArgs {
 
 #[derive(Args)]
 pub(crate) struct TranscribeArgs {
-    /// An audio file, a folder (walked), or a manifest (NeMo .jsonl, or .csv).
-    source: PathBuf,
-    /// The model folder: a NeMo Parakeet/FastConformer export as onnx-asr reads it (CTC:
-    /// model.onnx; TDT/RNN-T: encoder-model.onnx + decoder_joint-model.onnx; vocab.txt,
-    /// config.json).
+    /// The job's options: the same as the jobs API's (kind transcribe) and Python's
+    /// `transcribe`'s, defined once in the pipeline.
+    #[command(flatten)]
+    options: TranscribeOptions,
+    /// The onnxruntime library (libonnxruntime.so, .dylib, onnxruntime.dll) or its folder.
+    /// Default: next to the binary, else python3's onnxruntime package
+    /// (pip install onnxruntime==1.31.1).
+    #[arg(long, env = "SONOGRAPH_ORT_LIB")]
+    ort_lib: Option<PathBuf>,
+    /// Print the planned job as JSON and exit without running it.
     #[arg(long)]
-    model: PathBuf,
-    /// Output folder: parts of JSON lines (or Parquet with --format parquet, or an --out
-    /// ending in .parquet), the ledger and report.json under __sonograph/. The same command
-    /// run again resumes; shards share it.
-    #[arg(long)]
-    out: PathBuf,
-    /// JSON lines (id, source, start, end, start_s, end_s, text, tokens, timestamps) or
-    /// Parquet.
-    #[arg(long, value_enum)]
-    format: Option<TranscriptFormat>,
-    /// Items per part (an item's transcripts never span two).
-    #[arg(long, default_value_t = sonograph_pipeline::transcribe::DEFAULT_PART_ITEMS)]
-    items_per_part: usize,
-    #[command(flatten)]
-    shard: crate::rf_cli::ShardArgs,
-    /// How items longer than --window-s are cut.
-    #[arg(long, value_enum, default_value_t = SegmentMode::Vad)]
-    segment: SegmentMode,
-    /// The model's window, in seconds: an item up to this long (by its header) is transcribed
-    /// whole; a longer one is cut (at speech with --segment vad, in windows of this length with
-    /// --segment fixed).
-    #[arg(long, default_value_t = 30.0)]
-    window_s: f64,
-    #[command(flatten)]
-    vad: VadFlags,
-    /// Segments per model batch (the batcher splits a batch that runs out of memory).
-    #[arg(long, default_value_t = 8)]
-    batch: usize,
-    /// onnxruntime threads (0: one per core).
-    #[arg(long, default_value_t = 0)]
-    threads: usize,
-    #[command(flatten)]
-    input: InputArgs,
+    plan: bool,
     #[command(flatten)]
     watch: crate::serve_cli::WatchArgs,
 }
@@ -155,34 +127,22 @@ pub(crate) fn vad(args: &VadArgs) -> Result<()> {
 /// `sonograph transcribe`: exit 0, 3 when items or segments failed (listed in the report and
 /// the first on stderr), 2 on bad options or a model that cannot load.
 pub(crate) fn transcribe(args: &TranscribeArgs) -> Result<u8> {
-    let (shard_index, shard_count) = crate::rf_cli::shard(&args.shard)?;
-    let by_name = args.out.extension().and_then(|e| e.to_str()) == Some("parquet");
-    let job = TranscribeJob {
-        ort_lib: args.input.ort_lib.clone(),
-        format: args.format.unwrap_or(if by_name {
-            TranscriptFormat::Parquet
-        } else {
-            TranscriptFormat::Jsonl
-        }),
-        segment: args.segment,
-        window_s: args.window_s,
-        vad: args.vad.params()?,
-        batch: args.batch,
-        threads: args.threads,
-        channel: args.input.channel,
-        limits: crate::limits(&args.input.limits)?,
-        shard_index,
-        shard_count,
-        part_items: args.items_per_part,
-        ..TranscribeJob::new(args.source.clone(), args.out.clone(), args.model.clone())
-    };
+    let mut job = args
+        .options
+        .plan(crate::rf_cli::env)
+        .map_err(crate::job_error)?;
+    if args.plan {
+        println!("{}", serde_json::to_string_pretty(&job.describe())?);
+        return Ok(0);
+    }
+    job.ort_lib = args.ort_lib.clone();
     let outcome = args
         .watch
-        .run("transcribe", &args.out, |live| {
+        .run("transcribe", &job.out.clone(), |live| {
             run_transcribe_live(&job, live)
         })?
         .map_err(crate::job_error)?;
-    let code = crate::extract::print_outcome(&args.out, &outcome, "audio");
+    let code = crate::extract::print_outcome(&job.out, &outcome, "audio");
     // Segments the model could not take fail no item; they are listed, and said by the code.
     let segments_failed = outcome.report().failures.len() as u64 > outcome.report().items_failed;
     Ok(

@@ -666,7 +666,12 @@ fn bad_input_exits_2_with_one_line_naming_the_file() {
     );
     check(
         &["synth-iq", "--count", "1", "--snr-db", "9:1", "--out", out],
-        "--snr-db",
+        "snr-db: ",
+    );
+    // A missing flag is named on the one line (clap puts it on the next).
+    check(
+        &["synth-iq", "--out", out],
+        "required arguments were not provided: --count <COUNT>",
     );
     check(
         &[

@@ -1,9 +1,10 @@
 //! `import sonograph`: the features of arrays and files, exactly as the CLI computes them, and
-//! `extract` jobs (the same job as `sonograph extract` and the server's jobs API, with the same
-//! options by name). Computation runs with the GIL released; errors are `ValueError`s that say
+//! the dataset jobs (`extract`, `rf_features`, `synth_iq`, `transcribe`: the same jobs as the
+//! CLI's commands, with the same options by name; see `jobs`). Computation runs with the GIL released; errors are `ValueError`s that say
 //! what was wrong, in one line.
 
 mod errors;
+mod jobs;
 mod loader;
 
 use std::path::{Path, PathBuf};
@@ -13,13 +14,17 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use sonograph_dsp::{CpuExtractor, FeatureSpec, Precision};
 use sonograph_io::resample::StreamResampler;
-use sonograph_pipeline::{JobOptions, Plan, SpecChoice};
+use sonograph_pipeline::SpecChoice;
 
 pub(crate) use errors::{input_error, options_error};
+pub(crate) use jobs::python_names;
 
 /// A Python value as serde sees it: a numpy scalar as the Python number it holds, a path
 /// (`os.PathLike`) as its string.
-fn plain<'py>(py: Python<'py>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn plain<'py>(
+    py: Python<'py>,
+    value: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
     if value.hasattr("dtype")? && value.hasattr("item")? {
         return value.call_method0("item");
     }
@@ -31,7 +36,9 @@ fn plain<'py>(py: Python<'py>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py,
 
 /// `T` from a Python object (a dict of options by their Python names), converted directly
 /// (pythonize); an error names the option as Python spells it.
-fn convert<'py, T: serde::de::DeserializeOwned>(value: &Bound<'py, PyAny>) -> PyResult<T> {
+pub(crate) fn convert<'py, T: serde::de::DeserializeOwned>(
+    value: &Bound<'py, PyAny>,
+) -> PyResult<T> {
     let mut de = pythonize::Depythonizer::from_object(value);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let option = python_names(&e.path().to_string());
@@ -43,7 +50,7 @@ fn convert<'py, T: serde::de::DeserializeOwned>(value: &Bound<'py, PyAny>) -> Py
     })
 }
 
-fn from_json<'py>(py: Python<'py>, value: &str) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn from_json<'py>(py: Python<'py>, value: &str) -> PyResult<Bound<'py, PyAny>> {
     py.import("json")?.call_method1("loads", (value,))
 }
 
@@ -327,149 +334,6 @@ pub(crate) fn named_error(path: &Path, reason: String) -> String {
     }
 }
 
-/// The job `extract` would run with these arguments: its options from the keyword arguments
-/// (by their Python names, converted directly), planned as the CLI plans them (the shard of a
-/// Kubernetes Indexed Job or a Slurm array from the environment).
-fn plan_of(
-    py: Python<'_>,
-    source: PathBuf,
-    out: PathBuf,
-    options: Option<&Bound<'_, PyDict>>,
-) -> PyResult<Plan> {
-    // The keyword arguments by their options' names (`batch_items` is `batch-items`).
-    let named = PyDict::new(py);
-    for (key, value) in options.into_iter().flat_map(|o| o.iter()) {
-        let key: String = key.extract()?;
-        named.set_item(key.replace('_', "-"), plain(py, &value)?)?;
-    }
-    // Placeholders, replaced below by the paths as given (which may not be UTF-8).
-    named.set_item("source", ".")?;
-    named.set_item("out", ".")?;
-    let mut options: JobOptions = convert(named.as_any())?;
-    options.source = source;
-    options.out = out;
-    options
-        .plan(|k| std::env::var(k).ok())
-        .map_err(|e| options_error(python_names(&e.to_string())))
-}
-
-/// The job `extract(source, out, **options)` would run, as a dict: every default filled in
-/// and every option resolved (what `sonograph extract --plan` prints and the service's
-/// `POST /api/v1/plan` answers for the same options). Nothing runs.
-#[pyfunction]
-#[pyo3(signature = (source, out, **options))]
-fn plan<'py>(
-    py: Python<'py>,
-    source: PathBuf,
-    out: PathBuf,
-    options: Option<&Bound<'py, PyDict>>,
-) -> PyResult<Bound<'py, PyAny>> {
-    let plan = plan_of(py, source, out, options)?;
-    sonograph_gpu::JobDevices::parse(&plan.device, plan.gpu_memory.as_deref())
-        .map_err(|e| options_error(python_names(&e)))?;
-    from_json(py, &plan.describe().to_string())
-}
-
-/// Runs an extract job: `source` (a folder, a manifest, a SigMF recording) to sharded Parquet
-/// parts in `out`, resumable, on `device` ("auto" by default, as the CLI). The options are
-/// `extract`'s by their flag names with underscores (`preset`, `spec`, `precision`, `workers`,
-/// `batch_items`, `max_seconds`, `shard_index`, `shard_count`, `dtype`, `part_mb`, `model`,
-/// `model_device`, `vad`, ...; the server's jobs API takes the same). Returns the job's report
-/// (report.json) as a dict; a job that ran with failed items returns normally, its failures
-/// in the report; a job found complete returns the report of the run that completed it.
-#[pyfunction]
-#[pyo3(signature = (source, out, **options))]
-fn extract<'py>(
-    py: Python<'py>,
-    source: PathBuf,
-    out: PathBuf,
-    options: Option<&Bound<'py, PyDict>>,
-) -> PyResult<Bound<'py, PyAny>> {
-    let plan = plan_of(py, source, out, options)?;
-    let devices = sonograph_gpu::JobDevices::parse(&plan.device, plan.gpu_memory.as_deref())
-        .map_err(|e| options_error(python_names(&e)))?;
-    let disabled = sonograph_gpu::disabled_devices();
-    // The job runs on its own thread; this one checks for Ctrl-C every tenth of a second and
-    // then cancels the job at its next batch boundary (its output resumable, as a server's).
-    let live = sonograph_pipeline::LiveJob::new();
-    let job_live = live.clone();
-    let job = std::thread::Builder::new()
-        .name("sonograph-extract".into())
-        .spawn(move || -> Result<String, PyErr> {
-            let mut plan = plan;
-            let opened = devices
-                .open(
-                    &plan.config.spec,
-                    plan.config.precision,
-                    &disabled,
-                    &mut sonograph_io::calibration::FileStore::open(),
-                )
-                .map_err(errors::device_error)?;
-            for note in opened.notes {
-                eprintln!("sonograph: warning: {note}");
-            }
-            if let Some(c) = &opened.calibration {
-                plan.config.device_choice = serde_json::to_value(c).ok();
-            }
-            let config = &plan.config;
-            let outcome = sonograph_pipeline::run_live(
-                config,
-                opened.executors,
-                Default::default(),
-                job_live,
-            )
-            .map_err(errors::job_error)?;
-            serde_json::to_string(outcome.report()).map_err(errors::error)
-        })
-        .map_err(errors::error)?;
-    while !job.is_finished() {
-        py.detach(|| std::thread::sleep(std::time::Duration::from_millis(100)));
-        if let Err(interrupt) = py.check_signals() {
-            live.cancel();
-            let _ = py.detach(|| job.join());
-            return Err(interrupt);
-        }
-    }
-    let report = match job.join() {
-        Ok(result) => result?,
-        Err(_) => return Err(errors::error("internal error: the job panicked")),
-    };
-    from_json(py, &report)
-}
-
-/// `text` with the options named as Python spells them (`batch_items`, not `batch-items`):
-/// each of [`JobOptions`]' names, where it stands as a word.
-pub(crate) fn python_names(text: &str) -> String {
-    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let names = NAMES.get_or_init(|| {
-        let fields = serde_json::to_value(JobOptions::default()).expect("options serialise");
-        let mut names: Vec<String> = fields
-            .as_object()
-            .expect("a struct")
-            .keys()
-            .filter(|k| k.contains('-'))
-            .cloned()
-            .collect();
-        // Longer first: `max-speech-s` before a name it contains.
-        names.sort_by_key(|n| std::cmp::Reverse(n.len()));
-        names
-    });
-    let mut out = text.to_string();
-    for name in names {
-        let mut from = 0;
-        while let Some(at) = out[from..].find(name.as_str()) {
-            let (start, end) = (from + at, from + at + name.len());
-            let word =
-                |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '-' || c == '_');
-            if !word(out[..start].chars().next_back()) && !word(out[end..].chars().next()) {
-                out.replace_range(start..end, &name.replace('-', "_"));
-            }
-            from = end;
-        }
-    }
-    out
-}
-
 #[pymodule]
 fn sonograph(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -479,8 +343,11 @@ fn sonograph(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(features_batch, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(decode, m)?)?;
-    m.add_function(wrap_pyfunction!(extract, m)?)?;
-    m.add_function(wrap_pyfunction!(plan, m)?)?;
+    m.add_function(wrap_pyfunction!(jobs::extract, m)?)?;
+    m.add_function(wrap_pyfunction!(jobs::rf_features, m)?)?;
+    m.add_function(wrap_pyfunction!(jobs::synth_iq, m)?)?;
+    m.add_function(wrap_pyfunction!(jobs::transcribe, m)?)?;
+    m.add_function(wrap_pyfunction!(jobs::plan, m)?)?;
     m.add_class::<loader::Loader>()?;
     errors::register(m)?;
     Ok(())

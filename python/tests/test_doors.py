@@ -1,6 +1,7 @@
-"""One engine behind three doors: the same options given to the CLI (`extract --plan`), the
-service (`POST /api/v1/plan`) and Python (`sonograph.plan`) plan the same job, every option of
-`extract` included; and a job run through each writes the same job.json.
+"""One engine behind three doors: the same options given to the CLI (`extract --plan`, and
+each other command's), the service (`POST /api/v1/plan`, with the job's `kind`) and Python
+(`sonograph.plan`) plan the same job, every option of every kind included; and a job run
+through each writes the same job.json.
 
 Run by python/test.sh (which builds and installs the package); SONOGRAPH_BIN names the CLI.
 """
@@ -124,30 +125,38 @@ def server(root, tmp_path):
     s.close()
 
 
-def three_plans(server, source, out, options):
-    """The plan of the same options through the CLI, the service and Python."""
-    args = [BIN, "extract", str(source), "--out", str(out), "--plan"]
+def cli_args(options):
+    """The CLI's flags for `options`: a flag alone for True, its value otherwise."""
+    args = []
     for name, value in options.items():
-        if name == "spec":
-            continue
-        if isinstance(value, bool):
-            if value:
-                args.append(f"--{name.replace('_', '-')}")
-            else:
-                args += flag(name, value)
+        if value is True:
+            args.append(f"--{name.replace('_', '-')}")
         else:
             args += flag(name, value)
+    return args
+
+
+def clean_env():
+    return {k: v for k, v in os.environ.items() if not k.startswith(("SONOGRAPH_", "SLURM_", "JOB_COMPLETION"))}
+
+
+def three_plans(server, source, out, options, kind="extract"):
+    """The plan of the same options through the CLI, the service and Python."""
+    positional = [] if source is None else [str(source)]
+    args = [BIN, kind, *positional, "--out", str(out), "--plan"]
+    args += cli_args({k: v for k, v in options.items() if k != "spec"})
     if "spec" in options:
         args += ["--spec", str(options["spec"])]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SONOGRAPH_", "SLURM_", "JOB_COMPLETION"))}
-    cli = subprocess.run(args, check=True, capture_output=True, text=True, env=env)
+    cli = subprocess.run(args, check=True, capture_output=True, text=True, env=clean_env())
     # The service takes a spec inline, never a path of its disk: the same spec, read here.
     request = {k.replace("_", "-"): v for k, v in options.items()}
     if "spec" in options:
         request["spec"] = json.loads(Path(options["spec"]).read_text())
-    status, api = server.post("/api/v1/plan", {"source": str(source), "out": str(out), **request})
+    if source is not None:
+        request["source"] = str(source)
+    status, api = server.post("/api/v1/plan", {"kind": kind, "out": str(out), **request})
     assert status == 200, api
-    python = sonograph.plan(source, out, **options)
+    python = sonograph.plan(source, out, kind=kind, **options)
     return json.loads(cli.stdout), api, python
 
 
@@ -219,3 +228,102 @@ def test_the_errors_are_a_family_and_name_the_option_as_python_spells_it(tmp_pat
         (tmp_path / "bad.onnx").write_bytes(b"not a model")
         sonograph.extract(DATA, tmp_path / "out2", preset="nemo", model=tmp_path / "bad.onnx", device="cpu")
     assert "bad.onnx" in str(bad_model.value)
+
+
+# Every option of the other kinds, none at its default.
+RF_FEATURES_OPTIONS = {
+    "sample_rate": 1e6, "format": "ci16", "window_ms": 5.0, "calibration_db": -20.0, "psd": True,
+    "nperseg": 256, "noverlap": 64, "detrend": True, "max_samples": 1000000, "rows_per_part": 100,
+    "workers": 3, "device": "cpu", "shard_index": 1, "shard_count": 3,
+}
+SYNTH_IQ_OPTIONS = {
+    "count": 12, "sample_rate": 100000.0, "samples": 4096, "modulation": "bpsk,fm", "snr_db": "-5:5",
+    "snr_definition": "full-band", "seed": 9, "format": "parquet", "rows_per_part": 6, "workers": 2,
+    "device": "cpu", "shard_index": 1, "shard_count": 2,
+}
+TRANSCRIBE_OPTIONS = {
+    "format": "parquet", "items_per_part": 7, "shard_index": 0, "shard_count": 2, "segment": "fixed",
+    "window_s": 20.0, "threshold": 0.4, "neg_threshold": 0.2, "min_speech_ms": 100.0, "max_speech_s": 15.0,
+    "min_silence_ms": 50.0, "speech_pad_ms": 10.0, "min_silence_at_max_speech_ms": 80.0,
+    "use_max_poss_sil_at_max_speech": False, "batch": 4, "threads": 2, "channel": 0,
+    "max_duration": 3600.0, "max_channels": 8, "max_sample_rate": 96000,
+}
+
+
+def test_every_option_of_each_kind_plans_the_same_job_through_the_three_doors(root, server):
+    (root / "iq").mkdir()
+    cli, api, python = three_plans(server, root / "iq", root / "rf", RF_FEATURES_OPTIONS, "rf-features")
+    assert cli == api == python
+    welch = cli["rows"]["features"]["welch"]
+    assert (welch["nperseg"], welch["noverlap"], welch["detrend"]) == (256, 64, True)
+    assert cli["rows"]["psd"] is True and cli["rows"]["window_ms"] == 5.0
+    assert cli["rows"]["features"]["calibration_db"] == -20.0
+    assert (cli["format"], cli["sample_rate"], cli["rows_per_part"], cli["workers"]) == ("ci16_le", 1e6, 100, 3)
+    assert (cli["shard_index"], cli["shard_count"], cli["max_samples"]) == (1, 3, 1000000)
+
+    cli, api, python = three_plans(server, None, root / "synth", SYNTH_IQ_OPTIONS, "synth-iq")
+    assert cli == api == python
+    spec = cli["spec"]
+    assert (spec["sample_rate"], spec["n_samples"], spec["snr_definition"]) == (100000.0, 4096, "full_band")
+    assert [m["kind"] for m in spec["modulations"]] == ["bpsk", "fm"]
+    assert spec["snr_db"] == {"min": -5.0, "max": 5.0}
+    assert (cli["count"], cli["seed"], cli["format"], cli["rows_per_part"]) == (12, 9, "parquet", 6)
+    assert (cli["workers"], cli["shard_index"], cli["shard_count"]) == (2, 1, 2)
+    # A spec file (a dict in Python and in a request), its duration in ms and SigMF's sample type.
+    (root / "synth.json").write_text(json.dumps(spec))
+    cli, api, python = three_plans(server, None, root / "synth", {
+        "count": 3, "spec": root / "synth.json", "duration_ms": 2.0, "datatype": "ci16"}, "synth-iq")
+    assert cli == api == python
+    assert (cli["spec"]["n_samples"], cli["datatype"], cli["format"]) == (200, "ci16_le", "sigmf")
+
+    shutil.copytree(ROOT / "crates/model/tests/data/asr/ctc", root / "asr")
+    options = dict(TRANSCRIBE_OPTIONS, model=str(root / "asr"))
+    cli, api, python = three_plans(server, root / "corpus", root / "text", options, "transcribe")
+    assert cli == api == python
+    vad = cli["vad"]
+    assert (vad["threshold"], vad["neg_threshold"], vad["max_speech_duration_s"]) == (0.4, 0.2, 15.0)
+    assert vad["use_max_poss_sil_at_max_speech"] is False and vad["speech_pad_ms"] == 10.0
+    assert (cli["format"], cli["segment"], cli["window_s"], cli["batch"], cli["threads"]) == (
+        "parquet", "fixed", 20.0, 4, 2)
+    assert (cli["items_per_part"], cli["channel"], cli["max_sample_rate"]) == (7, 0, 96000)
+
+
+def test_an_rf_job_run_through_each_door_writes_the_same_dataset(root, server):
+    """synth-iq and then rf-features through the CLI and Python give the same files; the
+    service plans them but says it does not run them."""
+    synth = {"samples": 2048, "modulation": "qpsk", "seed": 4}
+    env = clean_env()
+    subprocess.run([BIN, "synth-iq", "--count", "3", "--out", str(root / "cli-iq"), *cli_args(synth)],
+                   check=True, capture_output=True, env=env)
+    report = sonograph.synth_iq(root / "python-iq", 3, **synth)
+    assert (report["written"], report["recordings"]) == (3, 3)
+    names = sorted(p.name for p in (root / "cli-iq").iterdir() if p.suffix.startswith(".sigmf"))
+    assert len(names) == 6
+    for name in names:
+        assert (root / "cli-iq" / name).read_bytes() == (root / "python-iq" / name).read_bytes(), name
+    features = {"psd": True, "nperseg": 256, "rows_per_part": 2}
+    subprocess.run([BIN, "rf-features", str(root / "cli-iq"), "--out", str(root / "cli-rf"), "--no-progress",
+                    *cli_args(features)], check=True, capture_output=True, env=env)
+    report = sonograph.rf_features(root / "python-iq", root / "python-rf", **features)
+    assert (report["items_ok"], report["items_failed"]) == (3, 0)
+    shapes = [json.loads((root / door / "__sonograph" / "job.json").read_text()) for door in ("cli-rf", "python-rf")]
+    assert shapes[0] == shapes[1]
+    parts = [sorted((root / door).glob("*.parquet")) for door in ("cli-rf", "python-rf")]
+    assert [p.name for p in parts[0]] == [p.name for p in parts[1]] and len(parts[0]) == 2
+    status, refusal = server.post("/api/v1/jobs", {"kind": "synth-iq", "out": str(root / "api-iq"), "count": 3})
+    assert status == 400 and "runs extract jobs only" in refusal["error"], refusal
+    status, refusal = server.post("/api/v1/plan", {"kind": "synth-iq", "out": str(root / "api-iq"),
+                                                   "count": 3, "spec": str(root / "synth.json")})
+    assert status == 400 and "inline" in refusal["error"], refusal
+
+
+def test_an_option_of_another_kind_is_refused_by_its_python_name(tmp_path):
+    with pytest.raises(sonograph.OptionsError) as e:
+        sonograph.synth_iq(tmp_path / "iq", 3, rows_per_part=0, format="parquet")
+    assert "rows_per_part 0 is outside" in str(e.value), str(e.value)
+    with pytest.raises(sonograph.OptionsError) as e:
+        sonograph.rf_features(tmp_path, tmp_path / "rf", batch_items=3)
+    assert "unknown field `batch_items`" in str(e.value), str(e.value)
+    with pytest.raises(sonograph.OptionsError) as e:
+        sonograph.plan(tmp_path, tmp_path / "o", kind="synth-iq", count=1)
+    assert "a synth-iq job takes no source" in str(e.value), str(e.value)

@@ -236,14 +236,6 @@ pub trait Extractor: Send {
     }
 }
 
-/// Where a device's measured rate on a spec (audio-seconds per second) is kept between runs,
-/// by a key naming the device and the spec: how `auto` chooses without measuring every time
-/// (`sonograph_gpu::calibrate`).
-pub trait CalibrationStore {
-    fn get(&self, key: &str) -> Option<f64>;
-    fn put(&mut self, key: String, audio_seconds_per_second: f64);
-}
-
 /// What a device's data path has done since it opened: its staging memory, the chunks it
 /// sent, how often the host filled a chunk while the device ran the one before, and the
 /// kernels' own time where the device has timestamp queries.

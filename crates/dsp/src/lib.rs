@@ -3,6 +3,7 @@
 //! [`FeatureSpec`].
 
 pub mod backend;
+pub mod calibration;
 pub mod complex;
 pub mod dct;
 pub mod dither;
@@ -16,9 +17,8 @@ pub mod span;
 pub mod spec;
 pub mod window;
 
-pub use backend::{
-    AudioBatch, CalibrationStore, CpuBackend, Extractor, FeatureBatch, MemoryStats, TransferStats,
-};
+pub use backend::{AudioBatch, CpuBackend, Extractor, FeatureBatch, MemoryStats, TransferStats};
+pub use calibration::CalibrationStore;
 pub use error::{DeviceError, ItemError, SpecError};
 pub use extractor::{CpuExtractor, Precision};
 pub use span::Span;

@@ -8,7 +8,7 @@ use serde_json::Value;
 use sonograph_dsp::CpuExtractor;
 use sonograph_pipeline::options::SpecSource;
 use sonograph_pipeline::JobOptions;
-use sonograph_server::jobs::{plan, resolve_under};
+use sonograph_server::jobs::{plan_extract as plan, resolve_under};
 
 use crate::harness::{assert_json_equal, run, Scratch};
 use crate::spec::check_spec;

@@ -203,7 +203,7 @@ fn a_job_request_never_reads_a_spec_file_from_the_server() {
         "source": "in", "out": "out", "device": "cpu", "spec": secret,
     });
     let options: sonograph_pipeline::JobOptions = serde_json::from_value(request).unwrap();
-    let refusal = match sonograph_server::jobs::plan(&options) {
+    let refusal = match sonograph_server::jobs::plan_extract(&options) {
         Ok(_) => panic!("a request planned with a spec read from the server's disk"),
         Err(e) => e,
     };

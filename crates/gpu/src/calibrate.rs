@@ -8,28 +8,13 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use sonograph_dsp::{AudioBatch, Extractor, FeatureBatch, FeatureSpec, Precision};
-
-/// A GPU must extract this many times as fast as the CPU to be chosen over it.
-pub const GPU_MARGIN: f64 = 1.2;
 
 /// Seconds of audio in the calibration batch (4 clips), enough to keep a device busy beyond
 /// its per-batch costs, little enough to take well under a second on any real device.
 const CLIPS: usize = 4;
 const CLIP_SECONDS: f64 = 15.0;
-
-/// What one device measured.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Measured {
-    /// `cpu`, `gpu:N`.
-    pub id: String,
-    /// The device as it names itself (adapter, driver, scalar).
-    pub name: String,
-    pub audio_seconds_per_second: f64,
-    /// From the cache rather than measured now.
-    pub cached: bool,
-}
 
 /// What `auto` measured and chose, for the run's report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -37,42 +22,6 @@ pub struct Calibration {
     pub measured: Vec<Measured>,
     pub chose: String,
     pub why: String,
-}
-
-/// The device to keep among `measured` (the CPU first): the fastest GPU where it is at least
-/// [`GPU_MARGIN`] times the CPU, else the CPU; with the reason, in words.
-pub fn choose(measured: &[Measured]) -> (usize, String) {
-    let rate = |i: usize| measured[i].audio_seconds_per_second;
-    let Some(cpu) = measured.iter().position(|m| m.id == "cpu") else {
-        return (0, "the only device".into());
-    };
-    let best_gpu = (0..measured.len())
-        .filter(|&i| i != cpu)
-        .max_by(|&a, &b| rate(a).total_cmp(&rate(b)));
-    match best_gpu {
-        Some(g) if rate(g) >= GPU_MARGIN * rate(cpu) => (
-            g,
-            format!(
-                "{} ran {:.0} s of signal per s, {:.1}x the CPU's {:.0}",
-                measured[g].id,
-                rate(g),
-                rate(g) / rate(cpu),
-                rate(cpu)
-            ),
-        ),
-        Some(g) => (
-            cpu,
-            format!(
-                "the CPU ran {:.0} s of signal per s and {} {:.0} ({:.2}x, under the {GPU_MARGIN}x \
-                 a GPU must reach)",
-                rate(cpu),
-                measured[g].id,
-                rate(g),
-                rate(g) / rate(cpu)
-            ),
-        ),
-        None => (cpu, "no GPU to measure".into()),
-    }
 }
 
 /// Audio-seconds per second of `executor` on the calibration batch of `spec` (after a run that
@@ -106,9 +55,10 @@ pub fn measure(executor: &mut dyn Extractor, spec: &FeatureSpec) -> Result<f64, 
     Ok(CLIPS as f64 * CLIP_SECONDS / best.max(1e-9))
 }
 
-/// Where measurements are kept between runs, by [`key`] (the machine's file is
-/// `sonograph_io::calibration::FileStore`; this crate does no I/O).
-pub use sonograph_dsp::CalibrationStore;
+/// The decision and where measurements are kept between runs, by [`key`] (the machine's file
+/// is `sonograph_io::calibration::FileStore`; this crate does no I/O): device-agnostic, in
+/// `sonograph_dsp`, so that the RF jobs' `auto` decides the same way.
+pub use sonograph_dsp::calibration::{choose, CalibrationStore, Measured, GPU_MARGIN};
 
 /// A store for this run only.
 #[derive(Default)]
@@ -160,31 +110,4 @@ pub fn rate_of(
         audio_seconds_per_second: rate,
         cached: false,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn m(id: &str, rate: f64) -> Measured {
-        Measured {
-            id: id.into(),
-            name: id.into(),
-            audio_seconds_per_second: rate,
-            cached: false,
-        }
-    }
-
-    #[test]
-    fn a_gpu_is_chosen_only_where_it_beats_the_cpu_by_the_margin() {
-        let (i, why) = choose(&[m("cpu", 1000.0), m("gpu:0", 5000.0), m("gpu:1", 3000.0)]);
-        assert_eq!(i, 1, "{why}");
-        assert!(why.contains("5.0x the CPU"), "{why}");
-        let (i, why) = choose(&[m("cpu", 1000.0), m("gpu:0", 1100.0)]);
-        assert_eq!(i, 0, "{why}");
-        assert!(why.contains("under the 1.2x"), "{why}");
-        let (i, why) = choose(&[m("cpu", 1000.0), m("gpu:0", 400.0)]);
-        assert_eq!(i, 0, "{why}");
-        assert_eq!(choose(&[m("cpu", 1.0)]).0, 0);
-    }
 }

@@ -91,6 +91,33 @@ impl sonograph_rf::rows::PsdDevice for rf::RfGpu {
     }
 }
 
+/// The one device of an RF job (`rf-features`, `synth-iq`), as its `device` option names it:
+/// `None` for the CPU, else the GPU opened; with the warnings of the devices' probe. `auto`
+/// gives the best hardware GPU where there is one (`synth-iq` then measures it against the
+/// CPU). A list or `all` is refused: an RF job runs on one device.
+pub fn open_rf_device(device: &str) -> Result<(Option<rf::RfGpu>, Vec<String>), String> {
+    let request: DeviceRequest = device.parse().map_err(|e| format!("device: {e}"))?;
+    let set =
+        DeviceSet::resolve(&request, &disabled_devices(), ProbePolicy::default()).map_err(|e| {
+            match e {
+                GpuError::CannotDisable(..) => format!("SONOGRAPH_DISABLE_DEVICES: {e}"),
+                e => format!("device {device}: {e}"),
+            }
+        })?;
+    let notes = set.notes().to_vec();
+    let [choice] = set.chosen() else {
+        return Err(format!(
+            "device {device}: RF jobs run on one device: cpu, auto, gpu or gpu:N"
+        ));
+    };
+    match choice.device {
+        Selected::Cpu => Ok((None, notes)),
+        Selected::Gpu(i) => rf::RfGpu::new(Some(i))
+            .map(|g| (Some(g), notes))
+            .map_err(|e| format!("device {device}: {e}")),
+    }
+}
+
 /// `synth-iq` jobs run their noise stage here, through rf's device trait.
 impl sonograph_rf::NoiseDevice for rf::RfGpu {
     fn name(&self) -> String {

@@ -276,6 +276,19 @@ pub mod defaults {
     pub const MAX_CHANNELS: usize = sonograph_io::Limits::DEFAULT.max_channels;
     pub const MAX_SAMPLE_RATE: u32 = sonograph_io::Limits::DEFAULT.max_sample_rate;
     pub const MAX_SAMPLES: u64 = sonograph_io::sigmf::DEFAULT_MAX_SAMPLES;
+    /// RF jobs (`rf-features`, `synth-iq`) run on the CPU unless a GPU is asked for.
+    pub const RF_DEVICE: &str = "cpu";
+    /// `rf-features`' Welch segment length.
+    pub const NPERSEG: usize = 1024;
+    /// `rf-features` rows per Parquet part: about 8 MB of features, 40 MB with the PSD of
+    /// 1,024 bins.
+    pub const RF_ROWS_PER_PART: usize = 8192;
+    /// `synth-iq` recordings per Parquet part.
+    pub const SYNTH_ROWS_PER_PART: u64 = 1000;
+    /// `transcribe`'s model window, in seconds (Parakeet's and Whisper's).
+    pub const WINDOW_S: f64 = 30.0;
+    /// `transcribe`'s segments per model batch.
+    pub const TRANSCRIBE_BATCH: usize = 8;
 
     /// Decode threads: one per core.
     pub fn workers() -> usize {
@@ -316,8 +329,6 @@ pub mod bounds {
     pub const IQ_MAX_SAMPLES: RangeInclusive<u64> = 1..=1 << 36;
 }
 
-/// `value` within `range`, or the job's one-line refusal naming the option (NaN is within no
-/// range).
 /// A shard of a job: a count within bounds, an index below it.
 pub(crate) fn check_shard(index: usize, count: usize) -> Result<(), JobError> {
     within("shard-count", count, bounds::SHARD_COUNT)?;
@@ -329,6 +340,8 @@ pub(crate) fn check_shard(index: usize, count: usize) -> Result<(), JobError> {
     Ok(())
 }
 
+/// `value` within `range`, or the job's one-line refusal naming the option (NaN is within no
+/// range).
 pub(crate) fn within<T: PartialOrd + std::fmt::Display>(
     name: &str,
     value: T,

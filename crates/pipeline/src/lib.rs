@@ -27,7 +27,9 @@ pub mod model;
 pub mod one_file;
 pub mod options;
 mod report;
+pub mod request;
 pub mod rf_features;
+pub mod rf_options;
 mod sample;
 pub mod segment;
 mod source;
@@ -37,6 +39,7 @@ pub mod telemetry;
 #[cfg(test)]
 mod testing;
 pub mod transcribe;
+pub mod transcribe_options;
 pub mod vad;
 mod writer;
 

@@ -84,49 +84,78 @@ impl IqFormat {
 
 /// A spec given by value: a file (JSON or TOML, by its extension; what the command line
 /// takes) or the spec itself (what `sonograph presets NAME` prints; a request or a Python
-/// dict).
+/// dict). A feature spec by default; `synth-iq` takes its dataset's spec the same way.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
-pub enum SpecSource {
-    Inline(Box<FeatureSpec>),
+pub enum SpecSource<S = FeatureSpec> {
+    Inline(Box<S>),
     File(PathBuf),
+}
+
+/// A spec that can be read from a file's text.
+pub trait SpecText: Sized + Clone {
+    fn parse_json(text: &str) -> Result<Self, String>;
+    fn parse_toml(text: &str) -> Result<Self, String>;
+}
+
+impl SpecText for FeatureSpec {
+    fn parse_json(text: &str) -> Result<Self, String> {
+        FeatureSpec::from_json(text).map_err(|e| e.to_string())
+    }
+    fn parse_toml(text: &str) -> Result<Self, String> {
+        FeatureSpec::from_toml(text).map_err(|e| e.to_string())
+    }
+}
+
+impl SpecText for sonograph_rf::SynthSpec {
+    fn parse_json(text: &str) -> Result<Self, String> {
+        Self::from_json(text).map_err(|e| e.to_string())
+    }
+    fn parse_toml(text: &str) -> Result<Self, String> {
+        Self::from_toml(text).map_err(|e| e.to_string())
+    }
 }
 
 /// A string is a file; anything else is the spec itself, whose own errors are kept (serde's
 /// untagged enums would only say that nothing matched).
-impl<'de> Deserialize<'de> for SpecSource {
+impl<'de, S: serde::de::DeserializeOwned> Deserialize<'de> for SpecSource<S> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error;
         match serde_json::Value::deserialize(d)? {
             serde_json::Value::String(path) => Ok(SpecSource::File(path.into())),
-            spec => serde_json::from_value::<FeatureSpec>(spec)
+            spec => serde_json::from_value::<S>(spec)
                 .map(|s| SpecSource::Inline(Box::new(s)))
                 .map_err(D::Error::custom),
         }
     }
 }
 
-impl std::str::FromStr for SpecSource {
+impl<S> std::str::FromStr for SpecSource<S> {
     type Err = std::convert::Infallible;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Ok(SpecSource::File(PathBuf::from(s)))
     }
 }
 
-impl SpecSource {
-    fn load(&self) -> Result<FeatureSpec, String> {
+impl<S: SpecText> SpecSource<S> {
+    pub(crate) fn load(&self) -> Result<S, String> {
         match self {
             SpecSource::Inline(spec) => Ok((**spec).clone()),
             SpecSource::File(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| format!("{}: cannot read spec: {e}", path.display()))?;
                 let parsed = match path.extension().and_then(|e| e.to_str()) {
-                    Some("toml") => FeatureSpec::from_toml(&text),
-                    _ => FeatureSpec::from_json(&text),
+                    Some("toml") => S::parse_toml(&text),
+                    _ => S::parse_json(&text),
                 };
                 parsed.map_err(|e| format!("{}: {e}", path.display()))
             }
         }
+    }
+
+    /// A file: what a service must refuse (a request would read the server's files).
+    pub fn is_file(&self) -> bool {
+        matches!(self, SpecSource::File(_))
     }
 }
 
@@ -614,16 +643,18 @@ impl JobOptions {
     /// The VAD's parameters: `max-speech-s` defaults to the job's max-seconds. Its options
     /// without `vad` are refused rather than ignored.
     fn vad_params(&self) -> Result<Option<VadParams>, JobError> {
-        let given = self.threshold.is_some()
-            || self.neg_threshold.is_some()
-            || self.min_speech_ms.is_some()
-            || self.max_speech_s.is_some()
-            || self.min_silence_ms.is_some()
-            || self.speech_pad_ms.is_some()
-            || self.min_silence_at_max_speech_ms.is_some()
-            || self.use_max_poss_sil_at_max_speech.is_some();
+        let given = VadOptions {
+            threshold: self.threshold,
+            neg_threshold: self.neg_threshold,
+            min_speech_ms: self.min_speech_ms,
+            max_speech_s: self.max_speech_s,
+            min_silence_ms: self.min_silence_ms,
+            speech_pad_ms: self.speech_pad_ms,
+            min_silence_at_max_speech_ms: self.min_silence_at_max_speech_ms,
+            use_max_poss_sil_at_max_speech: self.use_max_poss_sil_at_max_speech,
+        };
         if !self.vad {
-            return if given {
+            return if given.any() {
                 Err(JobError::Config(
                     "the VAD options (threshold, min-speech-ms, ...) need vad".into(),
                 ))
@@ -631,12 +662,46 @@ impl JobOptions {
                 Ok(None)
             };
         }
+        Ok(Some(given.params(self.max_seconds)))
+    }
+}
+
+/// The VAD's options as `extract` and `transcribe` take them (Silero's
+/// `get_speech_timestamps` parameters, by their flags' names); each one not given takes
+/// Silero's default, written once in [`VadParams::default`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct VadOptions {
+    pub threshold: Option<f64>,
+    pub neg_threshold: Option<f64>,
+    pub min_speech_ms: Option<f64>,
+    pub max_speech_s: Option<f64>,
+    pub min_silence_ms: Option<f64>,
+    pub speech_pad_ms: Option<f64>,
+    pub min_silence_at_max_speech_ms: Option<f64>,
+    pub use_max_poss_sil_at_max_speech: Option<bool>,
+}
+
+impl VadOptions {
+    fn any(&self) -> bool {
+        self.threshold.is_some()
+            || self.neg_threshold.is_some()
+            || self.min_speech_ms.is_some()
+            || self.max_speech_s.is_some()
+            || self.min_silence_ms.is_some()
+            || self.speech_pad_ms.is_some()
+            || self.min_silence_at_max_speech_ms.is_some()
+            || self.use_max_poss_sil_at_max_speech.is_some()
+    }
+
+    /// The parameters, `max_speech_s` at `max_speech_default` unless given (checked by the
+    /// job).
+    pub(crate) fn params(&self, max_speech_default: f64) -> VadParams {
         let d = VadParams::default();
-        let params = VadParams {
+        VadParams {
             threshold: self.threshold.unwrap_or(d.threshold),
             neg_threshold: self.neg_threshold.or(d.neg_threshold),
             min_speech_duration_ms: self.min_speech_ms.unwrap_or(d.min_speech_duration_ms),
-            max_speech_duration_s: self.max_speech_s.unwrap_or(self.max_seconds),
+            max_speech_duration_s: self.max_speech_s.unwrap_or(max_speech_default),
             min_silence_duration_ms: self.min_silence_ms.unwrap_or(d.min_silence_duration_ms),
             speech_pad_ms: self.speech_pad_ms.unwrap_or(d.speech_pad_ms),
             min_silence_at_max_speech_ms: self
@@ -645,8 +710,7 @@ impl JobOptions {
             use_max_poss_sil_at_max_speech: self
                 .use_max_poss_sil_at_max_speech
                 .unwrap_or(d.use_max_poss_sil_at_max_speech),
-        };
-        Ok(Some(params))
+        }
     }
 }
 

@@ -26,8 +26,8 @@ use crate::options::IqFormat;
 use crate::report::{peak_rss_mb, DeviceReport, Failure, Report, StageTimes};
 use crate::writer::progress_bar;
 
-/// Rows per part by default: about 8 MB of features, 40 MB with the PSD of 1,024 bins.
-pub const DEFAULT_PART_ROWS: usize = 8192;
+/// The memory a part's rows may hold before it is written.
+const PART_BYTES: usize = 1 << 30;
 
 /// An `rf-features` job.
 #[derive(Debug, Clone)]
@@ -66,28 +66,46 @@ impl RfFeaturesJob {
             workers: 0,
             shard_index: 0,
             shard_count: 1,
-            part_rows: DEFAULT_PART_ROWS,
+            part_rows: crate::config::defaults::RF_ROWS_PER_PART,
             progress: false,
         }
     }
 
-    fn check(&self) -> Result<(), JobError> {
+    pub(crate) fn check(&self) -> Result<(), JobError> {
         self.rows
             .validate()
             .map_err(|e| JobError::Config(e.to_string()))?;
         if let Some(fs) = self.sample_rate {
-            if !(fs.is_finite() && fs > 0.0) {
-                return Err(JobError::Config(format!(
-                    "sample_rate {fs} must be positive and finite"
-                )));
-            }
+            crate::config::within("sample-rate", fs, crate::config::bounds::IQ_SAMPLE_RATE)?;
         }
-        if self.part_rows == 0 {
-            return Err(JobError::Config("part_rows must be at least 1".into()));
+        // A part's rows are held until it is written, each with its PSD.
+        crate::config::within("rows-per-part", self.part_rows, 1..=1_000_000)?;
+        let row_bytes = 512
+            + if self.rows.psd {
+                4 * self.rows.features.welch.nperseg
+            } else {
+                0
+            };
+        if self.part_rows.saturating_mul(row_bytes) > PART_BYTES {
+            return Err(JobError::Config(format!(
+                "rows-per-part {}: a part of rows with a PSD of {} bins holds {:.1} GiB, over \
+                 the {} GiB a part may",
+                self.part_rows,
+                self.rows.features.welch.nperseg,
+                (self.part_rows * row_bytes) as f64 / f64::from(1u32 << 30),
+                PART_BYTES >> 30
+            )));
         }
-        if self.max_samples == 0 {
-            return Err(JobError::Config("max_samples must be at least 1".into()));
-        }
+        crate::config::within(
+            "max-samples",
+            self.max_samples,
+            crate::config::bounds::IQ_MAX_SAMPLES,
+        )?;
+        crate::config::within(
+            "workers",
+            self.workers,
+            0..=*crate::config::bounds::WORKERS.end(),
+        )?;
         crate::config::check_shard(self.shard_index, self.shard_count)
     }
 

@@ -241,6 +241,52 @@ pub fn generate<'d>(
     }
 }
 
+/// `device auto` with a GPU: the GPU for the noise stage only where it generates recordings
+/// of this spec at [`GPU_MARGIN`](sonograph_dsp::calibration::GPU_MARGIN) times the CPU's
+/// rate, each measured on 64 recordings (or read from `store`, by device, cores and spec);
+/// with the reason, in words, for the run to say.
+pub fn choose_noise_device(
+    synth: &Synth,
+    seed: u64,
+    mut gpu: Box<dyn NoiseDevice>,
+    pool: &rayon::ThreadPool,
+    store: &mut dyn sonograph_dsp::CalibrationStore,
+) -> Result<(Option<Box<dyn NoiseDevice>>, String), JobError> {
+    use sonograph_dsp::calibration::{choose, Measured};
+    let cores = pool.current_num_threads();
+    let indices: Vec<u64> = (0..64).collect();
+    let spec = synth.spec();
+    let seconds = indices.len() as f64 * spec.n_samples as f64 / spec.sample_rate;
+    let gpu_name = gpu.name();
+    let mut rate = |device: &str,
+                    noise: Option<&mut (dyn NoiseDevice + 'static)>|
+     -> Result<Measured, JobError> {
+        let key = format!("synth-iq | {device} | {cores} cores | {}", spec.spec_id());
+        let measured = |rate, cached| Measured {
+            id: device.into(),
+            name: device.into(),
+            audio_seconds_per_second: rate,
+            cached,
+        };
+        if let Some(r) = store.get(&key) {
+            return Ok(measured(r, true));
+        }
+        let mut noise = noise;
+        // The first run warms the device (pipelines, buffers); the second is timed.
+        // A reborrow, not a no-op: the device is used again below.
+        #[allow(clippy::needless_option_as_deref)]
+        generate(synth, seed, &indices, noise.as_deref_mut(), pool)?;
+        let t = Instant::now();
+        generate(synth, seed, &indices, noise, pool)?;
+        let r = seconds / t.elapsed().as_secs_f64().max(1e-9);
+        store.put(key, r);
+        Ok(measured(r, false))
+    };
+    let measured = vec![rate("cpu", None)?, rate(&gpu_name, Some(gpu.as_mut()))?];
+    let (index, why) = choose(&measured);
+    Ok((if index == 0 { None } else { Some(gpu) }, why))
+}
+
 /// `out/sample-000000042` (the SigMF pair's base).
 pub fn recording_base(out: &Path, index: u64) -> PathBuf {
     out.join(format!("sample-{index:09}"))

@@ -38,19 +38,22 @@ pub use crate::vad::OUT_RATE;
 pub const DEFAULT_PART_ITEMS: usize = 1024;
 
 /// How an item longer than the model's window is cut.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum SegmentMode {
     /// An item longer than the window is cut at its speech segments (Silero VAD; the VAD
     /// settings apply); a shorter one is transcribed whole, as NeMo and onnx-asr transcribe it.
+    #[default]
     Vad,
     /// Consecutive windows of the window's length.
     Fixed,
 }
 
 /// What the parts are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum TranscriptFormat {
@@ -101,9 +104,9 @@ impl TranscribeJob {
             ort_lib: None,
             format: TranscriptFormat::Jsonl,
             segment: SegmentMode::Vad,
-            window_s: 30.0,
+            window_s: crate::config::defaults::WINDOW_S,
             vad: VadParams::default(),
-            batch: 8,
+            batch: crate::config::defaults::TRANSCRIBE_BATCH,
             threads: 0,
             channel: None,
             limits: Limits::default(),
@@ -113,7 +116,7 @@ impl TranscribeJob {
         }
     }
 
-    fn check(&self) -> Result<(), JobError> {
+    pub(crate) fn check(&self) -> Result<(), JobError> {
         if !(self.window_s.is_finite() && self.window_s > 0.0) {
             return Err(JobError::Config(format!(
                 "window-s must be > 0, not {}",
@@ -122,9 +125,7 @@ impl TranscribeJob {
         }
         crate::config::within("batch", self.batch, 1..=4096)?;
         crate::config::within("threads", self.threads, 0..=1024)?;
-        if self.part_items == 0 {
-            return Err(JobError::Config("part-items must be at least 1".into()));
-        }
+        crate::config::within("items-per-part", self.part_items, 1..=1_000_000)?;
         self.vad
             .validate()
             .map_err(|e| JobError::Config(e.to_string()))?;

@@ -20,6 +20,7 @@ use tokio::sync::broadcast::error::RecvError;
 use crate::error::ApiError;
 use crate::jobs::{resolve_under, JobState};
 use crate::{metrics, App, BODY_LIMIT};
+use sonograph_pipeline::request::{JobRequest, PlannedJob};
 use sonograph_pipeline::JobOptions;
 
 type Shared = State<Arc<App>>;
@@ -48,8 +49,9 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// The jobs API as OpenAPI 3.1, generated from the handlers and the request type
-/// ([`JobOptions`]) they read: what a client generator or schemathesis reads.
+/// The jobs API as OpenAPI 3.1, generated from the handlers and the request types they read
+/// ([`JobOptions`], an extract job's, and the other kinds' options, named by `kind`): what a
+/// client generator or schemathesis reads.
 #[derive(utoipa::OpenApi)]
 #[openapi(
     info(
@@ -62,7 +64,13 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         health, ready, status, list_jobs, submit_job, plan_job, get_job, cancel_job, alerts,
         telemetry
     ),
-    components(schemas(JobOptions, ErrorBody)),
+    components(schemas(
+        JobOptions,
+        sonograph_pipeline::rf_options::RfFeaturesOptions,
+        sonograph_pipeline::rf_options::SynthIqOptions,
+        sonograph_pipeline::transcribe_options::TranscribeOptions,
+        ErrorBody
+    )),
     modifiers(&BearerToken)
 )]
 pub struct ApiDoc;
@@ -391,23 +399,22 @@ async fn cancel_job(
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
 }
 
-/// A job's options as a request gives them, planned and held to the data roots: what
-/// `POST /api/v1/jobs` queues and `POST /api/v1/plan` shows. The paths in the options are
-/// resolved (symlinks and all) beneath a root; the plan holds them so.
-fn accept(app: &App, body: &[u8]) -> Result<(JobOptions, crate::jobs::Planned), ApiError> {
+/// A job as a request gives it (`kind` and the kind's options), planned and held to the data
+/// roots: what `POST /api/v1/plan` shows and, for an extract job, what `POST /api/v1/jobs`
+/// queues. The paths in the options are resolved (symlinks and all) beneath a root; the plan
+/// holds them so.
+fn accept(app: &App, body: &[u8]) -> Result<(JobRequest, PlannedJob), ApiError> {
     let bad = |e: String| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid job: {e}"));
     let mut value: Value = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
     if let Some(o) = value.as_object_mut() {
-        // The server's default device for a job that names none.
-        o.entry("device")
-            .or_insert(app.default_device.clone().into());
-    }
-    let mut request: JobOptions = serde_path_to_error::deserialize(value).map_err(|e| {
-        match e.path().to_string().as_str() {
-            "." => bad(e.inner().to_string()),
-            option => bad(format!("{option}: {}", e.inner())),
+        // The server's default device for a feature job that names none (RF jobs run on the
+        // CPU unless they ask for a GPU, as on the command line).
+        if o.get("kind").and_then(Value::as_str).unwrap_or("extract") == "extract" {
+            o.entry("device")
+                .or_insert(app.default_device.clone().into());
         }
-    })?;
+    }
+    let mut request = JobRequest::from_value(value).map_err(bad)?;
     crate::jobs::plan(&request).map_err(bad)?;
     if app.data_roots.is_empty() {
         return Err(ApiError::new(
@@ -415,6 +422,7 @@ fn accept(app: &App, body: &[u8]) -> Result<(JobOptions, crate::jobs::Planned), 
             "this server has no --data-root: it runs no job",
         ));
     }
+    let roots = &app.data_roots;
     let forbidden = |what: &str, p: &std::path::Path| {
         ApiError::new(
             StatusCode::FORBIDDEN,
@@ -424,29 +432,46 @@ fn accept(app: &App, body: &[u8]) -> Result<(JobOptions, crate::jobs::Planned), 
             ),
         )
     };
-    let source = resolve_under(&request.source, &app.data_roots)
-        .ok_or_else(|| forbidden("source", &request.source))?;
-    if !source.exists() {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("source {} does not exist", request.source.display()),
-        ));
-    }
-    let out = resolve_under(&request.out, &app.data_roots)
-        .ok_or_else(|| forbidden("out", &request.out))?;
-    if let Some(model) = &request.model {
-        let resolved =
-            resolve_under(model, &app.data_roots).ok_or_else(|| forbidden("model", model))?;
-        if !resolved.is_file() {
+    let under =
+        |what: &str, p: &std::path::Path| resolve_under(p, roots).ok_or_else(|| forbidden(what, p));
+    let existing = |what: &str, p: &std::path::Path| {
+        let resolved = under(what, p)?;
+        if !resolved.exists() {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
-                format!("model {} is not a file", model.display()),
+                format!("{what} {} does not exist", p.display()),
             ));
         }
-        request.model = Some(resolved);
+        Ok(resolved)
+    };
+    match &mut request {
+        JobRequest::Extract(o) => {
+            o.source = existing("source", &o.source)?;
+            o.out = under("out", &o.out)?;
+            if let Some(model) = &o.model {
+                let resolved = existing("model", model)?;
+                if !resolved.is_file() {
+                    return Err(ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        format!("model {} is not a file", model.display()),
+                    ));
+                }
+                o.model = Some(resolved);
+            }
+        }
+        JobRequest::RfFeatures(o) => {
+            o.source = existing("source", &o.source)?;
+            o.out = under("out", &o.out)?;
+        }
+        JobRequest::SynthIq(o) => o.out = under("out", &o.out)?,
+        JobRequest::Transcribe(o) => {
+            o.source = existing("source", &o.source)?;
+            o.out = under("out", &o.out)?;
+            if let Some(model) = &o.model {
+                o.model = Some(existing("model", model)?);
+            }
+        }
     }
-    request.source = source;
-    request.out = out;
     let planned = crate::jobs::plan(&request).map_err(bad)?;
     Ok((request, planned))
 }
@@ -461,7 +486,7 @@ fn accept(app: &App, body: &[u8]) -> Result<(JobOptions, crate::jobs::Planned), 
               (status = 415, description = "a body that is not JSON", body = ErrorBody), (status = 401, description = "a token is required and was not given", body = ErrorBody)))]
 async fn plan_job(State(app): Shared, body: Bytes) -> Result<Response, ApiError> {
     let (_, planned) = accept(&app, &body)?;
-    Ok(Json(planned.plan.describe()).into_response())
+    Ok(Json(planned.describe()).into_response())
 }
 
 #[utoipa::path(post, path = "/api/v1/jobs", tag = "jobs", request_body = JobOptions,
@@ -481,6 +506,19 @@ async fn submit_job(State(app): Shared, body: Bytes) -> Result<Response, ApiErro
         ));
     }
     let (request, _) = accept(&app, &body)?;
+    let JobRequest::Extract(request) = request else {
+        // The RF jobs and transcribe read files by paths the kernel does not yet hold beneath
+        // the data roots (extract's reads are; see sonograph_io::Roots): planned, not run.
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "invalid job: kind {}: the service plans this kind (POST /api/v1/plan) but runs \
+                 extract jobs only; run it with `sonograph {}` or Python",
+                request.kind(),
+                request.kind()
+            ),
+        ));
+    };
     let id = tokio::task::spawn_blocking(move || {
         let jobs = jobs_of(&app)?;
         let id = jobs.submit(&request)?;

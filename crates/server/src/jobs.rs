@@ -9,6 +9,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sonograph_pipeline::request::{JobRequest, PlannedJob};
 use sonograph_pipeline::{JobError, JobOptions, JobOutcome, LiveJob, Plan, Report, Stages};
 
 use crate::error::ServerError;
@@ -19,12 +20,17 @@ pub struct Planned {
     pub devices: sonograph_gpu::JobDevices,
 }
 
-/// Plans a job of the jobs API: `extract`'s options (the same [`JobOptions`] as the CLI and
-/// Python), checked as they check them, and its devices (the server's default where it names
-/// none). A request never reads the server's environment (no shard from its variables). The
-/// paths are checked by [`resolve_under`].
-pub fn plan(options: &JobOptions) -> Result<Planned, String> {
-    if let Some(sonograph_pipeline::SpecSource::File(_)) = &options.spec {
+/// Plans a job of the jobs API: any kind, with the same options as the CLI and Python,
+/// checked as they check them. A request never reads the server's environment (no shard from
+/// its variables) nor a file of the server's by a path it gives (a spec is inline). The paths
+/// are checked by [`resolve_under`].
+pub fn plan(request: &JobRequest) -> Result<PlannedJob, String> {
+    let spec_file = match request {
+        JobRequest::Extract(o) => o.spec.as_ref().is_some_and(|s| s.is_file()),
+        JobRequest::SynthIq(o) => o.spec.as_ref().is_some_and(|s| s.is_file()),
+        JobRequest::RfFeatures(_) | JobRequest::Transcribe(_) => false,
+    };
+    if spec_file {
         // Reading a file the request names would let it read (or block on, or exhaust memory
         // with) any file of the server's; a request carries its spec.
         return Err(
@@ -33,9 +39,23 @@ pub fn plan(options: &JobOptions) -> Result<Planned, String> {
                 .into(),
         );
     }
-    let plan = options.plan(|_| None).map_err(|e| e.to_string())?;
+    let planned = request.plan(|_| None).map_err(|e| e.to_string())?;
+    if let PlannedJob::Extract(plan) = &planned {
+        sonograph_gpu::JobDevices::parse(&plan.device, plan.gpu_memory.as_deref())?;
+    }
+    Ok(planned)
+}
+
+/// An extract job of the jobs API planned, with its devices parsed: what the worker runs.
+pub fn plan_extract(options: &JobOptions) -> Result<Planned, String> {
+    let PlannedJob::Extract(plan) = plan(&JobRequest::Extract(Box::new(options.clone())))? else {
+        unreachable!("an extract request plans an extract job")
+    };
     let devices = sonograph_gpu::JobDevices::parse(&plan.device, plan.gpu_memory.as_deref())?;
-    Ok(Planned { plan, devices })
+    Ok(Planned {
+        plan: *plan,
+        devices,
+    })
 }
 
 /// `path` (relative ones taken from the first root) with every symlink resolved, when it lies
@@ -558,7 +578,7 @@ fn run_one(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobOptions)
     *store.running.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, live.clone()));
     let mut opened = false;
     let run = std::panic::AssertUnwindSafe(|| -> Result<JobOutcome, (JobState, String)> {
-        let mut job = plan(request).map_err(|e| (JobState::Failed, e))?;
+        let mut job = plan_extract(request).map_err(|e| (JobState::Failed, e))?;
         job.plan.config.roots = runner.roots();
         let devices = runner.open(&mut job).map_err(|e| (JobState::Failed, e))?;
         opened = true;
