@@ -123,7 +123,9 @@ def transcribe(
 
 @final
 class Loader:
-    """Batches `(ids, features [batch, frames, bins], lengths)` of every item of a source."""
+    """Batches `(ids, features [batch, frames, bins], lengths)` of every item of a source, by
+    count or by total duration from duration buckets, shared between ranks, reshuffled by
+    (seed, epoch), resumable from `state_dict()`."""
 
     def __new__(
         cls,
@@ -132,12 +134,16 @@ class Loader:
         *,
         spec: _Spec | _PathLike | None = None,
         precision: _Precision = "auto",
-        batch_size: int = 32,
+        batch_size: int | None = 32,
+        max_duration: float | None = None,
+        num_buckets: int = 1,
         workers: int | None = None,
         prefetch: int = 4,
         shuffle: bool = False,
         seed: int = 0,
         drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
     ) -> "Loader": ...
     def __len__(self) -> int: ...
     def __iter__(self) -> Iterator[
@@ -146,6 +152,21 @@ class Loader:
     def __next__(
         self,
     ) -> tuple[list[str], npt.NDArray[np.float32], npt.NDArray[np.int64]]: ...
+    def set_epoch(self, epoch: int) -> None:
+        """Starts `epoch` from its first batch."""
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch, the batches given in it, and the sampler they belong to."""
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resumes after the last batch `state` says was given."""
+    @property
+    def epoch(self) -> int:
+        """The epoch being given."""
+    @property
+    def batches_per_epoch(self) -> int:
+        """This rank's batches in an epoch."""
+    @property
+    def padding(self) -> float:
+        """The share of the frames given so far that is padding."""
     @property
     def failures(self) -> list[tuple[str, str]]:
         """Items that failed, with their reasons."""

@@ -1,10 +1,13 @@
 //! `sonograph.Loader`: batches of features straight from a corpus for a training loop. Worker
-//! threads decode and extract items ahead of the consumer (at most `prefetch` batches ahead),
-//! and batches come out in the source's order (or a seeded shuffle of it) whatever order the
-//! workers finish in. An item that fails is not dropped in silence: it is left out of its
-//! batch and listed in `failures` with its reason.
+//! threads decode and extract items ahead of the consumer (at most `prefetch` batches ahead).
+//! Which items go into which batch is the sampler's plan (`sonograph_pipeline::sampler`): by
+//! count, by total duration from duration buckets, shared between distributed ranks, and
+//! reshuffled by (seed, epoch) alone; so batches are the same whatever the workers and the
+//! order they finish in, and `state_dict()` resumes after the last batch given. An item that
+//! fails is not dropped in silence: it is left out of its batch and listed in `failures` with
+//! its reason.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,13 +17,13 @@ use crossbeam_channel::{Receiver, Sender};
 use numpy::{IntoPyArray, PyArrayMethods};
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
+use pyo3::types::PyDict;
+use rayon::prelude::*;
 use sonograph_dsp::{CpuExtractor, FeatureSpec, Precision};
 use sonograph_io::decode::DecodeOptions;
 use sonograph_io::manifest::{Entry, SourceItem};
-
 use sonograph_pipeline::bounds;
+use sonograph_pipeline::sampler::{plan_epoch, SamplerOptions};
 
 use crate::{input_error, options_error, spec_of};
 
@@ -30,40 +33,112 @@ type Features = Result<Vec<f32>, String>;
 /// A source's entry by id: an audio item, or why it cannot be one.
 type Listed = (String, Result<SourceItem, String>);
 
+/// The workers of one epoch: they compute the items at the positions handed to them (of the
+/// epoch's items in batch order) and send them back.
+struct Workers {
+    tickets: Option<Sender<usize>>,
+    done: Receiver<(usize, Features)>,
+    threads: Vec<JoinHandle<()>>,
+    /// Set when they should go: they leave the positions handed to them undone.
+    stop: Arc<AtomicBool>,
+}
+
+impl Workers {
+    fn start(
+        n: usize,
+        spec: &FeatureSpec,
+        precision: Precision,
+        listed: &Arc<Vec<Listed>>,
+        items: &Arc<Vec<usize>>,
+    ) -> PyResult<Workers> {
+        let (tickets, work) = crossbeam_channel::unbounded::<usize>();
+        let (finished, done) = crossbeam_channel::unbounded();
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|i| {
+                let (work, finished, listed, items, spec, stop) = (
+                    work.clone(),
+                    finished.clone(),
+                    listed.clone(),
+                    items.clone(),
+                    spec.clone(),
+                    stop.clone(),
+                );
+                std::thread::Builder::new()
+                    .name(format!("sonograph-loader-{i}"))
+                    .spawn(move || {
+                        worker(&spec, precision, &listed, &items, &work, &finished, &stop)
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(crate::errors::error)?;
+        Ok(Workers {
+            tickets: Some(tickets),
+            done,
+            threads,
+            stop,
+        })
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        // The workers end after the item in hand, leaving the rest of the queue.
+        self.stop.store(true, Ordering::Relaxed);
+        self.tickets = None;
+        for w in self.threads.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
 /// Batches of features of every item of a source (a folder, a NeMo JSON-lines or CSV manifest,
 /// with offsets and durations), computed on `workers` threads. Iterating gives
 /// `(ids, features, lengths)`: the items' ids, a float32 array [batch, frames, bins] zero-padded
-/// to the longest item, and each item's frame count (int64). Items that fail are in
+/// to the longest item, and each item's frame count (int64). One pass is one epoch; iterating
+/// again after it ends starts the next (reshuffled where `shuffle`). Items that fail are in
 /// `failures` as `(id, reason)`.
 #[pyclass(module = "sonograph")]
 pub struct Loader {
-    /// (id, what to decode), in the order the batches give them.
-    order: Arc<Vec<Listed>>,
+    listed: Arc<Vec<Listed>>,
+    /// Each listed item's duration in seconds, where the sampler needs them (0 for an entry
+    /// that cannot be read: it fails when loaded).
+    durations: Vec<f64>,
+    sampler: SamplerOptions,
+    spec: FeatureSpec,
+    precision: Precision,
     bins: usize,
-    batch_size: usize,
-    drop_last: bool,
-    /// The next item to give out.
+    threads: usize,
+    prefetch: usize,
+    epoch: u64,
+    /// This rank's batches of the epoch (indices into `listed`).
+    plan: Vec<Vec<usize>>,
+    /// The epoch's items in batch order, and where each batch starts among them.
+    items: Arc<Vec<usize>>,
+    starts: Vec<usize>,
+    /// Batches given out this epoch.
+    given: usize,
+    /// The next position to take, and the positions handed to the workers so far (the items
+    /// of the batch being collected and of the `prefetch` − 1 after it).
     next: usize,
-    /// Items handed to the workers so far (they run up to `window` ahead of `next`).
     handed: usize,
-    window: usize,
-    tickets: Option<Sender<usize>>,
-    done: Receiver<(usize, Features)>,
-    /// Items finished out of order, waiting for their turn.
+    workers: Option<Workers>,
+    /// Positions finished out of order, waiting for their turn.
     ready: HashMap<usize, Features>,
     /// The batch being collected: (id, features).
     batch: Vec<(String, Vec<f32>)>,
-    workers: Vec<JoinHandle<()>>,
-    /// Set when the loader goes: the workers leave the items handed to them undone.
-    stop: Arc<AtomicBool>,
     failures: Vec<(String, String)>,
+    failed: HashSet<String>,
+    /// Frames given and frames of padding, over the batches given.
+    frames: (u64, u64),
 }
 
 #[pymethods]
 impl Loader {
     #[new]
     #[pyo3(signature = (source, preset=None, *, spec=None, precision="auto", batch_size=32,
-                        workers=None, prefetch=4, shuffle=false, seed=0, drop_last=false))]
+                        max_duration=None, num_buckets=1, workers=None, prefetch=4,
+                        shuffle=false, seed=0, drop_last=false, rank=None, world_size=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -71,17 +146,20 @@ impl Loader {
         preset: Option<&str>,
         spec: Option<Bound<'_, PyAny>>,
         precision: &str,
-        batch_size: usize,
+        batch_size: Option<usize>,
+        max_duration: Option<f64>,
+        num_buckets: usize,
         workers: Option<usize>,
         prefetch: usize,
         shuffle: bool,
         seed: u64,
         drop_last: bool,
+        rank: Option<usize>,
+        world_size: Option<usize>,
     ) -> PyResult<Loader> {
         let (spec, precision) = spec_of(py, preset, spec.as_ref(), precision)?;
         // The job's bounds: a loader of a billion threads or items in flight is refused.
         let bounds = [
-            ("batch_size", batch_size, bounds::BATCH_ITEMS),
             ("prefetch", prefetch, bounds::PREFETCH),
             ("workers", workers.unwrap_or(1), bounds::WORKERS),
         ];
@@ -94,89 +172,113 @@ impl Loader {
                 )));
             }
         }
-        if batch_size * prefetch > bounds::PREFETCHED_ITEMS {
+        if batch_size.unwrap_or(1) * prefetch > bounds::PREFETCHED_ITEMS {
             return Err(options_error(format!(
                 "batch_size × prefetch (the items ahead) may be at most {}",
                 bounds::PREFETCHED_ITEMS
             )));
         }
-        let workers = workers.unwrap_or_else(sonograph_pipeline::defaults::workers);
-        let mut order = py.detach(|| list(&source)).map_err(input_error)?;
-        if shuffle {
-            order.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed));
-        }
-        let order = Arc::new(order);
-        let (tickets, work) = crossbeam_channel::unbounded::<usize>();
-        let (finished, done) = crossbeam_channel::unbounded();
-        let stop = Arc::new(AtomicBool::new(false));
-        let workers = (0..workers)
-            .map(|i| {
-                let (work, finished, order, spec, stop) = (
-                    work.clone(),
-                    finished.clone(),
-                    order.clone(),
-                    spec.clone(),
-                    stop.clone(),
-                );
-                std::thread::Builder::new()
-                    .name(format!("sonograph-loader-{i}"))
-                    .spawn(move || worker(&spec, precision, &order, &work, &finished, &stop))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(crate::errors::error)?;
-        let mut loader = Loader {
-            bins: spec.n_bins(),
+        let (rank, world_size) = distributed(rank, world_size)?;
+        let sampler = SamplerOptions {
             batch_size,
+            max_duration,
+            num_buckets,
+            shuffle,
+            seed,
             drop_last,
+            rank,
+            world_size,
+        };
+        sampler.check().map_err(options_error)?;
+        let threads = workers.unwrap_or_else(sonograph_pipeline::defaults::workers);
+        let listed = py.detach(|| list(&source)).map_err(input_error)?;
+        let by_duration = max_duration.is_some() || num_buckets > 1;
+        let durations = if by_duration {
+            py.detach(|| durations(&listed, threads))
+        } else {
+            vec![0.0; listed.len()]
+        };
+        let mut loader = Loader {
+            listed: Arc::new(listed),
+            durations,
+            sampler,
+            bins: spec.n_bins(),
+            spec,
+            precision,
+            threads,
+            prefetch,
+            epoch: 0,
+            plan: Vec::new(),
+            items: Arc::new(Vec::new()),
+            starts: Vec::new(),
+            given: 0,
             next: 0,
             handed: 0,
-            window: batch_size.saturating_mul(prefetch),
-            tickets: Some(tickets),
-            done,
+            workers: None,
             ready: HashMap::new(),
             batch: Vec::new(),
-            workers,
-            stop,
             failures: Vec::new(),
-            order,
+            failed: HashSet::new(),
+            frames: (0, 0),
         };
-        loader.hand_out();
+        loader.start(0, 0)?;
         Ok(loader)
     }
 
     /// The number of items in the source (those that fail included).
     fn __len__(&self) -> usize {
-        self.order.len()
+        self.listed.len()
     }
 
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
+    /// The loader; once an epoch is over, the next one starts.
+    fn __iter__(mut slf: PyRefMut<'_, Self>) -> PyResult<PyRefMut<'_, Self>> {
+        if slf.given == slf.plan.len() && slf.batch.is_empty() {
+            let epoch = slf.epoch + 1;
+            slf.start(epoch, 0)?;
+        }
+        Ok(slf)
     }
 
     fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        // Kept in `self` while collecting: a batch interrupted by Ctrl-C loses no item, the
-        // next call goes on with it.
-        while self.batch.len() < self.batch_size && self.next < self.order.len() {
-            let index = self.next;
-            let features = match self.ready.remove(&index) {
-                Some(f) => f,
-                None => self.wait_for(py, index)?,
-            };
-            self.next += 1;
-            self.hand_out();
-            let id = self.order[index].0.clone();
-            match features {
-                Ok(r) => self.batch.push((id, r)),
-                Err(reason) => self.failures.push((id, reason)),
+        loop {
+            if self.given == self.plan.len() {
+                return Err(PyStopIteration::new_err(()));
             }
-        }
-        if self.batch.is_empty() || (self.drop_last && self.batch.len() < self.batch_size) {
-            return Err(PyStopIteration::new_err(()));
+            let end = self.starts[self.given + 1];
+            // Kept in `self` while collecting: a batch interrupted by Ctrl-C loses no item,
+            // the next call goes on with it.
+            while self.next < end {
+                let position = self.next;
+                let features = match self.ready.remove(&position) {
+                    Some(f) => f,
+                    None => self.wait_for(py, position)?,
+                };
+                self.next += 1;
+                self.hand_out();
+                let id = self.listed[self.items[position]].0.clone();
+                match features {
+                    Ok(r) => self.batch.push((id, r)),
+                    Err(reason) => {
+                        if self.failed.insert(id.clone()) {
+                            self.failures.push((id, reason));
+                        }
+                    }
+                }
+            }
+            self.given += 1;
+            self.hand_out();
+            if !self.batch.is_empty() {
+                break;
+            }
+            // Every item of the batch failed: the next one.
         }
         let (ids, rows): (Vec<String>, Vec<Vec<f32>>) =
             std::mem::take(&mut self.batch).into_iter().unzip();
         let frames: Vec<i64> = rows.iter().map(|r| (r.len() / self.bins) as i64).collect();
         let longest = frames.iter().copied().max().unwrap_or(0) as usize;
+        let held: u64 = frames.iter().map(|&f| f as u64).sum();
+        self.frames.0 += (longest * rows.len()) as u64;
+        self.frames.1 += (longest * rows.len()) as u64 - held;
         let mut padded = vec![0f32; rows.len() * longest * self.bins];
         for (k, r) in rows.iter().enumerate() {
             let at = k * longest * self.bins;
@@ -190,18 +292,140 @@ impl Loader {
             .map(|t| t.into_any())
     }
 
-    /// `(id, reason)` of every item that failed so far.
+    /// `(id, reason)` of every item that failed so far (each once, whatever the epochs).
     #[getter]
     fn failures(&self) -> Vec<(String, String)> {
         self.failures.clone()
     }
+
+    /// The epoch being given.
+    #[getter]
+    fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// This rank's batches in an epoch (every rank has as many).
+    #[getter]
+    fn batches_per_epoch(&self) -> usize {
+        self.plan.len()
+    }
+
+    /// The share of the frames given so far that is padding.
+    #[getter]
+    fn padding(&self) -> f64 {
+        match self.frames {
+            (0, _) => 0.0,
+            (all, pad) => pad as f64 / all as f64,
+        }
+    }
+
+    /// Starts epoch `epoch` from its first batch (its order is a function of the seed and the
+    /// epoch alone), as a torch sampler's `set_epoch`.
+    fn set_epoch(&mut self, epoch: u64) -> PyResult<()> {
+        self.start(epoch, 0)
+    }
+
+    /// Where the loader is: the epoch and the batches given in it, with what must match for a
+    /// resume (the sampler's settings and the source's size). `load_state_dict` of it in a
+    /// new loader on the same source gives the batches that would have come next.
+    fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("epoch", self.epoch)?;
+        d.set_item("batches_done", self.given)?;
+        d.set_item("sampler", self.fingerprint())?;
+        Ok(d)
+    }
+
+    /// Resumes where `state` (from `state_dict`) says, after its last batch given: no item
+    /// is repeated or skipped. A state of another source or sampler is refused.
+    fn load_state_dict(&mut self, state: &Bound<'_, PyDict>) -> PyResult<()> {
+        let get = |key: &str| -> PyResult<Bound<'_, PyAny>> {
+            state
+                .get_item(key)?
+                .ok_or_else(|| options_error(format!("state: no {key}")))
+        };
+        let epoch: u64 = get("epoch")?.extract()?;
+        let done: usize = get("batches_done")?.extract()?;
+        let sampler: String = get("sampler")?.extract()?;
+        if sampler != self.fingerprint() {
+            return Err(options_error(format!(
+                "state: saved by a loader of {sampler}, not of {}",
+                self.fingerprint()
+            )));
+        }
+        // Saved after the epoch's last batch: what comes next is the next epoch.
+        if done > 0 && done == plan_epoch(&self.durations, &self.sampler, epoch).len() {
+            return self.start(epoch + 1, 0);
+        }
+        self.start(epoch, done)
+    }
 }
 
 impl Loader {
-    /// Keeps the workers `window` items ahead of the consumer.
+    /// What a saved state must match: the source's size and the sampler's settings.
+    fn fingerprint(&self) -> String {
+        let o = &self.sampler;
+        format!(
+            "{} items, batch_size {:?}, max_duration {:?}, num_buckets {}, shuffle {}, seed {}, \
+             drop_last {}, rank {} of {}",
+            self.listed.len(),
+            o.batch_size,
+            o.max_duration,
+            o.num_buckets,
+            o.shuffle,
+            o.seed,
+            o.drop_last,
+            o.rank,
+            o.world_size
+        )
+    }
+
+    /// Plans `epoch` and starts its workers at batch `skip` (the batches before it given).
+    fn start(&mut self, epoch: u64, skip: usize) -> PyResult<()> {
+        // The old epoch's workers stop after the item in hand.
+        self.workers = None;
+        let plan = plan_epoch(&self.durations, &self.sampler, epoch);
+        if skip > plan.len() {
+            return Err(options_error(format!(
+                "state: {skip} batches done, but epoch {epoch} has {}",
+                plan.len()
+            )));
+        }
+        let mut starts = Vec::with_capacity(plan.len() + 1);
+        let mut items = Vec::new();
+        for b in &plan {
+            starts.push(items.len());
+            items.extend_from_slice(b);
+        }
+        starts.push(items.len());
+        self.items = Arc::new(items);
+        self.epoch = epoch;
+        self.given = skip;
+        self.next = starts[skip];
+        self.handed = starts[skip];
+        self.starts = starts;
+        self.plan = plan;
+        self.ready.clear();
+        self.batch.clear();
+        self.workers = Some(Workers::start(
+            self.threads,
+            &self.spec,
+            self.precision,
+            &self.listed,
+            &self.items,
+        )?);
+        self.hand_out();
+        Ok(())
+    }
+
+    /// Keeps the workers `prefetch` batches ahead of the consumer, the one being collected
+    /// included.
     fn hand_out(&mut self) {
-        let Some(tickets) = &self.tickets else { return };
-        while self.handed < self.order.len() && self.handed < self.next + self.window {
+        let Some(tickets) = self.workers.as_ref().and_then(|w| w.tickets.as_ref()) else {
+            return;
+        };
+        let ahead = self.starts[(self.given + self.prefetch).min(self.plan.len())];
+        while self.handed < ahead {
             if tickets.send(self.handed).is_err() {
                 return;
             }
@@ -209,11 +433,14 @@ impl Loader {
         }
     }
 
-    /// Waits (without the GIL) until item `index` is done, keeping the others that finish
-    /// meanwhile.
-    fn wait_for(&mut self, py: Python<'_>, index: usize) -> PyResult<Features> {
+    /// Waits (without the GIL) until position `position` is done, keeping the others that
+    /// finish meanwhile.
+    fn wait_for(&mut self, py: Python<'_>, position: usize) -> PyResult<Features> {
+        let Some(workers) = &self.workers else {
+            return Err(crate::errors::error("the loader's workers stopped"));
+        };
+        let done = workers.done.clone();
         loop {
-            let done = &self.done;
             // Back every tenth of a second for Ctrl-C (KeyboardInterrupt) while waiting.
             let received = py.detach(|| done.recv_timeout(std::time::Duration::from_millis(100)));
             let (i, features) = match received {
@@ -226,7 +453,7 @@ impl Loader {
                     return Err(crate::errors::error("the loader's workers stopped"));
                 }
             };
-            if i == index {
+            if i == position {
                 return Ok(features);
             }
             self.ready.insert(i, features);
@@ -234,14 +461,44 @@ impl Loader {
     }
 }
 
-impl Drop for Loader {
-    fn drop(&mut self) {
-        // The workers end after the item in hand, leaving the rest of the queue.
-        self.stop.store(true, Ordering::Relaxed);
-        self.tickets = None;
-        for w in self.workers.drain(..) {
-            let _ = w.join();
+/// The rank and world size given, else torch.distributed's launcher's (`RANK`,
+/// `WORLD_SIZE`), else a single process.
+fn distributed(rank: Option<usize>, world_size: Option<usize>) -> PyResult<(usize, usize)> {
+    let env = |name: &str| -> PyResult<Option<usize>> {
+        std::env::var(name)
+            .ok()
+            .map(|v| {
+                v.trim()
+                    .parse()
+                    .map_err(|_| options_error(format!("{name}={v:?} is not a whole number")))
+            })
+            .transpose()
+    };
+    let rank = match rank {
+        Some(r) => r,
+        None => env("RANK")?.unwrap_or(0),
+    };
+    let world_size = match world_size {
+        Some(w) => w,
+        None => env("WORLD_SIZE")?.unwrap_or(1),
+    };
+    Ok((rank, world_size))
+}
+
+/// Each entry's duration in seconds: the manifest's, else the file's (less the offset), read
+/// on `threads` threads; 0 for an entry that cannot be read (it fails when loaded).
+fn durations(listed: &[Listed], threads: usize) -> Vec<f64> {
+    let of = |entry: &Listed| -> f64 {
+        let Ok(item) = &entry.1 else { return 0.0 };
+        if let Some(d) = item.duration_s {
+            return d;
         }
+        sonograph_pipeline::manifest::describe(&item.path, &Default::default())
+            .map_or(0.0, |(_, _, d)| (d - item.offset_s).max(0.0))
+    };
+    match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
+        Ok(pool) => pool.install(|| listed.par_iter().map(of).collect()),
+        Err(_) => listed.iter().map(of).collect(),
     }
 }
 
@@ -264,18 +521,19 @@ fn list(source: &std::path::Path) -> Result<Vec<Listed>, String> {
 fn worker(
     spec: &FeatureSpec,
     precision: Precision,
-    order: &[Listed],
+    listed: &[Listed],
+    items: &[usize],
     work: &Receiver<usize>,
     finished: &Sender<(usize, Features)>,
     stop: &AtomicBool,
 ) {
     // spec_of checked the spec; were it refused here all the same, every item says why.
     let mut extractor = CpuExtractor::with_precision(spec, precision).map_err(|e| e.to_string());
-    for index in work.iter() {
+    for position in work.iter() {
         if stop.load(Ordering::Relaxed) {
             return;
         }
-        let features = match (&order[index].1, &mut extractor) {
+        let features = match (&listed[items[position]].1, &mut extractor) {
             (Err(reason), _) => Err(reason.clone()),
             (Ok(_), Err(why)) => Err(why.clone()),
             (Ok(item), Ok(extractor)) => {
@@ -286,7 +544,7 @@ fn worker(
                 .unwrap_or_else(|_| Err(format!("internal error while reading {}", item.id)))
             }
         };
-        if finished.send((index, features)).is_err() {
+        if finished.send((position, features)).is_err() {
             return;
         }
     }

@@ -31,6 +31,7 @@ pub mod request;
 pub mod rf_features;
 pub mod rf_options;
 mod sample;
+pub mod sampler;
 pub mod segment;
 mod source;
 pub mod stage;

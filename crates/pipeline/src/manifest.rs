@@ -152,7 +152,9 @@ fn shown_path(path: &Path, base: &Path) -> String {
 
 /// A file's rate, channels and duration: the header's length where it declares one, else the
 /// frames of a decode (under the limits).
-fn describe(path: &Path, limits: &Limits) -> Result<(u32, usize, f64), String> {
+/// A file's sample rate, channels and duration in seconds (from its header where it declares
+/// its length, else by decoding it).
+pub fn describe(path: &Path, limits: &Limits) -> Result<(u32, usize, f64), String> {
     let opts = DecodeOptions {
         limits: *limits,
         ..Default::default()

@@ -1,0 +1,134 @@
+"""The Loader's sampling for training: batches by total duration from duration buckets, shares
+for distributed ranks, epochs reshuffled by (seed, epoch), and a resume from `state_dict()` that
+neither repeats nor skips an item; the same batches whatever the workers.
+
+Run by python/test.sh (which builds and installs the package).
+"""
+
+import wave
+from typing import Any
+
+import numpy as np
+import pytest
+
+import sonograph
+
+RATE = 16000
+# Forty clips of 0.5 to 8.3 s, in a scattered order of lengths.
+SECONDS = [0.5 + ((k * 17) % 40) * 0.2 for k in range(40)]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("lengths")
+    rng = np.random.default_rng(5)
+    for k, seconds in enumerate(SECONDS):
+        samples = (rng.standard_normal(int(seconds * RATE)) * 3000).astype("<i2")
+        with wave.open(str(folder / f"clip{k:02d}.wav"), "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(RATE)
+            w.writeframes(samples.tobytes())
+    return folder
+
+
+def duration(item):
+    return SECONDS[int(item[4:6])]
+
+
+def epoch(loader):
+    """One epoch's batches: (ids, features, lengths) each."""
+    return [(ids, feats.copy(), lengths.copy()) for ids, feats, lengths in loader]
+
+
+def same(a, b):
+    return len(a) == len(b) and all(
+        x[0] == y[0] and np.array_equal(x[1], y[1]) and np.array_equal(x[2], y[2]) for x, y in zip(a, b))
+
+
+def test_batches_by_duration_hold_every_item_once_and_buckets_cut_the_padding(corpus):
+    loader = sonograph.Loader(corpus, "nemo", batch_size=None, max_duration=20.0, num_buckets=4,
+                              shuffle=True, seed=1, workers=2)
+    batches = epoch(loader)
+    assert len(batches) == loader.batches_per_epoch
+    seen = [i for ids, _, _ in batches for i in ids]
+    assert sorted(seen) == sorted(f"clip{k:02d}.wav" for k in range(40))
+    for ids, feats, lengths in batches:
+        assert sum(duration(i) for i in ids) <= 20.0 or len(ids) == 1, ids
+        # NeMo's 10 ms hop: the frames follow the durations.
+        for i, n in zip(ids, lengths):
+            assert abs(n - duration(i) * 100) <= 2, (i, n)
+    flat = sonograph.Loader(corpus, "nemo", batch_size=None, max_duration=20.0, shuffle=True, seed=1)
+    epoch(flat)
+    assert loader.padding < flat.padding / 2, (loader.padding, flat.padding)
+
+
+def test_the_same_seed_and_epoch_give_the_same_batches_whatever_the_workers(corpus):
+    options: dict[str, Any] = dict(batch_size=3, max_duration=12.0, num_buckets=3, shuffle=True, seed=9)
+    one = epoch(sonograph.Loader(corpus, "kaldi", workers=1, **options))
+    three = epoch(sonograph.Loader(corpus, "kaldi", workers=3, prefetch=1, **options))
+    assert same(one, three)
+    # The next epoch: the same items in another order; set_epoch gives it from the start.
+    loader = sonograph.Loader(corpus, "kaldi", workers=2, **options)
+    first, second = epoch(loader), epoch(loader)
+    assert loader.epoch == 1 and same(first, one)
+    assert [b[0] for b in second] != [b[0] for b in first]
+    assert sorted(i for b in second for i in b[0]) == sorted(i for b in first for i in b[0])
+    other = sonograph.Loader(corpus, "kaldi", workers=2, **options)
+    other.set_epoch(1)
+    assert same(epoch(other), second)
+
+
+def test_a_resume_from_the_state_gives_the_batches_that_came_next(corpus):
+    options: dict[str, Any] = dict(batch_size=4, num_buckets=2, max_duration=16.0, shuffle=True, seed=3, workers=2)
+    whole = sonograph.Loader(corpus, "nemo", **options)
+    epoch(whole)
+    expected = epoch(whole)  # epoch 1
+    after = epoch(whole)  # epoch 2
+    for stop_after in (0, 1, len(expected) - 1):
+        first = sonograph.Loader(corpus, "nemo", **options)
+        first.set_epoch(1)
+        taken = [next(first) for _ in range(stop_after)]
+        state = first.state_dict()
+        assert state["epoch"] == 1 and state["batches_done"] == stop_after
+        del first
+        resumed = sonograph.Loader(corpus, "nemo", **options)
+        resumed.load_state_dict(state)
+        rest = epoch(resumed)
+        assert same([(i, f, n) for i, f, n in taken] + rest, expected), stop_after
+    # Saved after an epoch's last batch: the next pass is the next epoch.
+    done = sonograph.Loader(corpus, "nemo", **options)
+    done.load_state_dict({**state, "batches_done": len(expected)})
+    assert same(epoch(done), after) and done.epoch == 2
+    other = sonograph.Loader(corpus, "nemo", **dict(options, seed=4))
+    with pytest.raises(sonograph.OptionsError) as e:
+        other.load_state_dict(state)
+    assert "seed 3" in str(e.value)
+
+
+def test_ranks_get_disjoint_shares_of_as_many_batches(corpus, monkeypatch):
+    options: dict[str, Any] = dict(batch_size=3, num_buckets=2, max_duration=14.0, shuffle=True, seed=2)
+    shares = [epoch(sonograph.Loader(corpus, "nemo", rank=r, world_size=3, **options)) for r in range(3)]
+    assert len({len(s) for s in shares}) == 1 and len(shares[0]) > 0
+    items = [i for s in shares for b in s for i in b[0]]
+    assert len(items) == len(set(items))
+    # torch.distributed's launcher's variables name the rank where the arguments do not.
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    assert same(epoch(sonograph.Loader(corpus, "nemo", **options)), shares[1])
+    with pytest.raises(sonograph.OptionsError) as e:
+        sonograph.Loader(corpus, "nemo", rank=3, **options)
+    assert "rank 3 must be below world_size 3" in str(e.value)
+
+
+def test_bad_sampling_options_are_refused_by_name(corpus):
+    cases: list[tuple[dict[str, Any], str]] = [
+        (dict(batch_size=None), "give batch_size, max_duration or both"),
+        (dict(max_duration=-1.0), "max_duration -1 must be"),
+        (dict(num_buckets=0), "num_buckets 0 is outside"),
+        (dict(batch_size=0), "batch_size 0 is outside"),
+    ]
+    for options, says in cases:
+        with pytest.raises(sonograph.OptionsError) as e:
+            sonograph.Loader(corpus, "nemo", **options)
+        assert says in str(e.value), str(e.value)
