@@ -125,7 +125,7 @@ def transcribe(
 class Loader:
     """Batches `(ids, features [batch, frames, bins], lengths)` of every item of a source, by
     count or by total duration from duration buckets, shared between ranks, reshuffled by
-    (seed, epoch), resumable from `state_dict()`."""
+    (seed, epoch), resumable from `state_dict()`, augmented deterministically."""
 
     def __new__(
         cls,
@@ -144,6 +144,7 @@ class Loader:
         drop_last: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
+        augment: Mapping[str, Any] | None = None,
     ) -> "Loader": ...
     def __len__(self) -> int: ...
     def __iter__(self) -> Iterator[
@@ -152,6 +153,8 @@ class Loader:
     def __next__(
         self,
     ) -> tuple[list[str], npt.NDArray[np.float32], npt.NDArray[np.int64]]: ...
+    def augmentation(self, id: str, epoch: int | None = None) -> dict[str, Any]:
+        """The draws item `id` gets in `epoch` (the current one by default)."""
     def set_epoch(self, epoch: int) -> None:
         """Starts `epoch` from its first batch."""
     def state_dict(self) -> dict[str, Any]:

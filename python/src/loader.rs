@@ -22,6 +22,9 @@ use rayon::prelude::*;
 use sonograph_dsp::{CpuExtractor, FeatureSpec, Precision};
 use sonograph_io::decode::DecodeOptions;
 use sonograph_io::manifest::{Entry, SourceItem};
+use sonograph_pipeline::augment::{
+    apply_to_features, apply_to_waveform, AugmentOptions, Augmenter, NoiseClip,
+};
 use sonograph_pipeline::bounds;
 use sonograph_pipeline::sampler::{plan_epoch, SamplerOptions};
 
@@ -50,24 +53,33 @@ impl Workers {
         precision: Precision,
         listed: &Arc<Vec<Listed>>,
         items: &Arc<Vec<usize>>,
+        augment: Option<(Arc<Augmenter>, u64)>,
     ) -> PyResult<Workers> {
         let (tickets, work) = crossbeam_channel::unbounded::<usize>();
         let (finished, done) = crossbeam_channel::unbounded();
         let stop = Arc::new(AtomicBool::new(false));
         let threads = (0..n)
             .map(|i| {
-                let (work, finished, listed, items, spec, stop) = (
+                let (work, finished, listed, items, spec, stop, augment) = (
                     work.clone(),
                     finished.clone(),
                     listed.clone(),
                     items.clone(),
                     spec.clone(),
                     stop.clone(),
+                    augment.clone(),
                 );
                 std::thread::Builder::new()
                     .name(format!("sonograph-loader-{i}"))
                     .spawn(move || {
-                        worker(&spec, precision, &listed, &items, &work, &finished, &stop)
+                        let job = Job {
+                            spec: &spec,
+                            precision,
+                            listed: &listed,
+                            items: &items,
+                            augment: augment.as_ref().map(|(a, e)| (&**a, *e)),
+                        };
+                        worker(&job, &work, &finished, &stop)
                     })
             })
             .collect::<Result<Vec<_>, _>>()
@@ -105,6 +117,7 @@ pub struct Loader {
     /// that cannot be read: it fails when loaded).
     durations: Vec<f64>,
     sampler: SamplerOptions,
+    augment: Option<Arc<Augmenter>>,
     spec: FeatureSpec,
     precision: Precision,
     bins: usize,
@@ -138,7 +151,8 @@ impl Loader {
     #[new]
     #[pyo3(signature = (source, preset=None, *, spec=None, precision="auto", batch_size=32,
                         max_duration=None, num_buckets=1, workers=None, prefetch=4,
-                        shuffle=false, seed=0, drop_last=false, rank=None, world_size=None))]
+                        shuffle=false, seed=0, drop_last=false, rank=None, world_size=None,
+                        augment=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -156,6 +170,7 @@ impl Loader {
         drop_last: bool,
         rank: Option<usize>,
         world_size: Option<usize>,
+        augment: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Loader> {
         let (spec, precision) = spec_of(py, preset, spec.as_ref(), precision)?;
         // The job's bounds: a loader of a billion threads or items in flight is refused.
@@ -191,6 +206,17 @@ impl Loader {
         };
         sampler.check().map_err(options_error)?;
         let threads = workers.unwrap_or_else(sonograph_pipeline::defaults::workers);
+        let augment = match augment {
+            None => None,
+            Some(a) => {
+                let options: AugmentOptions =
+                    crate::convert(&a).map_err(|e| options_error(format!("augment: {e}")))?;
+                options
+                    .check()
+                    .map_err(|e| options_error(format!("augment: {e}")))?;
+                Some(Arc::new(py.detach(|| augmenter(options, seed, threads))?))
+            }
+        };
         let listed = py.detach(|| list(&source)).map_err(input_error)?;
         let by_duration = max_duration.is_some() || num_buckets > 1;
         let durations = if by_duration {
@@ -202,6 +228,7 @@ impl Loader {
             listed: Arc::new(listed),
             durations,
             sampler,
+            augment,
             bins: spec.n_bins(),
             spec,
             precision,
@@ -319,6 +346,42 @@ impl Loader {
         }
     }
 
+    /// What item `id` gets in `epoch` (the current one by default): `gain_db`, `noise`
+    /// (`path`, `offset_s`, `snr_db`), `freq_masks` and `time_masks` (`(first, width)` each),
+    /// the draws the loader applies to it, for checking them or applying them elsewhere.
+    #[pyo3(signature = (id, epoch=None))]
+    fn augmentation<'py>(
+        &self,
+        py: Python<'py>,
+        id: &str,
+        epoch: Option<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let Some(augmenter) = &self.augment else {
+            return Err(options_error("this loader has no augment"));
+        };
+        let Some(index) = self.listed.iter().position(|(i, _)| i == id) else {
+            return Err(options_error(format!("{id}: not an item of this loader")));
+        };
+        let item = self.listed[index].1.as_ref().map_err(input_error)?;
+        let samples = decoded(item, self.spec.sample_rate).map_err(input_error)?;
+        let seconds = samples.len() as f64 / f64::from(self.spec.sample_rate);
+        let frames = self.spec.n_frames(samples.len());
+        let drawn = augmenter.draw(
+            epoch.unwrap_or(self.epoch),
+            index as u64,
+            seconds,
+            Some((frames, self.bins)),
+        );
+        let mut value = serde_json::to_value(&drawn).map_err(crate::errors::error)?;
+        if let (Some(noise), Some(n)) = (&drawn.noise, value.get_mut("noise")) {
+            let clip = &augmenter.noise_clips[noise.clip];
+            n["path"] = clip.path.display().to_string().into();
+            // Where the noise starts in its file, as `decode` takes it.
+            n["file_offset_s"] = (clip.offset_s + noise.offset_s).into();
+        }
+        crate::from_json(py, &value.to_string())
+    }
+
     /// Starts epoch `epoch` from its first batch (its order is a function of the seed and the
     /// epoch alone), as a torch sampler's `set_epoch`.
     fn set_epoch(&mut self, epoch: u64) -> PyResult<()> {
@@ -413,6 +476,7 @@ impl Loader {
             self.precision,
             &self.listed,
             &self.items,
+            self.augment.clone().map(|a| (a, epoch)),
         )?);
         self.hand_out();
         Ok(())
@@ -518,28 +582,36 @@ fn list(source: &std::path::Path) -> Result<Vec<Listed>, String> {
     Ok(out)
 }
 
-fn worker(
-    spec: &FeatureSpec,
+/// What a worker computes: the spec, the items, and the augmentation of the epoch.
+struct Job<'a> {
+    spec: &'a FeatureSpec,
     precision: Precision,
-    listed: &[Listed],
-    items: &[usize],
+    listed: &'a [Listed],
+    items: &'a [usize],
+    augment: Option<(&'a Augmenter, u64)>,
+}
+
+fn worker(
+    job: &Job<'_>,
     work: &Receiver<usize>,
     finished: &Sender<(usize, Features)>,
     stop: &AtomicBool,
 ) {
     // spec_of checked the spec; were it refused here all the same, every item says why.
-    let mut extractor = CpuExtractor::with_precision(spec, precision).map_err(|e| e.to_string());
+    let mut extractor =
+        CpuExtractor::with_precision(job.spec, job.precision).map_err(|e| e.to_string());
     for position in work.iter() {
         if stop.load(Ordering::Relaxed) {
             return;
         }
-        let features = match (&listed[items[position]].1, &mut extractor) {
+        let index = job.items[position];
+        let features = match (&job.listed[index].1, &mut extractor) {
             (Err(reason), _) => Err(reason.clone()),
             (Ok(_), Err(why)) => Err(why.clone()),
             (Ok(item), Ok(extractor)) => {
                 // A panic fails the item, never the loader: its consumer would wait forever.
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    features_of(item, spec.sample_rate, extractor)
+                    features_of(job, index, item, extractor)
                 }))
                 .unwrap_or_else(|_| Err(format!("internal error while reading {}", item.id)))
             }
@@ -550,18 +622,109 @@ fn worker(
     }
 }
 
-fn features_of(item: &SourceItem, rate: u32, extractor: &mut CpuExtractor) -> Features {
+/// The item's samples at `rate`, as extract decodes them.
+fn decoded(item: &SourceItem, rate: u32) -> Result<Vec<f32>, String> {
     let opts = DecodeOptions {
         offset_s: item.offset_s,
         duration_s: item.duration_s,
         ..Default::default()
     };
-    let named = |e: String| crate::named_error(&item.path, e);
-    let samples =
-        sonograph_io::decode_mono(&item.path, &opts, rate).map_err(|e| named(e.to_string()))?;
+    sonograph_io::decode_mono(&item.path, &opts, rate)
+        .map_err(|e| crate::named_error(&item.path, e.to_string()))
+}
+
+fn features_of(
+    job: &Job<'_>,
+    index: usize,
+    item: &SourceItem,
+    extractor: &mut CpuExtractor,
+) -> Features {
+    let rate = job.spec.sample_rate;
+    let mut samples = decoded(item, rate)?;
+    let bins = job.spec.n_bins();
+    let drawn = job.augment.map(|(a, epoch)| {
+        let seconds = samples.len() as f64 / f64::from(rate);
+        let frames = job.spec.n_frames(samples.len());
+        (
+            a,
+            a.draw(epoch, index as u64, seconds, Some((frames, bins))),
+        )
+    });
+    if let Some((a, drawn)) = &drawn {
+        let noise = match &drawn.noise {
+            Some(n) => Some(noise_samples(a, n, samples.len(), rate)?),
+            None => None,
+        };
+        apply_to_waveform(drawn, &mut samples, noise.as_deref());
+    }
     let mut out = Vec::new();
     extractor
         .extract(&samples, &mut out)
-        .map_err(|e| named(e.to_string()))?;
+        .map_err(|e| crate::named_error(&item.path, e.to_string()))?;
+    if let Some((a, drawn)) = &drawn {
+        let mask_value = a
+            .options
+            .spec_augment
+            .as_ref()
+            .map_or(0.0, |s| s.mask_value);
+        apply_to_features(drawn, &mut out, bins, mask_value);
+    }
     Ok(out)
+}
+
+/// `len` samples of the drawn noise clip from the drawn offset, the clip repeated where it is
+/// shorter.
+fn noise_samples(
+    a: &Augmenter,
+    n: &sonograph_pipeline::augment::NoiseDraw,
+    len: usize,
+    rate: u32,
+) -> Result<Vec<f32>, String> {
+    let clip = &a.noise_clips[n.clip];
+    let path = &clip.path;
+    let opts = DecodeOptions {
+        offset_s: clip.offset_s + n.offset_s,
+        duration_s: Some(len as f64 / f64::from(rate)),
+        ..Default::default()
+    };
+    let clip = sonograph_io::decode_mono(path, &opts, rate)
+        .map_err(|e| crate::named_error(path, format!("noise: {e}")))?;
+    if clip.is_empty() {
+        return Err(crate::named_error(path, "noise: the clip is empty".into()));
+    }
+    Ok(clip.iter().copied().cycle().take(len).collect())
+}
+
+/// The augmenter of `options`: the noise corpus listed and its clips' durations read.
+fn augmenter(options: AugmentOptions, seed: u64, threads: usize) -> PyResult<Augmenter> {
+    let mut noise_clips = Vec::new();
+    if let Some(noise) = &options.noise {
+        let listed = list(&noise.source).map_err(input_error)?;
+        let seconds = durations(&listed, threads);
+        for ((id, item), d) in listed.into_iter().zip(seconds) {
+            let item = item.map_err(|e| input_error(format!("noise {id}: {e}")))?;
+            if d <= 0.0 {
+                return Err(input_error(format!(
+                    "noise {}: no audio in it",
+                    item.path.display()
+                )));
+            }
+            noise_clips.push(NoiseClip {
+                path: item.path,
+                offset_s: item.offset_s,
+                seconds: d,
+            });
+        }
+        if noise_clips.is_empty() {
+            return Err(input_error(format!(
+                "noise {}: no audio files in it",
+                noise.source.display()
+            )));
+        }
+    }
+    Ok(Augmenter {
+        options,
+        seed,
+        noise_clips,
+    })
 }

@@ -6,6 +6,7 @@ Run by python/test.sh (which builds and installs the package).
 """
 
 import wave
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -132,3 +133,76 @@ def test_bad_sampling_options_are_refused_by_name(corpus):
         with pytest.raises(sonograph.OptionsError) as e:
             sonograph.Loader(corpus, "nemo", **options)
         assert says in str(e.value), str(e.value)
+
+
+@pytest.fixture(scope="module")
+def noise(tmp_path_factory):
+    """Two noise clips: 3 s of white noise and 0.7 s of a buzz (shorter than most items)."""
+    folder = tmp_path_factory.mktemp("noise")
+    rng = np.random.default_rng(8)
+    clips = {"white.wav": rng.standard_normal(3 * RATE) * 2000,
+             "buzz.wav": np.sign(np.sin(np.arange(int(0.7 * RATE)) * 0.3)) * 1500}
+    for name, samples in clips.items():
+        with wave.open(str(folder / name), "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(RATE)
+            w.writeframes(samples.astype("<i2").tobytes())
+    return folder
+
+
+AUGMENT: dict[str, Any] = {"volume_db": [-6.0, 6.0], "noise": {"snr_db": [0.0, 15.0]},
+           "spec_augment": {"freq_masks": 2, "freq_width": 20, "time_masks": 2, "time_width": 0.1}}
+
+
+def test_augmentation_is_what_numpy_computes_from_the_same_draws(corpus, noise):
+    augment = {**AUGMENT, "noise": {**AUGMENT["noise"], "source": str(noise)}}
+    loader = sonograph.Loader(corpus, "nemo", batch_size=5, seed=4, augment=augment, workers=2)
+    ids, feats, lengths = next(loader)
+    used = set()
+    for k, item in enumerate(ids):
+        d = loader.augmentation(item)
+        # The reference, in numpy from the item's samples and the draws.
+        x = sonograph.decode(corpus / item, RATE).astype(np.float64)
+        x = (x * 10 ** (d["gain_db"] / 20)).astype(np.float32).astype(np.float64)
+        n = d["noise"]
+        used.add(Path(n["path"]).name)
+        clip = sonograph.decode(n["path"], RATE, offset=n["file_offset_s"], duration=len(x) / RATE)
+        clip = np.resize(clip, len(x)).astype(np.float64)  # repeated where it is shorter
+        scale = np.sqrt(np.mean(x ** 2) / (np.mean(clip ** 2) * 10 ** (n["snr_db"] / 10)))
+        mixed = (x + scale * clip).astype(np.float32)
+        want = sonograph.features(mixed, RATE, "nemo")
+        for left, width in d["freq_masks"]:
+            want[:, left:left + width] = 0.0
+        for left, width in d["time_masks"]:
+            want[left:left + width, :] = 0.0
+        got = feats[k, : lengths[k]]
+        assert got.shape == want.shape
+        # Equal in practice; the sums of squares are added in another order (numpy's
+        # pairwise), which may move the noise's scale by its last bit. Without the gain, the
+        # difference is 3e-3 and more.
+        assert np.max(np.abs(got - want)) < 1e-5, (item, np.max(np.abs(got - want)))
+        assert np.array_equal(got == 0.0, want == 0.0), item
+        assert 0 <= d["noise"]["snr_db"] <= 15 and -6 <= d["gain_db"] <= 6
+    assert used == {"white.wav", "buzz.wav"}, used
+
+
+def test_augmentation_is_the_same_whatever_the_workers_and_changes_with_the_epoch(corpus, noise):
+    augment = {**AUGMENT, "noise": {**AUGMENT["noise"], "source": str(noise), "prob": 0.5}}
+    options: dict[str, Any] = dict(batch_size=4, shuffle=True, seed=6, augment=augment)
+    one = epoch(sonograph.Loader(corpus, "nemo", workers=1, **options))
+    three = sonograph.Loader(corpus, "nemo", workers=3, **options)
+    assert same(one, epoch(three))
+    assert three.augmentation("clip03.wav", epoch=0) != three.augmentation("clip03.wav", epoch=1)
+    # A resume mid-epoch gives the same augmented batches.
+    first = sonograph.Loader(corpus, "nemo", workers=2, **options)
+    next(first)
+    resumed = sonograph.Loader(corpus, "nemo", workers=2, **options)
+    resumed.load_state_dict(first.state_dict())
+    assert same(epoch(resumed), one[1:])
+    with pytest.raises(sonograph.OptionsError) as e:
+        sonograph.Loader(corpus, "nemo", augment={"volume_db": [6.0, -6.0]})
+    assert "augment: volume_db [6, -6]" in str(e.value), str(e.value)
+    with pytest.raises(sonograph.OptionsError) as e:
+        sonograph.Loader(corpus, "nemo", augment={"reverb": {}})
+    assert "unknown field `reverb`" in str(e.value), str(e.value)

@@ -11,6 +11,7 @@
 //! bad item is a failure in the report, never a failed job.
 
 pub mod alerts;
+pub mod augment;
 pub mod batcher;
 pub mod bench;
 mod budget;

@@ -1,0 +1,392 @@
+//! Deterministic augmentation for training: a volume change, noise from a noise corpus at a
+//! drawn SNR, and SpecAugment's masks on the features. Every draw comes from Philox4x32-10
+//! (`sonograph_rf::philox`, the generator `synth-iq` uses) keyed by the seed, its counter laid
+//! out as (draw, epoch and stream, item): an item gets the same augmentation in an epoch
+//! whatever the workers, the order they run in, or a resume. [`Augmenter::draw`] gives the
+//! draws of an item without applying them, so that a test (or a user) can apply them
+//! independently.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use sonograph_rf::philox::philox4x32_10;
+
+/// What to apply, as the Loader's `augment` takes it (every part optional).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AugmentOptions {
+    /// A gain in dB drawn uniformly from [low, high] for every item.
+    pub volume_db: Option<[f64; 2]>,
+    pub noise: Option<NoiseOptions>,
+    pub spec_augment: Option<SpecAugmentOptions>,
+}
+
+/// Noise mixed into items (lhotse's and MUSAN's way): a clip of the corpus, at an SNR drawn
+/// uniformly from `snr_db`, with probability `prob`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoiseOptions {
+    /// A folder of noise files (walked) or a manifest of them.
+    pub source: PathBuf,
+    pub snr_db: [f64; 2],
+    #[serde(default = "always")]
+    pub prob: f64,
+}
+
+fn always() -> f64 {
+    1.0
+}
+
+/// SpecAugment's masks as NeMo draws them (`SpecAugment` in
+/// nemo/collections/asr/parts/submodules/spectr_augment.py, NeMo commit 0495c527): each
+/// frequency mask starts at a uniform integer in 0..=bins − freq_width and is a uniform
+/// 0..=freq_width bins wide; each time mask, with `w` = time_width (frames, or a share of the
+/// item's frames, at least 1), starts in 0..=max(1, frames − w) and is 0..=w frames wide. The
+/// masked values are `mask_value` (NeMo's default, 0).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpecAugmentOptions {
+    #[serde(default)]
+    pub freq_masks: usize,
+    #[serde(default = "ten")]
+    pub freq_width: usize,
+    #[serde(default)]
+    pub time_masks: usize,
+    #[serde(default = "ten_frames")]
+    pub time_width: TimeWidth,
+    #[serde(default)]
+    pub mask_value: f32,
+}
+
+fn ten() -> usize {
+    10
+}
+
+fn ten_frames() -> TimeWidth {
+    TimeWidth::Frames(10)
+}
+
+/// The widest time mask: frames, or a share of the item's frames (NeMo's adaptive width).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum TimeWidth {
+    Frames(usize),
+    Share(f64),
+}
+
+impl AugmentOptions {
+    /// The options, checked, in their own names.
+    pub fn check(&self) -> Result<(), String> {
+        let range = |name: &str, r: [f64; 2], lo: f64, hi: f64| {
+            if !(r[0].is_finite() && r[1].is_finite() && lo <= r[0] && r[0] <= r[1] && r[1] <= hi) {
+                return Err(format!(
+                    "{name} [{}, {}] must be a range low <= high within [{lo}, {hi}]",
+                    r[0], r[1]
+                ));
+            }
+            Ok(())
+        };
+        if let Some(v) = self.volume_db {
+            range("volume_db", v, -60.0, 60.0)?;
+        }
+        if let Some(n) = &self.noise {
+            range("noise.snr_db", n.snr_db, -30.0, 100.0)?;
+            if !(0.0..=1.0).contains(&n.prob) {
+                return Err(format!("noise.prob {} must be within [0, 1]", n.prob));
+            }
+        }
+        if let Some(s) = &self.spec_augment {
+            if s.freq_masks > 64 || s.time_masks > 1024 {
+                return Err("spec_augment: at most 64 frequency and 1024 time masks".into());
+            }
+            if let TimeWidth::Share(p) = s.time_width {
+                if !(0.0..=1.0).contains(&p) {
+                    return Err(format!(
+                        "spec_augment.time_width {p}: a share is within [0, 1]"
+                    ));
+                }
+            }
+            if !s.mask_value.is_finite() {
+                return Err("spec_augment.mask_value must be finite".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The independent streams of draws of an item.
+#[derive(Clone, Copy)]
+enum Stream {
+    Volume = 1,
+    Noise = 2,
+    Masks = 3,
+}
+
+/// Sequential draws of one (seed, epoch, item, stream).
+struct Draws {
+    key: [u32; 2],
+    lane: u32,
+    item: [u32; 2],
+    next: u32,
+}
+
+impl Draws {
+    fn new(seed: u64, epoch: u64, item: u64, stream: Stream) -> Draws {
+        // Epochs up to 2^24 with 256 streams in one counter word.
+        let lane = ((epoch as u32) << 8) | stream as u32;
+        Draws {
+            key: [seed as u32, (seed >> 32) as u32],
+            lane,
+            item: [item as u32, (item >> 32) as u32],
+            next: 0,
+        }
+    }
+
+    fn word(&mut self) -> u32 {
+        let block = philox4x32_10(
+            [self.next / 4, self.lane, self.item[0], self.item[1]],
+            self.key,
+        );
+        let w = block[(self.next % 4) as usize];
+        self.next += 1;
+        w
+    }
+
+    /// Uniform on (0, 1).
+    fn uniform(&mut self) -> f64 {
+        (f64::from(self.word()) + 0.5) / 4_294_967_296.0
+    }
+
+    /// Uniform in [lo, hi].
+    fn between(&mut self, r: [f64; 2]) -> f64 {
+        r[0] + (r[1] - r[0]) * self.uniform()
+    }
+
+    /// A uniform integer in lo..=hi (`hi >= lo`; Python's `randint`).
+    fn randint(&mut self, lo: usize, hi: usize) -> usize {
+        let n = (hi - lo + 1) as u64;
+        lo + ((u64::from(self.word()) * n) >> 32) as usize
+    }
+}
+
+/// What an item gets in an epoch.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Drawn {
+    pub gain_db: Option<f64>,
+    pub noise: Option<NoiseDraw>,
+    /// (first bin, width) of each frequency mask.
+    pub freq_masks: Vec<(usize, usize)>,
+    /// (first frame, width) of each time mask.
+    pub time_masks: Vec<(usize, usize)>,
+}
+
+/// The noise an item is mixed with: the clip (by its index among the noise corpus' clips),
+/// where in the clip the item's length starts (the clip repeated where it is shorter), the
+/// SNR.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NoiseDraw {
+    pub clip: usize,
+    pub offset_s: f64,
+    pub snr_db: f64,
+}
+
+/// The draws of a job: its options, its seed and its noise clips' durations.
+#[derive(Debug, Clone)]
+pub struct Augmenter {
+    pub options: AugmentOptions,
+    pub seed: u64,
+    /// The noise corpus' clips.
+    pub noise_clips: Vec<NoiseClip>,
+}
+
+/// A clip of the noise corpus: its file, where it starts in it, its length.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NoiseClip {
+    pub path: PathBuf,
+    pub offset_s: f64,
+    pub seconds: f64,
+}
+
+impl Augmenter {
+    /// The waveform's draws of item `item` of `seconds` in `epoch`, and the masks of its
+    /// features where `frames` and `bins` are given.
+    pub fn draw(
+        &self,
+        epoch: u64,
+        item: u64,
+        seconds: f64,
+        features: Option<(usize, usize)>,
+    ) -> Drawn {
+        let o = &self.options;
+        let mut drawn = Drawn::default();
+        if let Some(range) = o.volume_db {
+            drawn.gain_db = Some(Draws::new(self.seed, epoch, item, Stream::Volume).between(range));
+        }
+        if let (Some(n), false) = (&o.noise, self.noise_clips.is_empty()) {
+            let mut d = Draws::new(self.seed, epoch, item, Stream::Noise);
+            if d.uniform() < n.prob {
+                let clip = d.randint(0, self.noise_clips.len() - 1);
+                let room = (self.noise_clips[clip].seconds - seconds).max(0.0);
+                drawn.noise = Some(NoiseDraw {
+                    clip,
+                    offset_s: room * d.uniform(),
+                    snr_db: d.between(n.snr_db),
+                });
+            }
+        }
+        if let (Some(s), Some((frames, bins))) = (&o.spec_augment, features) {
+            let mut d = Draws::new(self.seed, epoch, item, Stream::Masks);
+            for _ in 0..s.freq_masks {
+                let width = s.freq_width.min(bins);
+                let left = d.randint(0, bins - width);
+                drawn.freq_masks.push((left, d.randint(0, width)));
+            }
+            for _ in 0..s.time_masks {
+                let width = match s.time_width {
+                    TimeWidth::Frames(w) => w,
+                    TimeWidth::Share(p) => ((frames as f64 * p) as usize).max(1),
+                };
+                let left = d.randint(0, frames.saturating_sub(width).max(1));
+                drawn.time_masks.push((left, d.randint(0, width)));
+            }
+        }
+        drawn
+    }
+}
+
+/// `samples` with the gain and the noise `noise` (the clip's samples from the drawn offset,
+/// at least as long as the item) mixed at the drawn SNR: the noise scaled so that the mean
+/// squares of the item and the noise are `snr_db` apart (lhotse's `mix`); a silent item gets
+/// no noise, its SNR being undefined.
+pub fn apply_to_waveform(drawn: &Drawn, samples: &mut [f32], noise: Option<&[f32]>) {
+    if let Some(g) = drawn.gain_db {
+        let k = 10f64.powf(g / 20.0);
+        for s in samples.iter_mut() {
+            *s = (f64::from(*s) * k) as f32;
+        }
+    }
+    let (Some(draw), Some(noise)) = (&drawn.noise, noise) else {
+        return;
+    };
+    let n = samples.len().min(noise.len());
+    let power = |x: &[f32]| x.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / x.len() as f64;
+    if n == 0 {
+        return;
+    }
+    let (signal, noise_power) = (power(samples), power(&noise[..n]));
+    if signal == 0.0 || noise_power == 0.0 {
+        return;
+    }
+    let scale = (signal / (noise_power * 10f64.powf(draw.snr_db / 10.0))).sqrt();
+    for (s, &v) in samples.iter_mut().zip(noise) {
+        *s = (f64::from(*s) + scale * f64::from(v)) as f32;
+    }
+}
+
+/// The masks on `rows` (frames of `bins` values), NeMo's slices: a mask past the end stops
+/// there.
+pub fn apply_to_features(drawn: &Drawn, rows: &mut [f32], bins: usize, mask_value: f32) {
+    let frames = rows.len() / bins.max(1);
+    for &(left, width) in &drawn.freq_masks {
+        let end = (left + width).min(bins);
+        for frame in rows.chunks_exact_mut(bins) {
+            frame[left.min(end)..end].fill(mask_value);
+        }
+    }
+    for &(left, width) in &drawn.time_masks {
+        let (start, end) = (left.min(frames), (left + width).min(frames));
+        rows[start * bins..end * bins].fill(mask_value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn augmenter(options: AugmentOptions) -> Augmenter {
+        Augmenter {
+            options,
+            seed: 7,
+            noise_clips: vec![
+                NoiseClip {
+                    path: "a".into(),
+                    offset_s: 0.0,
+                    seconds: 3.0,
+                },
+                NoiseClip {
+                    path: "b".into(),
+                    offset_s: 1.0,
+                    seconds: 0.5,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn draws_are_a_function_of_seed_epoch_and_item_only() {
+        let a = augmenter(AugmentOptions {
+            volume_db: Some([-6.0, 6.0]),
+            noise: Some(NoiseOptions {
+                source: "n".into(),
+                snr_db: [5.0, 20.0],
+                prob: 1.0,
+            }),
+            spec_augment: Some(SpecAugmentOptions {
+                freq_masks: 2,
+                freq_width: 27,
+                time_masks: 2,
+                time_width: TimeWidth::Share(0.05),
+                mask_value: 0.0,
+            }),
+        });
+        let one = a.draw(3, 41, 1.0, Some((400, 80)));
+        assert_eq!(a.draw(3, 41, 1.0, Some((400, 80))), one);
+        assert_ne!(a.draw(4, 41, 1.0, Some((400, 80))), one);
+        assert_ne!(a.draw(3, 42, 1.0, Some((400, 80))), one);
+        let g = one.gain_db.unwrap();
+        assert!((-6.0..=6.0).contains(&g));
+        let noise = one.noise.unwrap();
+        assert!((5.0..=20.0).contains(&noise.snr_db));
+        assert!(noise.offset_s <= if noise.clip == 0 { 2.0 } else { 0.0 });
+        for &(left, w) in &one.freq_masks {
+            assert!(left <= 80 - 27 && w <= 27);
+        }
+        for &(left, w) in &one.time_masks {
+            assert!(left <= 400 - 20 && w <= 20);
+        }
+        // Over many items the draws cover their ranges.
+        let gains: Vec<f64> = (0..2000)
+            .map(|i| a.draw(0, i, 1.0, None).gain_db.unwrap())
+            .collect();
+        let mean = gains.iter().sum::<f64>() / gains.len() as f64;
+        assert!(mean.abs() < 0.3, "{mean}");
+        assert!(gains.iter().any(|&g| g > 5.8) && gains.iter().any(|&g| g < -5.8));
+    }
+
+    #[test]
+    fn noise_is_mixed_at_the_drawn_snr() {
+        let samples: Vec<f32> = (0..16000).map(|i| (i as f32 * 0.01).sin()).collect();
+        let noise: Vec<f32> = (0..16000)
+            .map(|i| ((i * 7919) % 201) as f32 / 100.0 - 1.0)
+            .collect();
+        let drawn = Drawn {
+            noise: Some(NoiseDraw {
+                clip: 0,
+                offset_s: 0.0,
+                snr_db: 10.0,
+            }),
+            ..Default::default()
+        };
+        let mut mixed = samples.clone();
+        apply_to_waveform(&drawn, &mut mixed, Some(&noise));
+        let p = |x: &[f64]| x.iter().map(|v| v * v).sum::<f64>();
+        let added: Vec<f64> = mixed
+            .iter()
+            .zip(&samples)
+            .map(|(&m, &s)| f64::from(m) - f64::from(s))
+            .collect();
+        let clean: Vec<f64> = samples.iter().map(|&s| f64::from(s)).collect();
+        let snr = 10.0 * (p(&clean) / p(&added)).log10();
+        assert!((snr - 10.0).abs() < 1e-3, "{snr}");
+    }
+}
