@@ -23,7 +23,7 @@ use sonograph_dsp::{CpuExtractor, FeatureSpec, Precision};
 use sonograph_io::decode::DecodeOptions;
 use sonograph_io::manifest::{Entry, SourceItem};
 use sonograph_pipeline::augment::{
-    apply_to_features, apply_to_waveform, AugmentOptions, Augmenter, NoiseClip,
+    apply_speed, apply_to_features, apply_to_waveform, AugmentOptions, Augmenter, Clip,
 };
 use sonograph_pipeline::bounds;
 use sonograph_pipeline::sampler::{plan_epoch, SamplerOptions};
@@ -209,8 +209,8 @@ impl Loader {
         let augment = match augment {
             None => None,
             Some(a) => {
-                let options: AugmentOptions =
-                    crate::convert(&a).map_err(|e| options_error(format!("augment: {e}")))?;
+                let options: AugmentOptions = crate::convert(&a)
+                    .map_err(|e| options_error(format!("augment: {}", e.value(py))))?;
                 options
                     .check()
                     .map_err(|e| options_error(format!("augment: {e}")))?;
@@ -346,8 +346,9 @@ impl Loader {
         }
     }
 
-    /// What item `id` gets in `epoch` (the current one by default): `gain_db`, `noise`
-    /// (`path`, `offset_s`, `snr_db`), `freq_masks` and `time_masks` (`(first, width)` each),
+    /// What item `id` gets in `epoch` (the current one by default): `speed`, `gain_db`, `rir`
+    /// (`path`, `offset_s`, `duration_s`), `noise` (`path`, `file_offset_s`, `snr_db`),
+    /// `freq_masks` and `time_masks` (`(first, width)` each),
     /// the draws the loader applies to it, for checking them or applying them elsewhere.
     #[pyo3(signature = (id, epoch=None))]
     fn augmentation<'py>(
@@ -363,21 +364,29 @@ impl Loader {
             return Err(options_error(format!("{id}: not an item of this loader")));
         };
         let item = self.listed[index].1.as_ref().map_err(input_error)?;
-        let samples = decoded(item, self.spec.sample_rate).map_err(input_error)?;
+        let epoch = epoch.unwrap_or(self.epoch);
+        let mut samples = decoded(item, self.spec.sample_rate).map_err(input_error)?;
+        if let Some(factor) = augmenter.speed(epoch, index as u64) {
+            samples = apply_speed(samples, self.spec.sample_rate, factor).map_err(input_error)?;
+        }
         let seconds = samples.len() as f64 / f64::from(self.spec.sample_rate);
         let frames = self.spec.n_frames(samples.len());
-        let drawn = augmenter.draw(
-            epoch.unwrap_or(self.epoch),
-            index as u64,
-            seconds,
-            Some((frames, self.bins)),
-        );
+        let drawn = augmenter.draw(epoch, index as u64, seconds, Some((frames, self.bins)));
         let mut value = serde_json::to_value(&drawn).map_err(crate::errors::error)?;
         if let (Some(noise), Some(n)) = (&drawn.noise, value.get_mut("noise")) {
             let clip = &augmenter.noise_clips[noise.clip];
             n["path"] = clip.path.display().to_string().into();
             // Where the noise starts in its file, as `decode` takes it.
             n["file_offset_s"] = (clip.offset_s + noise.offset_s).into();
+        }
+        if let Some(k) = drawn.rir {
+            let clip = &augmenter.rir_clips[k];
+            value["rir"] = serde_json::json!({
+                "index": k,
+                "path": clip.path.display().to_string(),
+                "offset_s": clip.offset_s,
+                "duration_s": clip.seconds,
+            });
         }
         crate::from_json(py, &value.to_string())
     }
@@ -641,6 +650,13 @@ fn features_of(
 ) -> Features {
     let rate = job.spec.sample_rate;
     let mut samples = decoded(item, rate)?;
+    if let Some(factor) = job
+        .augment
+        .and_then(|(a, epoch)| a.speed(epoch, index as u64))
+    {
+        samples =
+            apply_speed(samples, rate, factor).map_err(|e| crate::named_error(&item.path, e))?;
+    }
     let bins = job.spec.n_bins();
     let drawn = job.augment.map(|(a, epoch)| {
         let seconds = samples.len() as f64 / f64::from(rate);
@@ -655,7 +671,11 @@ fn features_of(
             Some(n) => Some(noise_samples(a, n, samples.len(), rate)?),
             None => None,
         };
-        apply_to_waveform(drawn, &mut samples, noise.as_deref());
+        let rir = match drawn.rir {
+            Some(k) => Some(rir_samples(&a.rir_clips[k], rate)?),
+            None => None,
+        };
+        apply_to_waveform(drawn, &mut samples, rir.as_deref(), noise.as_deref());
     }
     let mut out = Vec::new();
     extractor
@@ -695,36 +715,62 @@ fn noise_samples(
     Ok(clip.iter().copied().cycle().take(len).collect())
 }
 
-/// The augmenter of `options`: the noise corpus listed and its clips' durations read.
-fn augmenter(options: AugmentOptions, seed: u64, threads: usize) -> PyResult<Augmenter> {
-    let mut noise_clips = Vec::new();
-    if let Some(noise) = &options.noise {
-        let listed = list(&noise.source).map_err(input_error)?;
-        let seconds = durations(&listed, threads);
-        for ((id, item), d) in listed.into_iter().zip(seconds) {
-            let item = item.map_err(|e| input_error(format!("noise {id}: {e}")))?;
-            if d <= 0.0 {
-                return Err(input_error(format!(
-                    "noise {}: no audio in it",
-                    item.path.display()
-                )));
-            }
-            noise_clips.push(NoiseClip {
-                path: item.path,
-                offset_s: item.offset_s,
-                seconds: d,
-            });
-        }
-        if noise_clips.is_empty() {
+/// An impulse response's samples at `rate`.
+fn rir_samples(clip: &Clip, rate: u32) -> Result<Vec<f32>, String> {
+    let opts = DecodeOptions {
+        offset_s: clip.offset_s,
+        duration_s: Some(clip.seconds),
+        ..Default::default()
+    };
+    sonograph_io::decode_mono(&clip.path, &opts, rate)
+        .map_err(|e| crate::named_error(&clip.path, format!("impulse response: {e}")))
+}
+
+/// The clips of a corpus (a folder or a manifest), their durations read; `what` names it in
+/// errors. A clip that cannot be read, or holds no audio, is refused now rather than failing
+/// the items it would be drawn for.
+fn clips(source: &std::path::Path, what: &str, threads: usize) -> PyResult<Vec<Clip>> {
+    let listed = list(source).map_err(input_error)?;
+    let seconds = durations(&listed, threads);
+    let mut clips = Vec::new();
+    for ((id, item), d) in listed.into_iter().zip(seconds) {
+        let item = item.map_err(|e| input_error(format!("{what} {id}: {e}")))?;
+        if d <= 0.0 {
             return Err(input_error(format!(
-                "noise {}: no audio files in it",
-                noise.source.display()
+                "{what} {}: no audio in it",
+                item.path.display()
             )));
         }
+        clips.push(Clip {
+            path: item.path,
+            offset_s: item.offset_s,
+            seconds: d,
+        });
     }
+    if clips.is_empty() {
+        return Err(input_error(format!(
+            "{what} {}: no audio files in it",
+            source.display()
+        )));
+    }
+    Ok(clips)
+}
+
+/// The augmenter of `options`: the noise and impulse-response corpora listed and their
+/// clips' durations read.
+fn augmenter(options: AugmentOptions, seed: u64, threads: usize) -> PyResult<Augmenter> {
+    let noise_clips = match &options.noise {
+        Some(n) => clips(&n.source, "noise", threads)?,
+        None => Vec::new(),
+    };
+    let rir_clips = match &options.reverb {
+        Some(r) => clips(&r.source, "reverb", threads)?,
+        None => Vec::new(),
+    };
     Ok(Augmenter {
         options,
         seed,
         noise_clips,
+        rir_clips,
     })
 }

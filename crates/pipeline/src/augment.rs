@@ -1,5 +1,6 @@
-//! Deterministic augmentation for training: a volume change, noise from a noise corpus at a
-//! drawn SNR, and SpecAugment's masks on the features. Every draw comes from Philox4x32-10
+//! Deterministic augmentation for training: speed perturbation, a volume change,
+//! reverberation by a room impulse response, noise from a noise corpus at a drawn SNR, and
+//! SpecAugment's masks on the features, in that order (lhotse's). Every draw comes from Philox4x32-10
 //! (`sonograph_rf::philox`, the generator `synth-iq` uses) keyed by the seed, its counter laid
 //! out as (draw, epoch and stream, item): an item gets the same augmentation in an epoch
 //! whatever the workers, the order they run in, or a resume. [`Augmenter::draw`] gives the
@@ -15,8 +16,13 @@ use sonograph_rf::philox::philox4x32_10;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AugmentOptions {
+    /// Speed factors, one drawn uniformly for every item (e.g. [0.9, 1.0, 1.1]): lhotse's and
+    /// Kaldi's speed perturbation, the item resampled from round(rate × factor) Hz to the
+    /// rate, so that it lasts 1/factor as long.
+    pub speed: Option<Vec<f64>>,
     /// A gain in dB drawn uniformly from [low, high] for every item.
     pub volume_db: Option<[f64; 2]>,
+    pub reverb: Option<ReverbOptions>,
     pub noise: Option<NoiseOptions>,
     pub spec_augment: Option<SpecAugmentOptions>,
 }
@@ -29,6 +35,19 @@ pub struct NoiseOptions {
     /// A folder of noise files (walked) or a manifest of them.
     pub source: PathBuf,
     pub snr_db: [f64; 2],
+    #[serde(default = "always")]
+    pub prob: f64,
+}
+
+/// Reverberation (lhotse's `ReverbWithImpulseResponse`, after Kaldi's `wav-reverberate
+/// --shift-output`): the item convolved with an impulse response of the corpus, from the
+/// response's largest value on for the item's length, scaled back to the item's mean square;
+/// with probability `prob`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReverbOptions {
+    /// A folder of impulse responses (walked) or a manifest of them.
+    pub source: PathBuf,
     #[serde(default = "always")]
     pub prob: f64,
 }
@@ -86,8 +105,21 @@ impl AugmentOptions {
             }
             Ok(())
         };
+        if let Some(factors) = &self.speed {
+            if factors.is_empty() || factors.len() > 64 {
+                return Err("speed: give 1 to 64 factors".into());
+            }
+            if let Some(f) = factors.iter().find(|f| !(0.5..=2.0).contains(*f)) {
+                return Err(format!("speed: the factor {f} is outside [0.5, 2]"));
+            }
+        }
         if let Some(v) = self.volume_db {
             range("volume_db", v, -60.0, 60.0)?;
+        }
+        if let Some(r) = &self.reverb {
+            if !(0.0..=1.0).contains(&r.prob) {
+                return Err(format!("reverb.prob {} must be within [0, 1]", r.prob));
+            }
         }
         if let Some(n) = &self.noise {
             range("noise.snr_db", n.snr_db, -30.0, 100.0)?;
@@ -120,6 +152,8 @@ enum Stream {
     Volume = 1,
     Noise = 2,
     Masks = 3,
+    Speed = 4,
+    Reverb = 5,
 }
 
 /// Sequential draws of one (seed, epoch, item, stream).
@@ -172,7 +206,10 @@ impl Draws {
 /// What an item gets in an epoch.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Drawn {
+    pub speed: Option<f64>,
     pub gain_db: Option<f64>,
+    /// The impulse response, by its index among the corpus' responses.
+    pub rir: Option<usize>,
     pub noise: Option<NoiseDraw>,
     /// (first bin, width) of each frequency mask.
     pub freq_masks: Vec<(usize, usize)>,
@@ -196,20 +233,31 @@ pub struct Augmenter {
     pub options: AugmentOptions,
     pub seed: u64,
     /// The noise corpus' clips.
-    pub noise_clips: Vec<NoiseClip>,
+    pub noise_clips: Vec<Clip>,
+    /// The impulse responses.
+    pub rir_clips: Vec<Clip>,
 }
 
-/// A clip of the noise corpus: its file, where it starts in it, its length.
+/// A clip of a noise or impulse-response corpus: its file, where it starts in it, its
+/// length.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NoiseClip {
+pub struct Clip {
     pub path: PathBuf,
     pub offset_s: f64,
     pub seconds: f64,
 }
 
 impl Augmenter {
-    /// The waveform's draws of item `item` of `seconds` in `epoch`, and the masks of its
-    /// features where `frames` and `bins` are given.
+    /// The speed factor of item `item` in `epoch`, where speed perturbation is asked for: the
+    /// first step, which sets the length the others see.
+    pub fn speed(&self, epoch: u64, item: u64) -> Option<f64> {
+        let factors = self.options.speed.as_ref()?;
+        let mut d = Draws::new(self.seed, epoch, item, Stream::Speed);
+        Some(factors[d.randint(0, factors.len() - 1)])
+    }
+
+    /// The draws of item `item` in `epoch`, `seconds` long after its speed perturbation, and
+    /// the masks of its features where `frames` and `bins` are given.
     pub fn draw(
         &self,
         epoch: u64,
@@ -218,9 +266,18 @@ impl Augmenter {
         features: Option<(usize, usize)>,
     ) -> Drawn {
         let o = &self.options;
-        let mut drawn = Drawn::default();
+        let mut drawn = Drawn {
+            speed: self.speed(epoch, item),
+            ..Drawn::default()
+        };
         if let Some(range) = o.volume_db {
             drawn.gain_db = Some(Draws::new(self.seed, epoch, item, Stream::Volume).between(range));
+        }
+        if let (Some(r), false) = (&o.reverb, self.rir_clips.is_empty()) {
+            let mut d = Draws::new(self.seed, epoch, item, Stream::Reverb);
+            if d.uniform() < r.prob {
+                drawn.rir = Some(d.randint(0, self.rir_clips.len() - 1));
+            }
         }
         if let (Some(n), false) = (&o.noise, self.noise_clips.is_empty()) {
             let mut d = Draws::new(self.seed, epoch, item, Stream::Noise);
@@ -254,16 +311,38 @@ impl Augmenter {
     }
 }
 
-/// `samples` with the gain and the noise `noise` (the clip's samples from the drawn offset,
-/// at least as long as the item) mixed at the drawn SNR: the noise scaled so that the mean
-/// squares of the item and the noise are `snr_db` apart (lhotse's `mix`); a silent item gets
-/// no noise, its SNR being undefined.
-pub fn apply_to_waveform(drawn: &Drawn, samples: &mut [f32], noise: Option<&[f32]>) {
+/// `samples` (at `rate`) played `factor` times as fast: resampled from round(rate × factor) Hz
+/// to `rate` (lhotse's `Speed`), by the resampler that brings files to a spec's rate.
+pub fn apply_speed(samples: Vec<f32>, rate: u32, factor: f64) -> Result<Vec<f32>, String> {
+    let from = (f64::from(rate) * factor).round() as u32;
+    let mut resampler = sonograph_io::resample::StreamResampler::new(from, rate)?;
+    if resampler.is_passthrough() {
+        return Ok(samples);
+    }
+    let mut out = Vec::with_capacity(samples.len() * rate as usize / from as usize + 1);
+    resampler.process(&samples, &mut out);
+    resampler.finish(&mut out);
+    Ok(out)
+}
+
+/// `samples` with the gain, the impulse response `rir` and the noise `noise` (the clip's
+/// samples from the drawn offset, at least as long as the item) mixed at the drawn SNR: the
+/// noise scaled so that the mean squares of the item and the noise are `snr_db` apart
+/// (lhotse's `mix`); a silent item gets no noise, its SNR being undefined.
+pub fn apply_to_waveform(
+    drawn: &Drawn,
+    samples: &mut [f32],
+    rir: Option<&[f32]>,
+    noise: Option<&[f32]>,
+) {
     if let Some(g) = drawn.gain_db {
         let k = 10f64.powf(g / 20.0);
         for s in samples.iter_mut() {
             *s = (f64::from(*s) * k) as f32;
         }
+    }
+    if let (Some(_), Some(rir)) = (drawn.rir, rir) {
+        reverberate(samples, rir);
     }
     let (Some(draw), Some(noise)) = (&drawn.noise, noise) else {
         return;
@@ -280,6 +359,67 @@ pub fn apply_to_waveform(drawn: &Drawn, samples: &mut [f32], noise: Option<&[f32
     let scale = (signal / (noise_power * 10f64.powf(draw.snr_db / 10.0))).sqrt();
     for (s, &v) in samples.iter_mut().zip(noise) {
         *s = (f64::from(*s) + scale * f64::from(v)) as f32;
+    }
+}
+
+/// `samples` convolved with `rir` (in f64, by FFT), from the response's largest value on for
+/// the item's length, scaled back to the item's mean square (lhotse's
+/// `ReverbWithImpulseResponse` with `normalize_output`).
+pub fn reverberate(samples: &mut [f32], rir: &[f32]) {
+    use realfft::RealFftPlanner;
+    let (n, m) = (samples.len(), rir.len());
+    if n == 0 || m == 0 {
+        return;
+    }
+    let size = (n + m - 1).next_power_of_two();
+    let mut planner = RealFftPlanner::<f64>::new();
+    let (forward, inverse) = (
+        planner.plan_fft_forward(size),
+        planner.plan_fft_inverse(size),
+    );
+    let spectrum = |x: &[f32]| {
+        let mut buf = vec![0.0f64; size];
+        for (b, &v) in buf.iter_mut().zip(x) {
+            *b = f64::from(v);
+        }
+        let mut out = forward.make_output_vec();
+        forward
+            .process(&mut buf, &mut out)
+            .expect("buffers of the plan's sizes");
+        out
+    };
+    let (a, b) = (spectrum(samples), spectrum(rir));
+    let mut product: Vec<_> = a.iter().zip(&b).map(|(x, y)| x * y).collect();
+    let mut full = inverse.make_output_vec();
+    inverse
+        .process(&mut product, &mut full)
+        .expect("buffers of the plan's sizes");
+    // numpy's argmax: the first of the largest values.
+    let shift = rir
+        .iter()
+        .enumerate()
+        .fold((0, f32::NEG_INFINITY), |best, (i, &v)| {
+            if v > best.1 {
+                (i, v)
+            } else {
+                best
+            }
+        })
+        .0;
+    let power = |x: &mut dyn Iterator<Item = f64>| x.map(|v| v * v).sum::<f64>() / n as f64;
+    let before = power(&mut samples.iter().map(|&v| f64::from(v)));
+    let out: Vec<f64> = full[shift..shift + n]
+        .iter()
+        .map(|v| v / size as f64)
+        .collect();
+    let after = power(&mut out.iter().copied());
+    let scale = if after > 0.0 {
+        (before / after).sqrt()
+    } else {
+        1.0
+    };
+    for (s, v) in samples.iter_mut().zip(out) {
+        *s = (v * scale) as f32;
     }
 }
 
@@ -307,13 +447,14 @@ mod tests {
         Augmenter {
             options,
             seed: 7,
+            rir_clips: Vec::new(),
             noise_clips: vec![
-                NoiseClip {
+                Clip {
                     path: "a".into(),
                     offset_s: 0.0,
                     seconds: 3.0,
                 },
-                NoiseClip {
+                Clip {
                     path: "b".into(),
                     offset_s: 1.0,
                     seconds: 0.5,
@@ -325,6 +466,8 @@ mod tests {
     #[test]
     fn draws_are_a_function_of_seed_epoch_and_item_only() {
         let a = augmenter(AugmentOptions {
+            speed: None,
+            reverb: None,
             volume_db: Some([-6.0, 6.0]),
             noise: Some(NoiseOptions {
                 source: "n".into(),
@@ -378,7 +521,7 @@ mod tests {
             ..Default::default()
         };
         let mut mixed = samples.clone();
-        apply_to_waveform(&drawn, &mut mixed, Some(&noise));
+        apply_to_waveform(&drawn, &mut mixed, None, Some(&noise));
         let p = |x: &[f64]| x.iter().map(|v| v * v).sum::<f64>();
         let added: Vec<f64> = mixed
             .iter()
@@ -388,5 +531,46 @@ mod tests {
         let clean: Vec<f64> = samples.iter().map(|&s| f64::from(s)).collect();
         let snr = 10.0 * (p(&clean) / p(&added)).log10();
         assert!((snr - 10.0).abs() < 1e-3, "{snr}");
+    }
+}
+
+#[cfg(test)]
+mod reverb_tests {
+    use super::*;
+
+    #[test]
+    fn reverberation_is_the_direct_convolution_shifted_and_rescaled() {
+        let x: Vec<f32> = (0..1000)
+            .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
+            .collect();
+        let h: Vec<f32> = vec![0.1, 0.3, 1.0, -0.5, 0.25, 0.0, 0.1];
+        let mut y = x.clone();
+        reverberate(&mut y, &h);
+        // By hand: the full convolution from h's peak (index 2) on, to x's mean square.
+        let full: Vec<f64> = (0..x.len() + h.len() - 1)
+            .map(|k| {
+                (0..h.len())
+                    .filter(|&j| k >= j && k - j < x.len())
+                    .map(|j| f64::from(h[j]) * f64::from(x[k - j]))
+                    .sum()
+            })
+            .collect();
+        let cut = &full[2..2 + x.len()];
+        let p = |v: &mut dyn Iterator<Item = f64>| v.map(|a| a * a).sum::<f64>();
+        let scale = (p(&mut x.iter().map(|&v| f64::from(v))) / p(&mut cut.iter().copied())).sqrt();
+        for (got, want) in y.iter().zip(cut) {
+            assert!(
+                (f64::from(*got) - want * scale).abs() < 1e-6,
+                "{got} {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn speed_perturbation_changes_the_length_by_the_factor() {
+        let x = vec![0.25f32; 16000];
+        assert_eq!(apply_speed(x.clone(), 16000, 1.1).unwrap().len(), 14546);
+        assert_eq!(apply_speed(x.clone(), 16000, 0.9).unwrap().len(), 17778);
+        assert_eq!(apply_speed(x, 16000, 1.0).unwrap().len(), 16000);
     }
 }
