@@ -145,6 +145,7 @@ class Loader:
         rank: int | None = None,
         world_size: int | None = None,
         augment: Mapping[str, Any] | None = None,
+        device: str = "cpu",
     ) -> "Loader": ...
     def __len__(self) -> int: ...
     def __iter__(self) -> Iterator[
@@ -155,6 +156,8 @@ class Loader:
     ) -> tuple[list[str], npt.NDArray[np.float32], npt.NDArray[np.int64]]: ...
     def augmentation(self, id: str, epoch: int | None = None) -> dict[str, Any]:
         """The draws item `id` gets in `epoch` (the current one by default)."""
+    def stats(self) -> dict[str, Any]:
+        """Batches given, seconds waiting for the workers, seconds on the device."""
     def set_epoch(self, epoch: int) -> None:
         """Starts `epoch` from its first batch."""
     def state_dict(self) -> dict[str, Any]:

@@ -98,6 +98,11 @@ pub(crate) fn device_error(e: sonograph_gpu::OpenError) -> PyErr {
     }
 }
 
+/// `sonograph.DeviceError` for a device that failed while running.
+pub(crate) fn device_failed(e: impl std::fmt::Display) -> PyErr {
+    raise(3, e.to_string())
+}
+
 /// A job's error as the exception of its kind: a bad option or source is the caller's
 /// (`OptionsError`), a file that stops the job `InputError`, a model that cannot load `ModelError`, anything else the job's own
 /// failure (`Error`).

@@ -10,8 +10,9 @@
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 use numpy::{IntoPyArray, PyArrayMethods};
@@ -19,7 +20,7 @@ use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use rayon::prelude::*;
-use sonograph_dsp::{CpuExtractor, FeatureSpec, Precision};
+use sonograph_dsp::{AudioBatch, CpuExtractor, Extractor, FeatureBatch, FeatureSpec, Precision};
 use sonograph_io::decode::DecodeOptions;
 use sonograph_io::manifest::{Entry, SourceItem};
 use sonograph_pipeline::augment::{
@@ -30,7 +31,8 @@ use sonograph_pipeline::sampler::{plan_epoch, SamplerOptions};
 
 use crate::{input_error, options_error, spec_of};
 
-/// An item's features (rows of `bins` values), or why it has none.
+/// An item's features (rows of `bins` values) or, where a GPU computes them, its samples ready
+/// for it; or why it has neither.
 type Features = Result<Vec<f32>, String>;
 
 /// A source's entry by id: an audio item, or why it cannot be one.
@@ -54,6 +56,7 @@ impl Workers {
         listed: &Arc<Vec<Listed>>,
         items: &Arc<Vec<usize>>,
         augment: Option<(Arc<Augmenter>, u64)>,
+        features_on_cpu: bool,
     ) -> PyResult<Workers> {
         let (tickets, work) = crossbeam_channel::unbounded::<usize>();
         let (finished, done) = crossbeam_channel::unbounded();
@@ -78,6 +81,7 @@ impl Workers {
                             listed: &listed,
                             items: &items,
                             augment: augment.as_ref().map(|(a, e)| (&**a, *e)),
+                            features_on_cpu,
                         };
                         worker(&job, &work, &finished, &stop)
                     })
@@ -138,8 +142,14 @@ pub struct Loader {
     workers: Option<Workers>,
     /// Positions finished out of order, waiting for their turn.
     ready: HashMap<usize, Features>,
-    /// The batch being collected: (id, features).
-    batch: Vec<(String, Vec<f32>)>,
+    /// The batch being collected: (id, index, features or samples).
+    batch: Vec<(String, usize, Vec<f32>)>,
+    /// The GPU that computes the features (the workers decode and augment the waveforms),
+    /// where one was asked for; else the workers compute them.
+    device: Option<Mutex<Box<dyn Extractor>>>,
+    device_name: String,
+    /// Batches given, seconds waiting for the workers, seconds on the device.
+    stats: (u64, f64, f64),
     failures: Vec<(String, String)>,
     failed: HashSet<String>,
     /// Frames given and frames of padding, over the batches given.
@@ -152,7 +162,7 @@ impl Loader {
     #[pyo3(signature = (source, preset=None, *, spec=None, precision="auto", batch_size=32,
                         max_duration=None, num_buckets=1, workers=None, prefetch=4,
                         shuffle=false, seed=0, drop_last=false, rank=None, world_size=None,
-                        augment=None))]
+                        augment=None, device="cpu"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -171,6 +181,7 @@ impl Loader {
         rank: Option<usize>,
         world_size: Option<usize>,
         augment: Option<Bound<'_, PyAny>>,
+        device: &str,
     ) -> PyResult<Loader> {
         let (spec, precision) = spec_of(py, preset, spec.as_ref(), precision)?;
         // The job's bounds: a loader of a billion threads or items in flight is refused.
@@ -217,6 +228,7 @@ impl Loader {
                 Some(Arc::new(py.detach(|| augmenter(options, seed, threads))?))
             }
         };
+        let (device, device_name) = open_device(py, device, &spec, precision)?;
         let listed = py.detach(|| list(&source)).map_err(input_error)?;
         let by_duration = max_duration.is_some() || num_buckets > 1;
         let durations = if by_duration {
@@ -247,6 +259,9 @@ impl Loader {
             failures: Vec::new(),
             failed: HashSet::new(),
             frames: (0, 0),
+            device,
+            device_name,
+            stats: (0, 0.0, 0.0),
         };
         loader.start(0, 0)?;
         Ok(loader)
@@ -267,40 +282,50 @@ impl Loader {
     }
 
     fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        loop {
+        let done = loop {
             if self.given == self.plan.len() {
                 return Err(PyStopIteration::new_err(()));
             }
             let end = self.starts[self.given + 1];
-            // Kept in `self` while collecting: a batch interrupted by Ctrl-C loses no item,
-            // the next call goes on with it.
+            // Kept in `self` while collecting: a batch interrupted by Ctrl-C (or a device
+            // error) loses no item, the next call goes on with it.
             while self.next < end {
                 let position = self.next;
                 let features = match self.ready.remove(&position) {
                     Some(f) => f,
-                    None => self.wait_for(py, position)?,
+                    None => {
+                        let t = Instant::now();
+                        let f = self.wait_for(py, position);
+                        self.stats.1 += t.elapsed().as_secs_f64();
+                        f?
+                    }
                 };
                 self.next += 1;
                 self.hand_out();
-                let id = self.listed[self.items[position]].0.clone();
+                let index = self.items[position];
+                let id = self.listed[index].0.clone();
                 match features {
-                    Ok(r) => self.batch.push((id, r)),
-                    Err(reason) => {
-                        if self.failed.insert(id.clone()) {
-                            self.failures.push((id, reason));
-                        }
-                    }
+                    Ok(r) => self.batch.push((id, index, r)),
+                    Err(reason) => self.fail(id, reason),
                 }
             }
+            let done = if self.device.is_some() && !self.batch.is_empty() {
+                self.extract_on_device(py)?
+            } else {
+                std::mem::take(&mut self.batch)
+                    .into_iter()
+                    .map(|(id, _, rows)| (id, rows))
+                    .collect()
+            };
             self.given += 1;
             self.hand_out();
-            if !self.batch.is_empty() {
-                break;
+            if !done.is_empty() {
+                break done;
             }
             // Every item of the batch failed: the next one.
-        }
-        let (ids, rows): (Vec<String>, Vec<Vec<f32>>) =
-            std::mem::take(&mut self.batch).into_iter().unzip();
+        };
+        self.stats.0 += 1;
+        let (ids, rows): (Vec<String>, Vec<Vec<f32>>) = done.into_iter().unzip();
         let frames: Vec<i64> = rows.iter().map(|r| (r.len() / self.bins) as i64).collect();
         let longest = frames.iter().copied().max().unwrap_or(0) as usize;
         let held: u64 = frames.iter().map(|&f| f as u64).sum();
@@ -323,6 +348,18 @@ impl Loader {
     #[getter]
     fn failures(&self) -> Vec<(String, String)> {
         self.failures.clone()
+    }
+
+    /// Which side waits: `batches` given, `waited_s` (the training loop waiting for the
+    /// workers to decode and augment), `device_s` (computing features on the GPU, where one
+    /// computes them), and the `device`.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("batches", self.stats.0)?;
+        d.set_item("waited_s", self.stats.1)?;
+        d.set_item("device_s", self.stats.2)?;
+        d.set_item("device", &self.device_name)?;
+        Ok(d)
     }
 
     /// The epoch being given.
@@ -434,6 +471,60 @@ impl Loader {
 }
 
 impl Loader {
+    /// Lists a failed item, once whatever the epochs.
+    fn fail(&mut self, id: String, reason: String) {
+        if self.failed.insert(id.clone()) {
+            self.failures.push((id, reason));
+        }
+    }
+
+    /// The features of the batch's samples on the GPU, with the masks of the augmentation;
+    /// an item the device could not compute is a failure. On a device error the batch stays,
+    /// for the next call.
+    fn extract_on_device(&mut self, py: Python<'_>) -> PyResult<Vec<(String, Vec<f32>)>> {
+        let device = self.device.as_ref().expect("called with a device");
+        let batch = AudioBatch::from_items(self.batch.iter().map(|(_, _, s)| s.as_slice()));
+        let mut out = FeatureBatch::new(self.bins);
+        let t = Instant::now();
+        py.detach(|| {
+            device
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extract_batch(&batch, &mut out)
+        })
+        .map_err(|e| crate::errors::device_failed(format!("{}: {e}", self.device_name)))?;
+        self.stats.2 += t.elapsed().as_secs_f64();
+        let rate = f64::from(self.spec.sample_rate);
+        let mut done = Vec::with_capacity(self.batch.len());
+        for (k, (id, index, samples)) in std::mem::take(&mut self.batch).into_iter().enumerate() {
+            match out.take(k) {
+                Ok((frames, mut rows)) => {
+                    if let Some(a) = &self.augment {
+                        let seconds = samples.len() as f64 / rate;
+                        let drawn =
+                            a.draw(self.epoch, index as u64, seconds, Some((frames, self.bins)));
+                        let mask = a
+                            .options
+                            .spec_augment
+                            .as_ref()
+                            .map_or(0.0, |s| s.mask_value);
+                        apply_to_features(&drawn, &mut rows, self.bins, mask);
+                    }
+                    done.push((id, rows));
+                }
+                Err(e) => {
+                    let path = self.listed[index].1.as_ref().map(|i| i.path.clone());
+                    let reason = match path {
+                        Ok(p) => crate::named_error(&p, e.to_string()),
+                        Err(_) => e.to_string(),
+                    };
+                    self.fail(id, reason);
+                }
+            }
+        }
+        Ok(done)
+    }
+
     /// What a saved state must match: the source's size and the sampler's settings.
     fn fingerprint(&self) -> String {
         let o = &self.sampler;
@@ -486,6 +577,7 @@ impl Loader {
             &self.listed,
             &self.items,
             self.augment.clone().map(|a| (a, epoch)),
+            self.device.is_none(),
         )?);
         self.hand_out();
         Ok(())
@@ -598,6 +690,8 @@ struct Job<'a> {
     listed: &'a [Listed],
     items: &'a [usize],
     augment: Option<(&'a Augmenter, u64)>,
+    /// The workers compute the features; else they hand on the samples, for a GPU.
+    features_on_cpu: bool,
 }
 
 fn worker(
@@ -676,6 +770,10 @@ fn features_of(
             None => None,
         };
         apply_to_waveform(drawn, &mut samples, rir.as_deref(), noise.as_deref());
+    }
+    if !job.features_on_cpu {
+        // The GPU computes the features of the batch, and the masks after them.
+        return Ok(samples);
     }
     let mut out = Vec::new();
     extractor
@@ -773,4 +871,44 @@ fn augmenter(options: AugmentOptions, seed: u64, threads: usize) -> PyResult<Aug
         noise_clips,
         rir_clips,
     })
+}
+
+/// The GPU of a Loader's `device` ("cpu": none; "auto": a hardware GPU where it measures
+/// faster than the CPU on the spec, else none), and its name.
+fn open_device(
+    py: Python<'_>,
+    device: &str,
+    spec: &FeatureSpec,
+    precision: Precision,
+) -> PyResult<(Option<Mutex<Box<dyn Extractor>>>, String)> {
+    if device == "cpu" {
+        return Ok((None, "cpu".into()));
+    }
+    let devices = sonograph_gpu::JobDevices::parse(device, None).map_err(options_error)?;
+    let disabled = sonograph_gpu::disabled_devices();
+    let opened = py
+        .detach(|| {
+            devices.open(
+                spec,
+                precision,
+                &disabled,
+                &mut sonograph_io::calibration::FileStore::open(),
+            )
+        })
+        .map_err(crate::errors::device_error)?;
+    for note in opened.notes {
+        eprintln!("sonograph: warning: {note}");
+    }
+    let mut executors = opened.executors;
+    if executors.len() != 1 {
+        return Err(options_error(format!(
+            "device {device}: the Loader computes on one device: cpu, auto, gpu or gpu:N"
+        )));
+    }
+    let executor = executors.pop().expect("one executor");
+    if executor.is_cpu() {
+        return Ok((None, "cpu".into()));
+    }
+    let name = executor.device();
+    Ok((Some(Mutex::new(executor)), name))
 }
