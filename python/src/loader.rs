@@ -38,6 +38,9 @@ type Features = Result<Vec<f32>, String>;
 /// A source's entry by id: an audio item, or why it cannot be one.
 type Listed = (String, Result<SourceItem, String>);
 
+/// The GPU a Loader computes features on.
+type Device = Mutex<Box<dyn Extractor>>;
+
 /// The workers of one epoch: they compute the items at the positions handed to them (of the
 /// epoch's items in batch order) and send them back.
 struct Workers {
@@ -146,7 +149,7 @@ pub struct Loader {
     batch: Vec<(String, usize, Vec<f32>)>,
     /// The GPU that computes the features (the workers decode and augment the waveforms),
     /// where one was asked for; else the workers compute them.
-    device: Option<Mutex<Box<dyn Extractor>>>,
+    device: Option<Device>,
     device_name: String,
     /// Batches given, seconds waiting for the workers, seconds on the device.
     stats: (u64, f64, f64),
@@ -880,7 +883,7 @@ fn open_device(
     device: &str,
     spec: &FeatureSpec,
     precision: Precision,
-) -> PyResult<(Option<Mutex<Box<dyn Extractor>>>, String)> {
+) -> PyResult<(Option<Device>, String)> {
     if device == "cpu" {
         return Ok((None, "cpu".into()));
     }
