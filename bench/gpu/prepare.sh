@@ -21,6 +21,12 @@ done
 # for a second binary: a copy of the last one as .gpubench/sonograph-before.xz, which run.sh
 # benches beside the new one); run.sh unpacks them.
 xz -T0 -6 -f .gpubench/sonograph .gpubench/parity .gpubench/transfer
+# The Python wheel, for the Loader's data-GPU bench (bench/gpu/loader_gpu.py): maturin from the
+# tests' venv (scripts/test.sh makes it) or the PATH.
+python=$target/test-venv/bin/python3
+[ -x "$python" ] || python=python3
+rm -f .gpubench/sonograph-*.whl
+(cd python && "$python" -m maturin build --release --locked --out ../.gpubench)
 mkdir -p .gl /tmp/amd64/partial
 o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
 apt-get $o update -qq

@@ -142,6 +142,11 @@ for device in cpu gpu; do
 done
 rm -rf /dev/shm/iq-* /dev/shm/rff-*
 
+step "Loader: a data GPU against every core (issue 21: NeMo log-mel with SpecAugment, one epoch)"
+# prepare.sh carries the wheel; it is a zip, unpacked here (no pip needed).
+python3 -c 'import glob, zipfile; [zipfile.ZipFile(w).extractall("/tmp/sgpy") for w in glob.glob(".gpubench/sonograph-*.whl")]'
+PYTHONPATH=/tmp/sgpy NODEVICE_SELECT=1 timeout 150 python3 bench/gpu/loader_gpu.py --clips 3000 2>&1 | tail -3 | log
+
 # At most 8 files come back from $OUT: the jobs' stderr go into one.
 for f in "$out"/*.err; do [ -e "$f" ] && { echo "--- $(basename "$f")"; tail -20 "$f"; rm -f "$f"; }; done >"$out/stderr.txt"
 ls "$out"
