@@ -15,6 +15,13 @@ Cases:
   or cut to 30 s (padding="max_length", truncation=True), then its log-mel: [bins, 3000].
   Without torch installed, transformers computes it with numpy (_np_extract_fbank_features);
   with torch, with torch.stft (its docstring: the same within 1e-5).
+  speech2text: transformers' Speech2TextFeatureExtractor() (S2T, and the Kaldi-style fbank
+  that SeamlessM4T's and AST's extractors share), `fe(y, sampling_rate=16000)`: 80 Kaldi fbank
+  bins of the samples times 2^15 (povey window, pre-emphasis 0.97, DC removed, mel from 20 Hz,
+  log floored at FLT_EPSILON, frames as snip_edges), then utterance CMVN (each bin minus its
+  mean, divided by its population standard deviation): [frames, 80]. Without torch (as here),
+  transformers computes it with numpy's `spectrogram`; with torchaudio, with
+  torchaudio.compliance.kaldi.fbank.
 
 Usage: python -m venv v && v/bin/pip install -r scripts/requirements-frameworks.txt &&
        v/bin/python scripts/frameworks_reference.py
@@ -26,7 +33,7 @@ import os
 import wave
 
 import numpy as np
-from transformers import WhisperFeatureExtractor
+from transformers import Speech2TextFeatureExtractor, WhisperFeatureExtractor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "golden", "frameworks")
@@ -78,6 +85,21 @@ def main():
                     "(y, sampling_rate=16000)",
                 }
             )
+    s2t = Speech2TextFeatureExtractor()
+    for name, y in signals().items():
+        if name == "tiny_800":
+            # Three frames of a tone: bins that hold the log floor in every frame have no
+            # variance, and transformers divides by it (0/0, NaN), as the preset does.
+            continue
+        y = np.asarray(y, dtype=np.float32)
+        ref = np.ascontiguousarray(s2t(y, sampling_rate=RATE, return_tensors="np")["input_features"][0],
+                                   dtype=np.float32)
+        frames = 1 + (len(y) - 400) // 160
+        assert ref.shape == (frames, 80), ref.shape
+        case = f"{name}.speech2text"
+        np.save(os.path.join(OUT, "ref", f"{case}.npy"), ref)
+        cases.append({"case": case, "signal": name, "preset": "speech2text",
+                      "reference": "transformers.Speech2TextFeatureExtractor()(y, sampling_rate=16000)"})
     versions = {p: importlib.metadata.version(p) for p in ("transformers", "numpy")}
     try:
         versions["torch"] = importlib.metadata.version("torch")

@@ -838,8 +838,8 @@ pub fn finish_rows(
     if let Some(a) = spec.affine {
         rows.iter_mut().for_each(|v| *v = (*v + a.add) / a.div);
     }
-    if spec.normalize == Normalize::PerFeature && frames > 0 {
-        normalize_per_feature(rows, spec.n_bins(), frames);
+    if spec.normalize != Normalize::None && frames > 0 {
+        normalize_bins(rows, spec.n_bins(), frames, spec.normalize);
     }
     frames
 }
@@ -877,9 +877,11 @@ pub fn welch_row(
     1
 }
 
-/// NeMo's `normalize_batch(..., "per_feature")` over one item: per bin, subtract the mean
-/// over frames and divide by the sample standard deviation (n - 1; NaN → 0) plus 1e-5.
-fn normalize_per_feature(rows: &mut [f32], width: usize, frames: usize) {
+/// Per-bin normalisation over one item's frames: each bin minus its mean, divided by its
+/// standard deviation as `kind` takes it. NeMo's `normalize_batch(..., "per_feature")`: the
+/// sample deviation (n - 1; NaN → 0) plus 1e-5. transformers' `utterance_cmvn`: the population
+/// deviation (n), nothing added.
+fn normalize_bins(rows: &mut [f32], width: usize, frames: usize, kind: Normalize) {
     // Row by row, each bin's sums taken in frame order from std's neutral element, as a walk
     // down each column adds them (the same bits), but reading the rows once a pass: the walk
     // strode across a 30 s item's megabyte three times per bin, and took most of the GPU
@@ -900,9 +902,12 @@ fn normalize_per_feature(rows: &mut [f32], width: usize, frames: usize) {
     }
     let std: Vec<f64> = var
         .iter()
-        .map(|s| {
-            let var = s / (frames as f64 - 1.0);
-            (if var.is_nan() { 0.0 } else { var.sqrt() }) + 1e-5
+        .map(|s| match kind {
+            Normalize::UtteranceCmvn => (s / frames as f64).sqrt(),
+            _ => {
+                let var = s / (frames as f64 - 1.0);
+                (if var.is_nan() { 0.0 } else { var.sqrt() }) + 1e-5
+            }
         })
         .collect();
     for row in rows.chunks_exact_mut(width) {
@@ -945,7 +950,7 @@ mod tests {
                 .collect();
             let mut expected = rows.clone();
             by_columns(&mut expected, width, frames);
-            normalize_per_feature(&mut rows, width, frames);
+            normalize_bins(&mut rows, width, frames, Normalize::PerFeature);
             let bits = |r: &[f32]| r.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert!(bits(&rows) == bits(&expected), "{frames} frames");
         }

@@ -103,6 +103,10 @@ pub enum Normalize {
     /// NeMo's `per_feature`: each bin minus its mean over time, divided by its sample standard
     /// deviation (n - 1) plus 1e-5.
     PerFeature,
+    /// transformers' `Speech2TextFeatureExtractor.utterance_cmvn`: each bin minus its mean over
+    /// time, divided by its population standard deviation (numpy's `std`), with no epsilon: a
+    /// bin constant over the item divides by (nearly) zero, as there.
+    UtteranceCmvn,
 }
 
 /// What the extractor returns per frame.
@@ -338,6 +342,15 @@ impl FeatureSpec {
         }
     }
 
+    /// transformers' `Speech2TextFeatureExtractor()` (5.24, its numpy path): [`Self::kaldi`]'s
+    /// 80 bins, then utterance CMVN.
+    pub fn speech2text() -> Self {
+        FeatureSpec {
+            normalize: Normalize::UtteranceCmvn,
+            ..Self::kaldi(80)
+        }
+    }
+
     /// NeMo ≥ 2.5's `AudioToMelSpectrogramPreprocessor` as configured for
     /// FastConformer/Parakeet, with dither 0 (NeMo dithers only in training). Since NeMo commit
     /// 0fd4de5 (first in v2.5.0) the STFT pads with zeros and an item of `len` samples has
@@ -454,6 +467,11 @@ impl FeatureSpec {
                 name: "kaldi",
                 matches: "Kaldi compute-fbank-feats / kaldi-native-fbank, 80 bins, dither 0",
                 spec: Self::kaldi(80),
+            },
+            Preset {
+                name: "speech2text",
+                matches: "transformers Speech2TextFeatureExtractor (5.24): Kaldi fbank of 80 bins, utterance CMVN",
+                spec: Self::speech2text(),
             },
             Preset {
                 name: "nemo",

@@ -96,7 +96,10 @@ fn keeps_finite(spec: &FeatureSpec) -> bool {
     let affine = spec
         .affine
         .is_none_or(|a| a.div.abs() >= 1e-6 && a.add.abs() <= 1e6);
-    spec.input_scale <= 65_536.0
+    // transformers' utterance CMVN divides by a bin's deviation with nothing added: a bin
+    // constant over the item (the log floor, a single frame) is 0/0, as there.
+    spec.normalize != Normalize::UtteranceCmvn
+        && spec.input_scale <= 65_536.0
         && (spec.log == LogKind::None || guard >= 1e-30)
         && affine
         && spec.lifter <= 1e6
