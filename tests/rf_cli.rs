@@ -626,7 +626,7 @@ fn bad_input_exits_2_with_one_line_naming_the_file() {
             "--window-ms",
             "nan",
         ],
-        "window_ms: must be positive",
+        "window-ms: must be positive",
     );
     let o = bin()
         .args([

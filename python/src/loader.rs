@@ -201,7 +201,7 @@ impl Loader {
                 )));
             }
         }
-        if batch_size.unwrap_or(1) * prefetch > bounds::PREFETCHED_ITEMS {
+        if batch_size.unwrap_or(1).saturating_mul(prefetch) > bounds::PREFETCHED_ITEMS {
             return Err(options_error(format!(
                 "batch_size × prefetch (the items ahead) may be at most {}",
                 bounds::PREFETCHED_ITEMS
@@ -322,10 +322,12 @@ impl Loader {
             };
             self.given += 1;
             self.hand_out();
-            if !done.is_empty() {
+            // Every item of the batch failed: the next one; but in a distributed job every
+            // rank must give as many batches (the others would wait for this one's gradient
+            // for ever), so it gives this one, empty.
+            if !done.is_empty() || self.sampler.world_size > 1 {
                 break done;
             }
-            // Every item of the batch failed: the next one.
         };
         self.stats.0 += 1;
         let (ids, rows): (Vec<String>, Vec<Vec<f32>>) = done.into_iter().unzip();
@@ -432,7 +434,9 @@ impl Loader {
     }
 
     /// Starts epoch `epoch` from its first batch (its order is a function of the seed and the
-    /// epoch alone), as a torch sampler's `set_epoch`.
+    /// epoch alone), as a torch sampler's `set_epoch`. Not needed between epochs (a new pass
+    /// starts the next one), and after `load_state_dict` it would give the restored epoch's
+    /// batches again from the first.
     fn set_epoch(&mut self, epoch: u64) -> PyResult<()> {
         self.start(epoch, 0)
     }
@@ -486,26 +490,29 @@ impl Loader {
     /// for the next call.
     fn extract_on_device(&mut self, py: Python<'_>) -> PyResult<Vec<(String, Vec<f32>)>> {
         let device = self.device.as_ref().expect("called with a device");
-        let batch = AudioBatch::from_items(self.batch.iter().map(|(_, _, s)| s.as_slice()));
-        let mut out = FeatureBatch::new(self.bins);
+        let items: Vec<&[f32]> = self.batch.iter().map(|(_, _, s)| s.as_slice()).collect();
         let t = Instant::now();
-        py.detach(|| {
-            device
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .extract_batch(&batch, &mut out)
-        })
-        .map_err(|e| crate::errors::device_failed(format!("{}: {e}", self.device_name)))?;
+        let extracted = py.detach(|| {
+            let mut device = device.lock().unwrap_or_else(|e| e.into_inner());
+            extract_split(&mut **device, &items, self.bins)
+        });
         self.stats.2 += t.elapsed().as_secs_f64();
+        let mut out = extracted
+            .map_err(|e| crate::errors::device_failed(format!("{}: {e}", self.device_name)))?;
         let rate = f64::from(self.spec.sample_rate);
         let mut done = Vec::with_capacity(self.batch.len());
-        for (k, (id, index, samples)) in std::mem::take(&mut self.batch).into_iter().enumerate() {
+        let mut failed = Vec::new();
+        for (k, (id, index, samples)) in self.batch.iter().enumerate() {
             match out.take(k) {
                 Ok((frames, mut rows)) => {
                     if let Some(a) = &self.augment {
                         let seconds = samples.len() as f64 / rate;
-                        let drawn =
-                            a.draw(self.epoch, index as u64, seconds, Some((frames, self.bins)));
+                        let drawn = a.draw(
+                            self.epoch,
+                            *index as u64,
+                            seconds,
+                            Some((frames, self.bins)),
+                        );
                         let mask = a
                             .options
                             .spec_augment
@@ -513,27 +520,47 @@ impl Loader {
                             .map_or(0.0, |s| s.mask_value);
                         apply_to_features(&drawn, &mut rows, self.bins, mask);
                     }
-                    done.push((id, rows));
+                    done.push((id.clone(), rows));
                 }
                 Err(e) => {
-                    let path = self.listed[index].1.as_ref().map(|i| i.path.clone());
-                    let reason = match path {
-                        Ok(p) => crate::named_error(&p, e.to_string()),
+                    let reason = match &self.listed[*index].1 {
+                        Ok(item) => crate::named_error(&item.path, e.to_string()),
                         Err(_) => e.to_string(),
                     };
-                    self.fail(id, reason);
+                    failed.push((id.clone(), reason));
                 }
             }
+        }
+        // Only now, all of it computed: a device error or a panic above leaves the batch.
+        self.batch.clear();
+        for (id, reason) in failed {
+            self.fail(id, reason);
         }
         Ok(done)
     }
 
-    /// What a saved state must match: the source's size and the sampler's settings.
+    /// What a saved state must match: the source (its items' ids and durations, hashed) and
+    /// the sampler's settings.
     fn fingerprint(&self) -> String {
         let o = &self.sampler;
+        // FNV-1a, 64 bits: the same on every version and platform (std's hasher is not).
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let bytes = self
+            .listed
+            .iter()
+            .zip(&self.durations)
+            .flat_map(|((id, _), d)| {
+                id.bytes()
+                    .chain([0])
+                    .chain(d.to_bits().to_le_bytes())
+                    .collect::<Vec<u8>>()
+            });
+        for b in bytes {
+            hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
         format!(
-            "{} items, batch_size {:?}, max_duration {:?}, num_buckets {}, shuffle {}, seed {}, \
-             drop_last {}, rank {} of {}",
+            "{} items ({hash:016x}), batch_size {:?}, max_duration {:?}, num_buckets {}, \
+             shuffle {}, seed {}, drop_last {}, rank {} of {}",
             self.listed.len(),
             o.batch_size,
             o.max_duration,
@@ -548,8 +575,7 @@ impl Loader {
 
     /// Plans `epoch` and starts its workers at batch `skip` (the batches before it given).
     fn start(&mut self, epoch: u64, skip: usize) -> PyResult<()> {
-        // The old epoch's workers stop after the item in hand.
-        self.workers = None;
+        // Checked before anything changes: a refused state leaves the loader as it was.
         let plan = plan_epoch(&self.durations, &self.sampler, epoch);
         if skip > plan.len() {
             return Err(options_error(format!(
@@ -557,6 +583,8 @@ impl Loader {
                 plan.len()
             )));
         }
+        // The old epoch's workers stop after the item in hand.
+        self.workers = None;
         let mut starts = Vec::with_capacity(plan.len() + 1);
         let mut items = Vec::new();
         for b in &plan {
@@ -805,7 +833,8 @@ fn noise_samples(
     let path = &clip.path;
     let opts = DecodeOptions {
         offset_s: clip.offset_s + n.offset_s,
-        duration_s: Some(len as f64 / f64::from(rate)),
+        // Never past the clip's end (a manifest's entry may be a part of a long file).
+        duration_s: Some((len as f64 / f64::from(rate)).min(clip.seconds - n.offset_s)),
         ..Default::default()
     };
     let clip = sonograph_io::decode_mono(path, &opts, rate)
@@ -914,4 +943,32 @@ fn open_device(
     }
     let name = executor.device();
     Ok((Some(Mutex::new(executor)), name))
+}
+
+/// The features of `items` on `device`; a batch the device cannot take whole (out of memory,
+/// over a buffer's limit) is split in halves, down to single items, as `extract`'s batcher
+/// splits one. A lost device that its own health check brings back is tried once more.
+fn extract_split(
+    device: &mut dyn Extractor,
+    items: &[&[f32]],
+    bins: usize,
+) -> Result<FeatureBatch, sonograph_dsp::DeviceError> {
+    let mut out = FeatureBatch::new(bins);
+    let batch = AudioBatch::from_items(items.iter().copied());
+    let error = match device.extract_batch(&batch, &mut out) {
+        Ok(()) => return Ok(out),
+        Err(e) => e,
+    };
+    if items.len() > 1 {
+        let (a, b) = items.split_at(items.len() / 2);
+        let mut first = extract_split(device, a, bins)?;
+        first.append(&mut extract_split(device, b, bins)?);
+        return Ok(first);
+    }
+    if device.recover() {
+        out.reset(bins);
+        device.extract_batch(&batch, &mut out)?;
+        return Ok(out);
+    }
+    Err(error)
 }

@@ -242,7 +242,7 @@ SYNTH_IQ_OPTIONS = {
     "device": "cpu", "shard_index": 1, "shard_count": 2,
 }
 TRANSCRIBE_OPTIONS = {
-    "format": "parquet", "items_per_part": 7, "shard_index": 0, "shard_count": 2, "segment": "fixed",
+    "format": "parquet", "items_per_part": 7, "shard_index": 0, "shard_count": 2,
     "window_s": 20.0, "threshold": 0.4, "neg_threshold": 0.2, "min_speech_ms": 100.0, "max_speech_s": 15.0,
     "min_silence_ms": 50.0, "speech_pad_ms": 10.0, "min_silence_at_max_speech_ms": 80.0,
     "use_max_poss_sil_at_max_speech": False, "batch": 4, "threads": 2, "channel": 0,
@@ -284,7 +284,15 @@ def test_every_option_of_each_kind_plans_the_same_job_through_the_three_doors(ro
     assert (vad["threshold"], vad["neg_threshold"], vad["max_speech_duration_s"]) == (0.4, 0.2, 15.0)
     assert vad["use_max_poss_sil_at_max_speech"] is False and vad["speech_pad_ms"] == 10.0
     assert (cli["format"], cli["segment"], cli["window_s"], cli["batch"], cli["threads"]) == (
-        "parquet", "fixed", 20.0, 4, 2)
+        "parquet", "vad", 20.0, 4, 2)
+    # Fixed windows, which take no VAD option (one is refused through every door).
+    cli, api, python = three_plans(server, root / "corpus", root / "text",
+                                   {"model": str(root / "asr"), "segment": "fixed"}, "transcribe")
+    assert cli == api == python and cli["segment"] == "fixed"
+    status, refusal = server.post("/api/v1/plan", {"kind": "transcribe", "source": str(root / "corpus"),
+                                                   "out": str(root / "text"), "model": str(root / "asr"),
+                                                   "segment": "fixed", "threshold": 0.3})
+    assert status == 400 and "need segment vad" in refusal["error"], refusal
     assert (cli["items_per_part"], cli["channel"], cli["max_sample_rate"]) == (7, 0, 96000)
 
 

@@ -281,3 +281,31 @@ def test_a_gpu_computes_the_cpus_batches_with_the_same_augmentation(corpus, nois
     stats = gpu.stats()
     assert stats["batches"] == len(on_gpu) and stats["device_s"] > 0, stats
     assert stats["device"] != "cpu" and cpu.stats()["device"] == "cpu", stats
+
+
+def test_a_rank_whose_batch_fails_whole_gives_it_empty_and_a_refused_state_changes_nothing(tmp_path, corpus):
+    folder = tmp_path / "three"
+    folder.mkdir()
+    for name in ("clip00.wav", "clip01.wav"):
+        (folder / name).write_bytes((corpus / name).read_bytes())
+    (folder / "clip02.wav").write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt junk")
+    ranks = [epoch(sonograph.Loader(folder, "nemo", batch_size=1, rank=r, world_size=3)) for r in range(3)]
+    # Every rank gives its one batch, the broken file's rank an empty one: none waits for ever.
+    assert [len(b) for b in ranks] == [1, 1, 1]
+    assert [b[0][0] for b in ranks] == [["clip00.wav"], ["clip01.wav"], []]
+    assert ranks[2][0][1].shape == (0, 0, 80)
+    # A lone process skips it.
+    assert [b[0] for b in epoch(sonograph.Loader(folder, "nemo", batch_size=1))] == [["clip00.wav"], ["clip01.wav"]]
+    loader = sonograph.Loader(folder, "nemo", batch_size=1)
+    with pytest.raises(sonograph.OptionsError) as e:
+        loader.load_state_dict({**loader.state_dict(), "batches_done": 10**6})
+    assert "batches done, but epoch 0 has 3" in str(e.value), str(e.value)
+    assert [b[0] for b in epoch(loader)] == [["clip00.wav"], ["clip01.wav"]]
+    # The state of another source with as many items is refused.
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("clip03.wav", "clip04.wav", "clip05.wav"):
+        (other / name).write_bytes((corpus / name).read_bytes())
+    with pytest.raises(sonograph.OptionsError) as e:
+        sonograph.Loader(other, "nemo", batch_size=1).load_state_dict(loader.state_dict())
+    assert "state: saved by a loader of 3 items (" in str(e.value), str(e.value)

@@ -79,6 +79,18 @@ impl StreamResampler {
         })
     }
 
+    /// Ready for a new stream, as made (the filter kept: making it is most of the cost of a
+    /// short stream).
+    pub fn reset(&mut self) {
+        if let Some(r) = &mut self.inner {
+            r.reset();
+            self.delay_left = r.output_delay();
+        }
+        self.pending.clear();
+        self.consumed = 0;
+        self.produced = 0;
+    }
+
     pub fn is_passthrough(&self) -> bool {
         self.inner.is_none()
     }

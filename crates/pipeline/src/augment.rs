@@ -131,6 +131,19 @@ impl AugmentOptions {
             if s.freq_masks > 64 || s.time_masks > 1024 {
                 return Err("spec_augment: at most 64 frequency and 1024 time masks".into());
             }
+            if s.freq_width > MAX_MASK_WIDTH {
+                return Err(format!(
+                    "spec_augment.freq_width {} is over {MAX_MASK_WIDTH}",
+                    s.freq_width
+                ));
+            }
+            if let TimeWidth::Frames(w) = s.time_width {
+                if w > MAX_MASK_WIDTH {
+                    return Err(format!(
+                        "spec_augment.time_width {w} is over {MAX_MASK_WIDTH} frames"
+                    ));
+                }
+            }
             if let TimeWidth::Share(p) = s.time_width {
                 if !(0.0..=1.0).contains(&p) {
                     return Err(format!(
@@ -145,6 +158,10 @@ impl AugmentOptions {
         Ok(())
     }
 }
+
+/// The widest mask, in bins or frames: far over any spec's bins or an item's frames at a 10 ms
+/// hop (an hour), far under what a draw's arithmetic could overflow.
+const MAX_MASK_WIDTH: usize = 1 << 20;
 
 /// The independent streams of draws of an item.
 #[derive(Clone, Copy)]
@@ -198,8 +215,8 @@ impl Draws {
 
     /// A uniform integer in lo..=hi (`hi >= lo`; Python's `randint`).
     fn randint(&mut self, lo: usize, hi: usize) -> usize {
-        let n = (hi - lo + 1) as u64;
-        lo + ((u64::from(self.word()) * n) >> 32) as usize
+        let n = (hi - lo) as u128 + 1;
+        lo + ((u128::from(self.word()) * n) >> 32) as usize
     }
 }
 
@@ -311,18 +328,34 @@ impl Augmenter {
     }
 }
 
+thread_local! {
+    /// The speed perturbation's resamplers, by (from, to) rate, made once on each worker.
+    static RESAMPLERS: std::cell::RefCell<
+        std::collections::HashMap<(u32, u32), sonograph_io::resample::StreamResampler>,
+    > = std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
 /// `samples` (at `rate`) played `factor` times as fast: resampled from round(rate × factor) Hz
 /// to `rate` (lhotse's `Speed`), by the resampler that brings files to a spec's rate.
 pub fn apply_speed(samples: Vec<f32>, rate: u32, factor: f64) -> Result<Vec<f32>, String> {
     let from = (f64::from(rate) * factor).round() as u32;
-    let mut resampler = sonograph_io::resample::StreamResampler::new(from, rate)?;
-    if resampler.is_passthrough() {
+    if from == rate {
         return Ok(samples);
     }
-    let mut out = Vec::with_capacity(samples.len() * rate as usize / from as usize + 1);
-    resampler.process(&samples, &mut out);
-    resampler.finish(&mut out);
-    Ok(out)
+    RESAMPLERS.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        let resampler = match cache.entry((from, rate)) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(sonograph_io::resample::StreamResampler::new(from, rate)?)
+            }
+        };
+        resampler.reset();
+        let mut out = Vec::with_capacity(samples.len() * rate as usize / from as usize + 1);
+        resampler.process(&samples, &mut out);
+        resampler.finish(&mut out);
+        Ok(out)
+    })
 }
 
 /// `samples` with the gain, the impulse response `rir` and the noise `noise` (the clip's
@@ -362,38 +395,58 @@ pub fn apply_to_waveform(
     }
 }
 
-/// `samples` convolved with `rir` (in f64, by FFT), from the response's largest value on for
-/// the item's length, scaled back to the item's mean square (lhotse's
-/// `ReverbWithImpulseResponse` with `normalize_output`).
+thread_local! {
+    /// The reverberation's FFT plans, made once per size on each worker thread.
+    static PLANNER: std::cell::RefCell<realfft::RealFftPlanner<f64>> =
+        std::cell::RefCell::new(realfft::RealFftPlanner::new());
+}
+
+/// `samples` convolved with `rir` (in f64, by FFT, overlap-add in blocks the size of the
+/// response), from the response's largest value on for the item's length, scaled back to the
+/// item's mean square (lhotse's `ReverbWithImpulseResponse` with `normalize_output`).
 pub fn reverberate(samples: &mut [f32], rir: &[f32]) {
-    use realfft::RealFftPlanner;
     let (n, m) = (samples.len(), rir.len());
     if n == 0 || m == 0 {
         return;
     }
-    let size = (n + m - 1).next_power_of_two();
-    let mut planner = RealFftPlanner::<f64>::new();
-    let (forward, inverse) = (
-        planner.plan_fft_forward(size),
-        planner.plan_fft_inverse(size),
-    );
-    let spectrum = |x: &[f32]| {
-        let mut buf = vec![0.0f64; size];
-        for (b, &v) in buf.iter_mut().zip(x) {
-            *b = f64::from(v);
-        }
-        let mut out = forward.make_output_vec();
-        forward
-            .process(&mut buf, &mut out)
-            .expect("buffers of the plan's sizes");
-        out
-    };
-    let (a, b) = (spectrum(samples), spectrum(rir));
-    let mut product: Vec<_> = a.iter().zip(&b).map(|(x, y)| x * y).collect();
-    let mut full = inverse.make_output_vec();
-    inverse
-        .process(&mut product, &mut full)
+    // Blocks of `size - m + 1` samples: each block's convolution fits one FFT of `size`. One
+    // FFT the length of the whole item cost 3x as much on 20 s items.
+    let size = (2 * m).next_power_of_two().max(1024);
+    let block = size - m + 1;
+    let (forward, inverse) = PLANNER.with(|p| {
+        let mut p = p.borrow_mut();
+        (p.plan_fft_forward(size), p.plan_fft_inverse(size))
+    });
+    let mut time = vec![0.0f64; size];
+    let mut spectrum = forward.make_output_vec();
+    let mut response = forward.make_output_vec();
+    for (t, &v) in time.iter_mut().zip(rir) {
+        *t = f64::from(v);
+    }
+    forward
+        .process(&mut time, &mut response)
         .expect("buffers of the plan's sizes");
+    let mut full = vec![0.0f64; n + m - 1];
+    for start in (0..n).step_by(block) {
+        let end = (start + block).min(n);
+        time.fill(0.0);
+        for (t, &v) in time.iter_mut().zip(&samples[start..end]) {
+            *t = f64::from(v);
+        }
+        forward
+            .process(&mut time, &mut spectrum)
+            .expect("buffers of the plan's sizes");
+        for (s, r) in spectrum.iter_mut().zip(&response) {
+            *s *= r;
+        }
+        // The products of two real spectra keep DC and Nyquist real, as the inverse requires.
+        inverse
+            .process(&mut spectrum, &mut time)
+            .expect("buffers of the plan's sizes");
+        for (f, t) in full[start..].iter_mut().zip(&time[..end - start + m - 1]) {
+            *f += t / size as f64;
+        }
+    }
     // numpy's argmax: the first of the largest values.
     let shift = rir
         .iter()
@@ -408,10 +461,7 @@ pub fn reverberate(samples: &mut [f32], rir: &[f32]) {
         .0;
     let power = |x: &mut dyn Iterator<Item = f64>| x.map(|v| v * v).sum::<f64>() / n as f64;
     let before = power(&mut samples.iter().map(|&v| f64::from(v)));
-    let out: Vec<f64> = full[shift..shift + n]
-        .iter()
-        .map(|v| v / size as f64)
-        .collect();
+    let out = &full[shift..shift + n];
     let after = power(&mut out.iter().copied());
     let scale = if after > 0.0 {
         (before / after).sqrt()
@@ -507,6 +557,29 @@ mod tests {
     }
 
     #[test]
+    fn mask_widths_are_bounded_and_any_width_draws_within_it() {
+        let wide = |width: usize| AugmentOptions {
+            spec_augment: Some(SpecAugmentOptions {
+                freq_masks: 1,
+                freq_width: 10,
+                time_masks: 1,
+                time_width: TimeWidth::Frames(width),
+                mask_value: 0.0,
+            }),
+            ..Default::default()
+        };
+        let e = wide(usize::MAX).check().unwrap_err();
+        assert!(e.contains("time_width"), "{e}");
+        let a = augmenter(wide(MAX_MASK_WIDTH));
+        a.options.check().unwrap();
+        for item in 0..100 {
+            let d = a.draw(0, item, 1.0, Some((50, 80)));
+            let (left, width) = d.time_masks[0];
+            assert!(left <= 1 && width <= MAX_MASK_WIDTH);
+        }
+    }
+
+    #[test]
     fn noise_is_mixed_at_the_drawn_snr() {
         let samples: Vec<f32> = (0..16000).map(|i| (i as f32 * 0.01).sin()).collect();
         let noise: Vec<f32> = (0..16000)
@@ -540,7 +613,8 @@ mod reverb_tests {
 
     #[test]
     fn reverberation_is_the_direct_convolution_shifted_and_rescaled() {
-        let x: Vec<f32> = (0..1000)
+        // Five blocks of the overlap-add (1,018 samples each for a short response).
+        let x: Vec<f32> = (0..5000)
             .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
             .collect();
         let h: Vec<f32> = vec![0.1, 0.3, 1.0, -0.5, 0.25, 0.0, 0.1];
@@ -568,8 +642,16 @@ mod reverb_tests {
 
     #[test]
     fn speed_perturbation_changes_the_length_by_the_factor() {
-        let x = vec![0.25f32; 16000];
-        assert_eq!(apply_speed(x.clone(), 16000, 1.1).unwrap().len(), 14546);
+        let x: Vec<f32> = (0..16000).map(|i| (i as f32 * 0.01).sin()).collect();
+        let once = apply_speed(x.clone(), 16000, 1.1).unwrap();
+        assert_eq!(once.len(), 14546);
+        // The resampler is kept for the next item, and starts it afresh.
+        assert_eq!(apply_speed(x.clone(), 16000, 1.1).unwrap(), once);
+        let mut fresh = sonograph_io::resample::StreamResampler::new(17600, 16000).unwrap();
+        let mut expect = Vec::new();
+        fresh.process(&x, &mut expect);
+        fresh.finish(&mut expect);
+        assert_eq!(once, expect);
         assert_eq!(apply_speed(x.clone(), 16000, 0.9).unwrap().len(), 17778);
         assert_eq!(apply_speed(x, 16000, 1.0).unwrap().len(), 16000);
     }

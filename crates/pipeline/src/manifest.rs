@@ -150,10 +150,8 @@ fn shown_path(path: &Path, base: &Path) -> String {
         .into_owned()
 }
 
-/// A file's rate, channels and duration: the header's length where it declares one, else the
-/// frames of a decode (under the limits).
-/// A file's sample rate, channels and duration in seconds (from its header where it declares
-/// its length, else by decoding it).
+/// A file's sample rate, channels and duration in seconds: the header's length where it
+/// declares one, else the frames of a decode (under the limits).
 pub fn describe(path: &Path, limits: &Limits) -> Result<(u32, usize, f64), String> {
     let opts = DecodeOptions {
         limits: *limits,

@@ -682,7 +682,7 @@ pub(crate) struct VadOptions {
 }
 
 impl VadOptions {
-    fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         self.threshold.is_some()
             || self.neg_threshold.is_some()
             || self.min_speech_ms.is_some()

@@ -261,6 +261,27 @@ mod tests {
                     "batch": 0}),
                 "batch 0",
             ),
+            (
+                serde_json::json!({"kind": "synth-iq", "out": "o", "count": 1, "format": "parquet",
+                    "datatype": "ci16"}),
+                "datatype is the SigMF data's sample type",
+            ),
+            (
+                serde_json::json!({"kind": "synth-iq", "out": "o", "count": 1, "rows-per-part": 5}),
+                "rows-per-part sizes Parquet parts",
+            ),
+            (
+                serde_json::json!({"kind": "synth-iq", "out": "o", "count": 1, "samples": 0}),
+                "samples 0 is outside",
+            ),
+            (
+                serde_json::json!({"kind": "synth-iq", "out": "o", "count": 1, "duration-ms": 0.001}),
+                "duration-ms 0.001 at 200000 Hz is 0 samples",
+            ),
+            (
+                serde_json::json!({"kind": "rf-features", "source": "s", "out": "o", "nperseg": 1}),
+                "nperseg: must be",
+            ),
         ] {
             match plan(json.clone()) {
                 Ok(_) => panic!("{json} was accepted"),

@@ -145,7 +145,16 @@ impl RfFeaturesOptions {
             part_rows: self.rows_per_part,
             ..RfFeaturesJob::new(self.source.clone(), self.out.clone())
         };
-        job.check()?;
+        job.check().map_err(|e| match e {
+            // The row spec's fields by their options' names.
+            JobError::Config(m) => JobError::Config(
+                m.replace("welch.nperseg", "nperseg")
+                    .replace("welch.noverlap", "noverlap")
+                    .replace("window_ms", "window-ms")
+                    .replace("calibration_db", "calibration-db"),
+            ),
+            e => e,
+        })?;
         Ok(RfFeaturesPlan {
             job,
             device: device(&self.device)?,
@@ -325,19 +334,29 @@ impl SynthIqOptions {
             None => SynthSpec::default(),
         };
         if let Some(fs) = self.sample_rate {
+            within("sample-rate", fs, bounds::IQ_SAMPLE_RATE)?;
             spec.sample_rate = fs;
         }
         if self.samples.is_some() && self.duration_ms.is_some() {
             return Err(bad("samples and duration-ms are exclusive".into()));
         }
         if let Some(n) = self.samples {
+            within("samples", n, 1..=sonograph_rf::spec::MAX_SAMPLES)?;
             spec.n_samples = n;
         }
         if let Some(ms) = self.duration_ms {
             if !(ms.is_finite() && ms > 0.0) {
                 return Err(bad(format!("duration-ms {ms} must be positive")));
             }
-            spec.n_samples = (ms * spec.sample_rate / 1000.0).round() as usize;
+            let n = (ms * spec.sample_rate / 1000.0).round();
+            if !(1.0..=sonograph_rf::spec::MAX_SAMPLES as f64).contains(&n) {
+                return Err(bad(format!(
+                    "duration-ms {ms} at {} Hz is {n} samples: 1 to {} are",
+                    spec.sample_rate,
+                    sonograph_rf::spec::MAX_SAMPLES
+                )));
+            }
+            spec.n_samples = n as usize;
         }
         if let Some(list) = &self.modulation {
             spec.modulations = if list.trim() == "all" {
@@ -375,6 +394,18 @@ impl SynthIqOptions {
         required(&self.out, "out")?;
         let spec = self.synth_spec()?;
         let (shard_index, shard_count) = shard(self.shard_index, self.shard_count, env)?;
+        // What one format would ignore is refused rather than dropped.
+        if self.format == SynthOutput::Parquet && self.datatype != SynthDatatype::default() {
+            return Err(JobError::Config(
+                "datatype is the SigMF data's sample type: Parquet rows hold cf32".into(),
+            ));
+        }
+        if self.format == SynthOutput::Sigmf && self.rows_per_part != defaults::SYNTH_ROWS_PER_PART
+        {
+            return Err(JobError::Config(
+                "rows-per-part sizes Parquet parts: give format parquet with it".into(),
+            ));
+        }
         let format = match self.format {
             SynthOutput::Sigmf => SynthFormat::Sigmf(match self.datatype {
                 SynthDatatype::Cf32 => WriteType::Cf32,

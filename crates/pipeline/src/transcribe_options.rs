@@ -166,6 +166,13 @@ impl TranscribeOptions {
             min_silence_at_max_speech_ms: self.min_silence_at_max_speech_ms,
             use_max_poss_sil_at_max_speech: self.use_max_poss_sil_at_max_speech,
         };
+        if self.segment == SegmentMode::Fixed && vad.any() {
+            // Fixed windows use no VAD: its options would be ignored (yet recorded in the
+            // output's shape, refusing a resume without them).
+            return Err(JobError::Config(
+                "the VAD options (threshold, min-speech-ms, ...) need segment vad".into(),
+            ));
+        }
         let limits = LimitOptions {
             max_duration: self.max_duration,
             max_channels: self.max_channels,
