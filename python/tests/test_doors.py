@@ -285,6 +285,7 @@ def test_every_option_of_each_kind_plans_the_same_job_through_the_three_doors(ro
     assert vad["use_max_poss_sil_at_max_speech"] is False and vad["speech_pad_ms"] == 10.0
     assert (cli["format"], cli["segment"], cli["window_s"], cli["batch"], cli["threads"]) == (
         "parquet", "vad", 20.0, 4, 2)
+    assert (cli["items_per_part"], cli["channel"], cli["max_sample_rate"]) == (7, 0, 96000)
     # Fixed windows, which take no VAD option (one is refused through every door).
     cli, api, python = three_plans(server, root / "corpus", root / "text",
                                    {"model": str(root / "asr"), "segment": "fixed"}, "transcribe")
@@ -293,7 +294,6 @@ def test_every_option_of_each_kind_plans_the_same_job_through_the_three_doors(ro
                                                    "out": str(root / "text"), "model": str(root / "asr"),
                                                    "segment": "fixed", "threshold": 0.3})
     assert status == 400 and "need segment vad" in refusal["error"], refusal
-    assert (cli["items_per_part"], cli["channel"], cli["max_sample_rate"]) == (7, 0, 96000)
 
 
 def test_an_rf_job_run_through_each_door_writes_the_same_dataset(root, server):
