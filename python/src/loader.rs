@@ -470,7 +470,8 @@ impl Loader {
             )));
         }
         // Saved after the epoch's last batch: what comes next is the next epoch.
-        if done > 0 && done == plan_epoch(&self.durations, &self.sampler, epoch).len() {
+        if done > 0 && done == plan_epoch(&self.epoch_durations(epoch), &self.sampler, epoch).len()
+        {
             return self.start(epoch + 1, 0);
         }
         self.start(epoch, done)
@@ -573,10 +574,25 @@ impl Loader {
         )
     }
 
+    /// The durations `epoch` is planned with: each item's as its speed perturbation in that
+    /// epoch makes it (a 0.9 factor lengthens it by 1/0.9), so that a batch of `max_duration`
+    /// holds what it says.
+    fn epoch_durations(&self, epoch: u64) -> Vec<f64> {
+        match &self.augment {
+            Some(a) if a.options.speed.is_some() => self
+                .durations
+                .iter()
+                .enumerate()
+                .map(|(i, &d)| d / a.speed(epoch, i as u64).unwrap_or(1.0))
+                .collect(),
+            _ => self.durations.clone(),
+        }
+    }
+
     /// Plans `epoch` and starts its workers at batch `skip` (the batches before it given).
     fn start(&mut self, epoch: u64, skip: usize) -> PyResult<()> {
         // Checked before anything changes: a refused state leaves the loader as it was.
-        let plan = plan_epoch(&self.durations, &self.sampler, epoch);
+        let plan = plan_epoch(&self.epoch_durations(epoch), &self.sampler, epoch);
         if skip > plan.len() {
             return Err(options_error(format!(
                 "state: {skip} batches done, but epoch {epoch} has {}",

@@ -309,3 +309,19 @@ def test_a_rank_whose_batch_fails_whole_gives_it_empty_and_a_refused_state_chang
     with pytest.raises(sonograph.OptionsError) as e:
         sonograph.Loader(other, "nemo", batch_size=1).load_state_dict(loader.state_dict())
     assert "state: saved by a loader of 3 items (" in str(e.value), str(e.value)
+
+
+def test_batches_by_duration_count_the_items_as_speed_perturbation_makes_them(corpus):
+    slow_batches = 0
+    for factor in (0.5, 2.0):
+        loader = sonograph.Loader(corpus, "nemo", batch_size=None, max_duration=20.0, num_buckets=3,
+                                  shuffle=True, seed=3, augment={"speed": [factor]})
+        batches = epoch(loader)
+        for ids, _, lengths in batches:
+            # NeMo's 10 ms frames: the items' lengths after the speed change.
+            assert lengths.sum() / 100 <= 20.0 + 0.02 * len(ids) or len(ids) == 1, (factor, ids)
+        assert sorted(i for b in batches for i in b[0]) == sorted(f"clip{k:02d}.wav" for k in range(40))
+        if factor == 2.0:
+            # Twice as fast, half as long: about twice as many items to a batch as at 0.5.
+            assert len(batches) < slow_batches / 2, (len(batches), slow_batches)
+        slow_batches = len(batches)
