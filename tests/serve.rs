@@ -1766,3 +1766,94 @@ mod exposition {
         }
     }
 }
+
+/// A synth-iq job through the jobs API: it writes the dataset the CLI writes for the same
+/// options, beneath the data root; it resumes as the CLI does; a GPU, another kind that reads
+/// files, or an output outside the root is refused before anything runs.
+#[test]
+fn a_synth_iq_job_writes_what_the_cli_writes() {
+    let dir = Scratch::new("jobs-synth");
+    let server = Server::in_dir(&dir, &["--device", "cpu"]);
+    let options = json!({"kind": "synth-iq", "count": 6, "samples": 2048,
+        "modulation": "bpsk,qpsk", "seed": 5, "workers": 2});
+    let mut job = options.clone();
+    job["out"] = json!(dir.path("api"));
+    let id = server.submit(&job);
+    let record = server.wait_job(id, "done", |j| {
+        !matches!(j["state"].as_str(), Some("queued" | "running"))
+    });
+    assert_eq!(record["state"], "succeeded", "{record:#}");
+    assert_eq!(record["report"]["written"], 6, "{record:#}");
+    assert_eq!(record["progress"]["items_ok"], 6, "{record:#}");
+    let cli = dir.path("cli");
+    let o = crate::common::bin()
+        .args([
+            "synth-iq",
+            "--count",
+            "6",
+            "--samples",
+            "2048",
+            "--modulation",
+            "bpsk,qpsk",
+        ])
+        .args(["--seed", "5", "--workers", "2", "--out"])
+        .arg(&cli)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", crate::common::stderr(&o));
+    let names = |d: &std::path::Path| {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("sample-"))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&dir.path("api")).len(), 12);
+    assert_eq!(names(&dir.path("api")), names(&cli));
+    for name in names(&cli) {
+        assert_eq!(
+            std::fs::read(dir.path("api").join(&name)).unwrap(),
+            std::fs::read(cli.join(&name)).unwrap(),
+            "{name}"
+        );
+    }
+    // The same job again finds every recording there.
+    let again = server.submit(&job);
+    let record = server.wait_job(again, "done", |j| {
+        !matches!(j["state"].as_str(), Some("queued" | "running"))
+    });
+    assert_eq!(
+        (
+            &record["report"]["written"],
+            &record["report"]["already_there"]
+        ),
+        (&json!(0), &json!(6)),
+        "{record:#}"
+    );
+    let refused = |job: Value, want: u16, says: &str| {
+        let (code, body) = server.call("POST", "/api/v1/jobs", Some(&job.to_string()));
+        assert_eq!(code, want, "{job}: {body}");
+        assert!(body.contains(says), "{job}: {body} should say {says:?}");
+    };
+    let mut outside = options.clone();
+    outside["out"] = json!("/tmp/sonograph-synth-outside");
+    refused(
+        outside,
+        403,
+        "out /tmp/sonograph-synth-outside does not resolve",
+    );
+    let mut gpu = job.clone();
+    gpu["device"] = json!("gpu");
+    refused(gpu, 400, "runs synth-iq jobs on its CPU");
+    // A recording the command line may make (2^31 samples, 16 GiB) but the server will not.
+    let mut huge = job.clone();
+    huge["samples"] = json!(1u64 << 31);
+    refused(huge, 400, "samples: a recording of 2147483648 samples holds 16.0 GiB");
+    refused(
+        json!({"kind": "rf-features", "source": dir.path("cli"), "out": dir.path("rf")}),
+        400,
+        "runs extract and synth-iq jobs only",
+    );
+}

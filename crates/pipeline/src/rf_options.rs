@@ -438,6 +438,7 @@ impl SynthIqOptions {
                 format,
                 shard_index,
                 shard_count,
+                roots: sonograph_io::Roots::anywhere(),
             },
             workers: workers(self.workers)?,
             device: device(&self.device)?,

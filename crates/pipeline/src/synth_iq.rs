@@ -21,8 +21,15 @@ use crate::layout::{io_err, OutputLayout};
 use crate::live::LiveJob;
 use crate::report::peak_rss_mb;
 
-/// SigMF recordings are generated and published in groups of this many.
+/// SigMF recordings are generated and published in groups of at most this many, and of at most
+/// [`GROUP_BYTES`] of samples: a group is held whole (generated, then its files written).
 const SIGMF_GROUP: u64 = 64;
+const GROUP_BYTES: u64 = 256 << 20;
+
+/// Recordings of `n_samples` per SigMF group: 64, fewer for long recordings (one at least).
+fn sigmf_group(n_samples: usize) -> u64 {
+    (GROUP_BYTES / (n_samples as u64 * 8).max(1)).clamp(1, SIGMF_GROUP)
+}
 
 /// How the recordings are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +51,9 @@ pub struct SynthIqJob {
     pub format: SynthFormat,
     pub shard_index: usize,
     pub shard_count: usize,
+    /// Where the job may write: anywhere (the CLI, Python), or beneath the service's data
+    /// roots.
+    pub roots: sonograph_io::Roots,
 }
 
 /// What a run did, written to `__sonograph/report[-IIIII].json`.
@@ -93,6 +103,20 @@ pub fn run_synth_iq_live(
     report
 }
 
+/// [`run_synth_iq_live`] on a pool of `workers` threads of its own.
+pub fn run_synth_iq_on_threads(
+    job: &SynthIqJob,
+    noise: Option<Box<dyn NoiseDevice>>,
+    workers: usize,
+    live: &LiveJob,
+) -> Result<SynthReport, JobError> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .build()
+        .map_err(|e| JobError::Internal(format!("cannot start the thread pool: {e}")))?;
+    run_synth_iq_live(job, noise, &pool, live)
+}
+
 fn synth_iq(
     job: &SynthIqJob,
     mut noise: Option<Box<dyn NoiseDevice>>,
@@ -106,6 +130,7 @@ fn synth_iq(
         .map_err(|_| JobError::Config(format!("count {} is too large", job.count)))?;
     let range = sonograph_io::manifest::shard_range(count, job.shard_index, job.shard_count);
     let synth = Synth::new(&job.spec).map_err(|e| JobError::Config(e.to_string()))?;
+    confine(job)?;
     claim_folder(&job.out, synth.spec(), job.seed, job.count)?;
     let cpu_at_start = crate::host::process_cpu_seconds();
     let started = Instant::now();
@@ -114,7 +139,7 @@ fn synth_iq(
     // so a resume or another shard split finds them again.
     let step = match job.format {
         SynthFormat::Parquet { rows_per_part } => rows_per_part,
-        SynthFormat::Sigmf(_) => SIGMF_GROUP,
+        SynthFormat::Sigmf(_) => sigmf_group(job.spec.n_samples),
     };
     let total = (range.end - range.start) as u64;
     let seconds_each = job.spec.n_samples as f64 / job.spec.sample_rate;
@@ -295,6 +320,28 @@ pub fn recording_base(out: &Path, index: u64) -> PathBuf {
 /// Records the dataset's spec and seed in `out/dataset.json` the first time; a later run
 /// (another shard, a resume) with a different spec or seed is refused, since its recordings
 /// would not belong to the same dataset.
+/// A confined job (the service's) writes real folders beneath its roots: the output folder, its
+/// `__sonograph/` and `dataset.json` are checked, before and after the folder is made, not to be
+/// symlinks (which would carry the writes elsewhere). Recordings and parts are made under
+/// fresh temporary names and renamed, which replaces a symlink rather than following it.
+fn confine(job: &SynthIqJob) -> Result<(), JobError> {
+    if !job.roots.is_confined() {
+        return Ok(());
+    }
+    let layout = OutputLayout::new(&job.out, job.shard_index, job.shard_count);
+    layout.confine(&job.roots)?;
+    std::fs::create_dir_all(&layout.meta_dir).map_err(io_err(&layout.meta_dir))?;
+    layout.confine(&job.roots)?;
+    let dataset = job.out.join("dataset.json");
+    if std::fs::symlink_metadata(&dataset).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(JobError::Config(format!(
+            "{}: a symlink, where the job writes",
+            dataset.display()
+        )));
+    }
+    Ok(())
+}
+
 fn claim_folder(out: &Path, spec: &SynthSpec, seed: u64, count: u64) -> Result<(), JobError> {
     std::fs::create_dir_all(out)
         .map_err(|e| JobError::Config(format!("{}: cannot create: {e}", out.display())))?;
@@ -385,4 +432,24 @@ fn write_iq_part(
     ];
     write_table(path, &columns, &meta)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sigmf_group_holds_at_most_a_quarter_gib_of_samples() {
+        assert_eq!(sigmf_group(200_000), 64);
+        assert_eq!(sigmf_group(1 << 22), 8);
+        assert_eq!(sigmf_group(1 << 31), 1);
+        // Within the budget, but for a recording over it alone, which makes a group of one.
+        for k in 1..=64usize {
+            let (group, bytes) = (sigmf_group(k << 20), (k << 20) as u64 * 8);
+            assert!(
+                group * bytes <= GROUP_BYTES || group == 1,
+                "{k} MiSa: {group}"
+            );
+        }
+    }
 }

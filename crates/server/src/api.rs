@@ -399,6 +399,9 @@ async fn cancel_job(
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
 }
 
+/// The largest synthetic recording a request may ask the service for, in bytes of samples.
+const SERVICE_RECORDING_BYTES: u64 = 1 << 30;
+
 /// A job as a request gives it (`kind` and the kind's options), planned and held to the data
 /// roots: what `POST /api/v1/plan` shows and, for an extract job, what `POST /api/v1/jobs`
 /// queues. The paths in the options are resolved (symlinks and all) beneath a root; the plan
@@ -506,19 +509,49 @@ async fn submit_job(State(app): Shared, body: Bytes) -> Result<Response, ApiErro
         ));
     }
     let (request, _) = accept(&app, &body)?;
-    let JobRequest::Extract(request) = request else {
-        // The RF jobs and transcribe read files by paths the kernel does not yet hold beneath
+    match &request {
+        JobRequest::Extract(_) => {}
+        // It writes beneath the data roots only, and reads nothing; on the server's CPU, and
+        // with recordings the server can hold (the command line takes up to 2^31 samples, 16
+        // GiB each).
+        JobRequest::SynthIq(o) if o.device == "cpu" => {
+            if let Ok(plan) = o.plan(|_| None) {
+                let bytes = plan.job.spec.n_samples as u64 * 8;
+                if bytes > SERVICE_RECORDING_BYTES {
+                    return Err(ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        format!(
+                            "invalid job: samples: a recording of {} samples holds {:.1} GiB; \
+                             the service makes recordings of up to {} GiB",
+                            plan.job.spec.n_samples,
+                            bytes as f64 / f64::from(1u32 << 30),
+                            SERVICE_RECORDING_BYTES >> 30
+                        ),
+                    ));
+                }
+            }
+        }
+        JobRequest::SynthIq(_) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid job: device: the service runs synth-iq jobs on its CPU (device cpu); \
+                 its GPUs serve the feature jobs",
+            ))
+        }
+        // rf-features and transcribe read files by paths the kernel does not yet hold beneath
         // the data roots (extract's reads are; see sonograph_io::Roots): planned, not run.
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "invalid job: kind {}: the service plans this kind (POST /api/v1/plan) but runs \
-                 extract jobs only; run it with `sonograph {}` or Python",
-                request.kind(),
-                request.kind()
-            ),
-        ));
-    };
+        other => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "invalid job: kind {}: the service plans this kind (POST /api/v1/plan) but \
+                     runs extract and synth-iq jobs only; run it with `sonograph {}` or Python",
+                    other.kind(),
+                    other.kind()
+                ),
+            ))
+        }
+    }
     let id = tokio::task::spawn_blocking(move || {
         let jobs = jobs_of(&app)?;
         let id = jobs.submit(&request)?;

@@ -1,6 +1,6 @@
-//! The jobs API's queue: extract jobs as JSON, their records in SQLite in the state directory
-//! (`jobs.sqlite`), and one worker thread that runs them one at a time on the server's
-//! devices, in the order they came. A server killed with a job running finds it `running` at
+//! The jobs API's queue: extract and synth-iq jobs as JSON (their `kind` and options), their
+//! records in SQLite in the state directory (`jobs.sqlite`), and one worker thread that runs
+//! them one at a time on the server's devices, in the order they came. A server killed with a job running finds it `running` at
 //! its next start, puts it back at the head of the queue, and the job's own ledger resumes it.
 
 use std::path::{Component, Path, PathBuf};
@@ -244,8 +244,8 @@ impl JobStore {
     }
 
     /// Queues a job; returns its id.
-    pub fn submit(&self, request: &JobOptions) -> Result<i64, ServerError> {
-        let json = serde_json::to_string(request).map_err(|e| ServerError::State(e.to_string()))?;
+    pub fn submit(&self, request: &JobRequest) -> Result<i64, ServerError> {
+        let json = request.to_value().to_string();
         let db = self.db();
         db.execute(
             "INSERT INTO jobs (request, state, created) VALUES (?1, 'queued', ?2)",
@@ -348,7 +348,9 @@ impl JobStore {
                     c.audio_seconds,
                 )
             }
-            (None, Some(r)) => {
+            // A feature job's report counts its items; a synth-iq job's does not (its progress
+            // as last saved stands).
+            (None, Some(r)) if r.get("items_total").is_some() => {
                 let n = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
                 progress_of(
                     n("items_total"),
@@ -360,7 +362,7 @@ impl JobStore {
                         .unwrap_or(0.0),
                 )
             }
-            (None, None) => progress
+            (None, _) => progress
                 .and_then(|p| serde_json::from_str::<Value>(&p).ok())
                 .map(|p| {
                     let n = |k: &str| p.get(k).and_then(Value::as_u64).unwrap_or(0);
@@ -435,7 +437,7 @@ impl JobStore {
     }
 
     /// The oldest queued job, marked running.
-    fn claim(&self) -> Result<Option<(i64, JobOptions)>, ServerError> {
+    fn claim(&self) -> Result<Option<(i64, JobRequest)>, ServerError> {
         let db = self.db();
         let next: Option<(i64, String)> = db
             .query_row(
@@ -467,7 +469,7 @@ impl JobStore {
         &self,
         id: i64,
         state: JobState,
-        report: Option<&Report>,
+        report: Option<&Value>,
         error: Option<String>,
     ) -> Result<(), ServerError> {
         let db = self.db();
@@ -479,10 +481,10 @@ impl JobStore {
         db: &Connection,
         id: i64,
         state: JobState,
-        report: Option<&Report>,
+        report: Option<&Value>,
         error: Option<String>,
     ) -> Result<(), ServerError> {
-        let report = report.and_then(|r| serde_json::to_string(r).ok());
+        let report = report.map(Value::to_string);
         let finished = (state != JobState::Queued).then(sonograph_pipeline::telemetry::unix_now);
         db.execute(
             "UPDATE jobs SET state = ?2, finished = ?3, report = COALESCE(?4, report), error = ?5
@@ -572,7 +574,75 @@ pub fn work(store: Arc<JobStore>, runner: Arc<dyn Runner>) {
     }
 }
 
-fn run_one(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobOptions) {
+/// Runs the job `request` of the queue, by its kind (the service queues extract and synth-iq
+/// jobs; `accept` refuses the others).
+fn run_one(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobRequest) {
+    match request {
+        JobRequest::Extract(options) => run_extract(store, runner, id, options),
+        JobRequest::SynthIq(options) => run_synth_iq(store, runner, id, options),
+        other => {
+            let why = format!("the service does not run {} jobs", other.kind());
+            if let Err(e) = store.finish(id, JobState::Failed, None, Some(why)) {
+                tracing::error!("job {id}: cannot record its end: {e}");
+            }
+            runner.job_event(id, JobState::Failed);
+        }
+    }
+}
+
+/// A synth-iq job on the server's CPU threads, its writes held beneath the data roots.
+fn run_synth_iq(
+    store: &JobStore,
+    runner: &dyn Runner,
+    id: i64,
+    options: &sonograph_pipeline::rf_options::SynthIqOptions,
+) {
+    runner.job_event(id, JobState::Running);
+    let live = LiveJob::new();
+    *store.running.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, live.clone()));
+    let telemetry = runner.telemetry();
+    telemetry.attach_job(&id.to_string(), live.clone());
+    let run = std::panic::AssertUnwindSafe(|| -> Result<Value, (JobState, String)> {
+        let mut plan = options
+            .plan(|_| None)
+            .map_err(|e| (JobState::Failed, e.to_string()))?;
+        plan.job.roots = runner.roots();
+        let report = sonograph_pipeline::synth_iq::run_synth_iq_on_threads(
+            &plan.job,
+            None,
+            plan.workers,
+            &live,
+        )
+        .map_err(|e| match e {
+            JobError::Canceled { .. } => (JobState::Canceled, e.to_string()),
+            e => (JobState::Failed, e.to_string()),
+        })?;
+        serde_json::to_value(&report).map_err(|e| (JobState::Failed, e.to_string()))
+    });
+    let outcome = std::panic::catch_unwind(run).unwrap_or_else(|payload| {
+        let text = sonograph_pipeline::panic_text(&*payload);
+        tracing::error!("job {id}: internal error: {text}");
+        Err((JobState::Failed, format!("internal error: {text}")))
+    });
+    telemetry.detach_job();
+    store.save_progress(id, &live);
+    let (state, report, error) = match outcome {
+        Ok(report) => (JobState::Succeeded, Some(report), None),
+        Err((JobState::Canceled, _)) if runner.stopping() => (
+            JobState::Queued,
+            None,
+            Some("stopped by a server shutdown; resumes at the next start".into()),
+        ),
+        Err((state, e)) => (state, None, Some(e)),
+    };
+    *store.running.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    if let Err(e) = store.finish(id, state, report.as_ref(), error) {
+        tracing::error!("job {id}: cannot record its end: {e}");
+    }
+    runner.job_event(id, state);
+}
+
+fn run_extract(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobOptions) {
     runner.job_event(id, JobState::Running);
     let live = LiveJob::new();
     *store.running.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, live.clone()));
@@ -622,7 +692,11 @@ fn run_one(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobOptions)
         serde_json::from_str(&text).ok()
     };
     let (state, report, error) = match outcome {
-        Ok(o) => (JobState::Succeeded, Some(o.report().clone()), None),
+        Ok(o) => (
+            JobState::Succeeded,
+            serde_json::to_value(o.report()).ok(),
+            None,
+        ),
         // Stopped by the server's shutdown rather than a user: the job goes back to the queue
         // and resumes at the next start.
         Err((JobState::Canceled, _)) if runner.stopping() => (
@@ -630,7 +704,11 @@ fn run_one(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobOptions)
             None,
             Some("stopped by a server shutdown; resumes at the next start".into()),
         ),
-        Err((state, e)) => (state, written_report(), Some(e)),
+        Err((state, e)) => (
+            state,
+            written_report().and_then(|r| serde_json::to_value(r).ok()),
+            Some(e),
+        ),
     };
     *store.running.lock().unwrap_or_else(|e| e.into_inner()) = None;
     if let Err(e) = store.finish(id, state, report.as_ref(), error) {
