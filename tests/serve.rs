@@ -1850,7 +1850,11 @@ fn a_synth_iq_job_writes_what_the_cli_writes() {
     // A recording the command line may make (2^31 samples, 16 GiB) but the server will not.
     let mut huge = job.clone();
     huge["samples"] = json!(1u64 << 31);
-    refused(huge, 400, "samples: a recording of 2147483648 samples holds 16.0 GiB");
+    refused(
+        huge,
+        400,
+        "samples: a recording of 2147483648 samples holds 16.0 GiB",
+    );
     refused(
         json!({"kind": "rf-features", "source": dir.path("cli"), "out": dir.path("rf")}),
         400,
