@@ -23,7 +23,8 @@ pub struct SamplerOptions {
     /// Items (and batches) in a seeded order that changes every epoch; else the source's.
     pub shuffle: bool,
     pub seed: u64,
-    /// Leave out a bucket's last batch when it is not full (by `batch_size`).
+    /// Leave out each bucket's last batch unless a limit closed it: fewer than `batch_size`
+    /// items, or (by duration alone) the bucket's remainder, as lhotse's samplers drop it.
     pub drop_last: bool,
     /// This process's share of the batches, of `world_size`.
     pub rank: usize,
@@ -149,7 +150,7 @@ pub fn plan_epoch(durations: &[f64], o: &SamplerOptions, epoch: u64) -> Vec<Vec<
             batch.push(i);
             seconds += d;
         }
-        let dropped = o.drop_last && o.batch_size.is_some_and(|n| batch.len() < n);
+        let dropped = o.drop_last && o.batch_size.is_none_or(|n| batch.len() < n);
         if !batch.is_empty() && !dropped {
             batches.push(batch);
         }
@@ -319,6 +320,17 @@ mod tests {
             ..o
         };
         assert_eq!(plan_epoch(&d, &dropped, 0).len(), 2);
+        // By duration alone, each bucket's remainder is what drop_last leaves out.
+        let by_time = SamplerOptions {
+            batch_size: None,
+            max_duration: Some(3.5),
+            drop_last: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            plan_epoch(&d, &by_time, 0),
+            [vec![0, 1, 2], vec![3, 4, 5], vec![6, 7, 8]]
+        );
         assert!(SamplerOptions {
             rank: 2,
             world_size: 2,
