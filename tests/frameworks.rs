@@ -152,30 +152,12 @@ fn extract_writes_the_rows_transformers_gives() {
         devices.push("gpu");
     }
     for device in devices {
-        let out = tmp.path(&format!("out-{device}"));
-        let o = bin()
-            .arg("extract")
-            .arg(&corpus)
-            .arg("--out")
-            .arg(&out)
-            .args([
-                "--preset",
-                "whisper-hf",
-                "--device",
-                device,
-                "--no-progress",
-            ])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{device}: {}", stderr(&o));
-        let mut rows = Vec::new();
-        for entry in std::fs::read_dir(&out).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().is_some_and(|e| e == "parquet") {
-                rows.extend(read_part(&path).unwrap().0);
-            }
-        }
-        rows.sort_by(|a, b| a.id.cmp(&b.id));
+        let rows = extract_rows(
+            &corpus,
+            &tmp.path(&format!("out-{device}")),
+            "whisper-hf",
+            device,
+        );
         assert_eq!(rows.len(), 2, "{device}: one row per file");
         for (row, (signal, seconds)) in rows
             .iter()
@@ -297,30 +279,12 @@ fn extract_writes_the_speech2text_rows_transformers_gives() {
         devices.push("gpu");
     }
     for device in devices {
-        let out = tmp.path(&format!("out-{device}"));
-        let o = bin()
-            .arg("extract")
-            .arg(&corpus)
-            .arg("--out")
-            .arg(&out)
-            .args([
-                "--preset",
-                "speech2text",
-                "--device",
-                device,
-                "--no-progress",
-            ])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{device}: {}", stderr(&o));
-        let mut rows = Vec::new();
-        for entry in std::fs::read_dir(&out).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().is_some_and(|e| e == "parquet") {
-                rows.extend(read_part(&path).unwrap().0);
-            }
-        }
-        rows.sort_by(|a, b| a.id.cmp(&b.id));
+        let rows = extract_rows(
+            &corpus,
+            &tmp.path(&format!("out-{device}")),
+            "speech2text",
+            device,
+        );
         assert_eq!(rows.len(), 2, "{device}: one row per file");
         for (row, signal) in rows.iter().zip(signals) {
             let (shape, expect) = reference(&format!("{signal}.speech2text"));
@@ -342,4 +306,31 @@ fn extract_writes_the_speech2text_rows_transformers_gives() {
             assert!(scaled <= LOG_ATOL, "{device} {signal}: {scaled:e}");
         }
     }
+}
+
+/// The rows `extract --preset PRESET --device DEVICE` writes for `corpus` into `out`, by id.
+fn extract_rows(
+    corpus: &Path,
+    out: &Path,
+    preset: &str,
+    device: &str,
+) -> Vec<sonograph_io::parquet::FeatureRow> {
+    let o = bin()
+        .arg("extract")
+        .arg(corpus)
+        .arg("--out")
+        .arg(out)
+        .args(["--preset", preset, "--device", device, "--no-progress"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{device}: {}", stderr(&o));
+    let mut rows = Vec::new();
+    for entry in std::fs::read_dir(out).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "parquet") {
+            rows.extend(read_part(&path).unwrap().0);
+        }
+    }
+    rows.sort_by(|a, b| a.id.cmp(&b.id));
+    rows
 }

@@ -103,6 +103,15 @@ class Server:
         with urllib.request.urlopen(self.base + path, timeout=60) as r:
             return json.loads(r.read())
 
+    def wait(self, job_id):
+        """The job's record once it has ended (60 s at most)."""
+        for _ in range(600):
+            record = self.get(f"/api/v1/jobs/{job_id}")
+            if record["state"] not in ("queued", "running"):
+                return record
+            threading.Event().wait(0.1)
+        raise AssertionError(f"job {job_id} did not end: {record}")
+
     def close(self):
         self.proc.kill()
         self.proc.wait()
@@ -200,11 +209,7 @@ def test_a_job_run_through_each_door_writes_the_same_job_json(root, server):
     status, job = server.post("/api/v1/jobs", {"source": str(root / "corpus"), "out": str(root / "api"),
                                                **{k.replace("_", "-"): v for k, v in options.items()}})
     assert status == 201, job
-    for _ in range(600):
-        record = server.get(f"/api/v1/jobs/{job['id']}")
-        if record["state"] not in ("queued", "running"):
-            break
-        threading.Event().wait(0.1)
+    record = server.wait(job["id"])
     assert record["state"] == "succeeded", record
     sonograph.extract(root / "corpus", root / "python", **options)
     shapes = [json.loads((root / door / "__sonograph" / "job.json").read_text())
@@ -309,11 +314,7 @@ def test_an_rf_job_run_through_each_door_writes_the_same_dataset(root, server):
     status, job = server.post("/api/v1/jobs", {"kind": "synth-iq", "out": str(root / "api-iq"), "count": 3,
                                                **{k.replace("_", "-"): v for k, v in synth.items()}})
     assert status == 201, job
-    for _ in range(600):
-        record = server.get(f"/api/v1/jobs/{job['id']}")
-        if record["state"] not in ("queued", "running"):
-            break
-        threading.Event().wait(0.1)
+    record = server.wait(job["id"])
     assert record["state"] == "succeeded" and record["report"]["written"] == 3, record
     names = sorted(p.name for p in (root / "cli-iq").iterdir() if p.suffix.startswith(".sigmf"))
     assert len(names) == 6

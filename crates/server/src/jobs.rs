@@ -10,7 +10,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sonograph_pipeline::request::{JobRequest, PlannedJob};
-use sonograph_pipeline::{JobError, JobOptions, JobOutcome, LiveJob, Plan, Report, Stages};
+use sonograph_pipeline::{JobError, JobOptions, LiveJob, Plan, Report, Stages};
 
 use crate::error::ServerError;
 
@@ -602,7 +602,7 @@ fn run_synth_iq(
     *store.running.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, live.clone()));
     let telemetry = runner.telemetry();
     telemetry.attach_job(&id.to_string(), live.clone());
-    let run = std::panic::AssertUnwindSafe(|| -> Result<Value, (JobState, String)> {
+    let run = || -> Result<Value, (JobState, String)> {
         let mut plan = options
             .plan(|_| None)
             .map_err(|e| (JobState::Failed, e.to_string()))?;
@@ -613,27 +613,56 @@ fn run_synth_iq(
             plan.workers,
             &live,
         )
-        .map_err(|e| match e {
-            JobError::Canceled { .. } => (JobState::Canceled, e.to_string()),
-            e => (JobState::Failed, e.to_string()),
-        })?;
+        .map_err(job_state)?;
         serde_json::to_value(&report).map_err(|e| (JobState::Failed, e.to_string()))
-    });
-    let outcome = std::panic::catch_unwind(run).unwrap_or_else(|payload| {
+    };
+    let outcome = caught(id, run);
+    telemetry.detach_job();
+    record_end(store, runner, id, &live, outcome, || None);
+}
+
+/// A job's error as the state it ends in, and why.
+fn job_state(e: JobError) -> (JobState, String) {
+    match e {
+        JobError::Canceled { .. } => (JobState::Canceled, e.to_string()),
+        e => (JobState::Failed, e.to_string()),
+    }
+}
+
+/// `run`'s outcome; a bug tripped by one job fails that job, with its message, and the queue
+/// goes on (the worker thread would otherwise end, and every later job wait forever).
+fn caught<T>(
+    id: i64,
+    run: impl FnOnce() -> Result<T, (JobState, String)>,
+) -> Result<T, (JobState, String)> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|payload| {
         let text = sonograph_pipeline::panic_text(&*payload);
         tracing::error!("job {id}: internal error: {text}");
         Err((JobState::Failed, format!("internal error: {text}")))
-    });
-    telemetry.detach_job();
-    store.save_progress(id, &live);
+    })
+}
+
+/// Records how job `id` ended: its progress, state and report (the one the run wrote, from
+/// `written_report`, where it stopped early), and tells the runner.
+fn record_end(
+    store: &JobStore,
+    runner: &dyn Runner,
+    id: i64,
+    live: &LiveJob,
+    outcome: Result<Value, (JobState, String)>,
+    written_report: impl FnOnce() -> Option<Value>,
+) {
+    store.save_progress(id, live);
     let (state, report, error) = match outcome {
         Ok(report) => (JobState::Succeeded, Some(report), None),
+        // Stopped by the server's shutdown rather than a user: the job goes back to the queue
+        // and resumes at the next start.
         Err((JobState::Canceled, _)) if runner.stopping() => (
             JobState::Queued,
             None,
             Some("stopped by a server shutdown; resumes at the next start".into()),
         ),
-        Err((state, e)) => (state, None, Some(e)),
+        Err((state, e)) => (state, written_report(), Some(e)),
     };
     *store.running.lock().unwrap_or_else(|e| e.into_inner()) = None;
     if let Err(e) = store.finish(id, state, report.as_ref(), error) {
@@ -647,7 +676,7 @@ fn run_extract(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobOpti
     let live = LiveJob::new();
     *store.running.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, live.clone()));
     let mut opened = false;
-    let run = std::panic::AssertUnwindSafe(|| -> Result<JobOutcome, (JobState, String)> {
+    let run = || -> Result<Value, (JobState, String)> {
         let mut job = plan_extract(request).map_err(|e| (JobState::Failed, e))?;
         job.plan.config.roots = runner.roots();
         let devices = runner.open(&mut job).map_err(|e| (JobState::Failed, e))?;
@@ -664,55 +693,24 @@ fn run_extract(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobOpti
         telemetry.detach_job();
         runner.release();
         opened = false;
-        result.map_err(|e| match e {
-            JobError::Canceled { .. } => (JobState::Canceled, e.to_string()),
-            e => (JobState::Failed, e.to_string()),
-        })
-    });
-    // A bug tripped by one job fails that job, with its message; the queue goes on (the
-    // worker thread would otherwise end, and every later job wait forever).
-    let outcome = std::panic::catch_unwind(run).unwrap_or_else(|payload| {
-        let text = sonograph_pipeline::panic_text(&*payload);
-        tracing::error!("job {id}: internal error: {text}");
-        Err((JobState::Failed, format!("internal error: {text}")))
-    });
+        let outcome = result.map_err(job_state)?;
+        serde_json::to_value(outcome.report()).map_err(|e| (JobState::Failed, e.to_string()))
+    };
+    let outcome = caught(id, run);
     if opened {
         runner.telemetry().detach_job();
         runner.release();
     }
-    store.save_progress(id, &live);
     // A job that stopped early still wrote its report: the record keeps it.
-    let written_report = || -> Option<Report> {
+    let written_report = || -> Option<Value> {
         let layout = sonograph_pipeline::OutputLayout::new(
             &request.out,
             request.shard_index.unwrap_or(0),
             request.shard_count.unwrap_or(1),
         );
         let text = std::fs::read_to_string(layout.report).ok()?;
-        serde_json::from_str(&text).ok()
+        let report: Report = serde_json::from_str(&text).ok()?;
+        serde_json::to_value(report).ok()
     };
-    let (state, report, error) = match outcome {
-        Ok(o) => (
-            JobState::Succeeded,
-            serde_json::to_value(o.report()).ok(),
-            None,
-        ),
-        // Stopped by the server's shutdown rather than a user: the job goes back to the queue
-        // and resumes at the next start.
-        Err((JobState::Canceled, _)) if runner.stopping() => (
-            JobState::Queued,
-            None,
-            Some("stopped by a server shutdown; resumes at the next start".into()),
-        ),
-        Err((state, e)) => (
-            state,
-            written_report().and_then(|r| serde_json::to_value(r).ok()),
-            Some(e),
-        ),
-    };
-    *store.running.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    if let Err(e) = store.finish(id, state, report.as_ref(), error) {
-        tracing::error!("job {id}: cannot record its end: {e}");
-    }
-    runner.job_event(id, state);
+    record_end(store, runner, id, &live, outcome, written_report);
 }
