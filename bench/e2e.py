@@ -112,7 +112,11 @@ def handwritten(corpus, out, procs):
         "source": [r["source"] for r in rows],
         "duration_s": [r["duration_s"] for r in rows],
         "num_frames": pa.array([r["num_frames"] for r in rows], pa.uint32()),
-        "features": pa.array([r["features"] for r in rows], pa.list_(pa.float32())),
+        # sonograph's layout: a list of frames of 80 values each
+        "features": pa.ListArray.from_arrays(
+            np.cumsum([0] + [r["num_frames"] for r in rows], dtype=np.int32),
+            pa.FixedSizeListArray.from_arrays(
+                np.concatenate([r["features"] for r in rows]), 80)),
     })
     pq.write_table(table, out, compression="zstd")
     # the Pool's workers were joined when the `with` block closed it: they are in CHILDREN
@@ -266,8 +270,8 @@ def compare_outputs(son_dir, py_file):
     same_frames = a["num_frames"].to_pylist() == b["num_frames"].to_pylist()
     diff = 0.0
     if same_ids and same_frames:
-        fa = pc.list_flatten(a["features"]).to_numpy()
-        fb = pc.list_flatten(b["features"]).to_numpy()
+        fa = pc.list_flatten(pc.list_flatten(a["features"])).to_numpy()
+        fb = pc.list_flatten(pc.list_flatten(b["features"])).to_numpy()
         diff = float(np.abs(fa - fb).max()) if len(fa) == len(fb) else float("nan")
     return {"rows": (a.num_rows, b.num_rows), "same_ids": same_ids,
             "same_frames": same_frames, "max_abs_diff": diff}

@@ -253,15 +253,18 @@ def read_rows(out):
         bins = table.column("num_bins").to_pylist()
         digests = []
         for chunk in table.column("features").chunks:
-            flat = chunk.flatten()
+            # A list of frames, each a fixed-size list of the bins: offsets count frames.
+            frames_of_chunk = chunk.flatten()
+            per_frame = frames_of_chunk.type.list_size
+            flat = frames_of_chunk.flatten()
             width = flat.type.byte_width
             values = flat.buffers()[1]
             base = flat.offset
             offs = chunk.offsets.to_pylist()
             first = offs[0]
             for k in range(len(chunk)):
-                lo = (base + offs[k] - first) * width
-                hi = (base + offs[k + 1] - first) * width
+                lo = (base + (offs[k] - first) * per_frame) * width
+                hi = (base + (offs[k + 1] - first) * per_frame) * width
                 digests.append(hashlib.blake2b(values[lo:hi], digest_size=12).hexdigest())
         for i in range(len(ids)):
             key = (ids[i], round(offsets[i] * 1e6))

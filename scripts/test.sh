@@ -28,7 +28,8 @@ target_dir=$(cargo metadata --format-version 1 --no-deps --locked |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 venv="$target_dir/test-venv"
 ort_wheels=(onnxruntime==1.31.1 silero-vad==6.2.3)
-pins=$(cat scripts/requirements-test.txt python/requirements-test.txt scripts/requirements-rf.txt;
+pins=$(cat scripts/requirements-test.txt python/requirements-test.txt scripts/requirements-rf.txt \
+  scripts/requirements-readers.txt;
   echo "${ort_wheels[*]}")
 if [ "$(cat "$venv/.pins" 2>/dev/null)" != "$pins" ]; then
   echo "+ python3 -m venv $venv (the tests' pinned Python packages)"

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::builder::{Float64Builder, StringBuilder, UInt32Builder};
-use arrow_array::{ArrayRef, Float16Array, Float32Array, ListArray, RecordBatch, UInt32Array};
+use arrow_array::{
+    ArrayRef, FixedSizeListArray, Float16Array, Float32Array, ListArray, RecordBatch, UInt32Array,
+};
 use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::arrow_writer::{
     compute_leaves, ArrowColumnChunk, ArrowColumnWriter, ArrowRowGroupWriterFactory,
@@ -69,6 +71,41 @@ impl FeatureRow {
     pub fn values(&self) -> usize {
         self.features.len() + self.model.as_ref().map_or(0, |m| m.values.len())
     }
+
+    /// Whether its features are whole frames of the part's `bins`, and its model outputs
+    /// whole frames of their dimension.
+    fn check(&self, bins: u32) -> Result<(), String> {
+        if self.num_bins != bins {
+            return Err(format!(
+                "row {:?} has frames of {} bins, and the part's rows frames of {bins}",
+                self.id, self.num_bins
+            ));
+        }
+        let frames_of = |values: usize, frames: u32, width: u32| {
+            values as u64 == u64::from(frames) * u64::from(width)
+        };
+        if !frames_of(self.features.len(), self.num_frames, self.num_bins) {
+            return Err(format!(
+                "row {:?} has {} feature values, not {} frames of {} bins",
+                self.id,
+                self.features.len(),
+                self.num_frames,
+                self.num_bins
+            ));
+        }
+        if let Some(m) = &self.model {
+            if !frames_of(m.values.len(), m.frames, m.dim) {
+                return Err(format!(
+                    "row {:?} has {} model values, not {} frames of {}",
+                    self.id,
+                    m.values.len(),
+                    m.frames,
+                    m.dim
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A model's output for one row: `frames × dim` values, time-major (an encoder's `outputs`
@@ -98,6 +135,9 @@ pub struct PartMeta {
     /// With a model (`extract --model`): what it is, as JSON; the part then has the model
     /// columns `model_frames`, `model_dim` and `model_outputs`.
     pub model: Option<String>,
+    /// Values in a frame of features (the spec's bins): the width of the `features` column's
+    /// frames.
+    pub bins: u32,
 }
 
 impl PartMeta {
@@ -114,13 +154,25 @@ impl PartMeta {
     }
 }
 
+/// A column of frames: a list of fixed-size lists of `width` floats in the stored dtype, so
+/// that pyarrow, pandas, Hugging Face datasets and Ray Data see a `[frames, width]` array
+/// per row without reshaping.
+fn frames_list(dtype: Dtype, width: u32) -> Result<DataType, String> {
+    let width = i32::try_from(width).map_err(|_| format!("frames of {width} values"))?;
+    let frame = DataType::FixedSizeList(Arc::new(Field::new("item", float(dtype), false)), width);
+    Ok(DataType::List(Arc::new(Field::new("item", frame, false))))
+}
+
 /// A list column of floats in the stored dtype.
 fn float_list(dtype: Dtype) -> DataType {
-    let item = match dtype {
+    DataType::List(Arc::new(Field::new("item", float(dtype), false)))
+}
+
+fn float(dtype: Dtype) -> DataType {
+    match dtype {
         Dtype::F32 => DataType::Float32,
         Dtype::F16 => DataType::Float16,
-    };
-    DataType::List(Arc::new(Field::new("item", item, false)))
+    }
 }
 
 /// The values of a list column of floats in the stored dtype.
@@ -133,11 +185,20 @@ fn float_values<'a>(dtype: Dtype, values: impl Iterator<Item = &'a f32>) -> Arra
     }
 }
 
+/// The Parquet leaf of a column of frames: its values, in the list of fixed-size lists.
+fn frames_leaf(column: &str) -> ColumnPath {
+    ColumnPath::new(
+        [column, "list", "item", "list", "item"]
+            .map(String::from)
+            .to_vec(),
+    )
+}
+
 /// Index of the first model column: the model's columns follow the features.
 const MODEL_COLUMNS: usize = 8;
 
 /// The Arrow schema of a part.
-pub fn schema(dtype: Dtype, meta: &PartMeta) -> Schema {
+pub fn schema(dtype: Dtype, meta: &PartMeta) -> Result<Schema, String> {
     let mut fields = vec![
         Field::new("id", DataType::Utf8, false),
         Field::new("source", DataType::Utf8, false),
@@ -146,9 +207,11 @@ pub fn schema(dtype: Dtype, meta: &PartMeta) -> Schema {
         Field::new("sample_rate", DataType::UInt32, false),
         Field::new("num_frames", DataType::UInt32, false),
         Field::new("num_bins", DataType::UInt32, false),
-        Field::new("features", float_list(dtype), false),
+        Field::new("features", frames_list(dtype, meta.bins)?, false),
     ];
     if meta.model.is_some() {
+        // A flat list: a model's output width is known from its first output only, and
+        // every part of a job (an empty one too) must have the same schema.
         fields.extend([
             Field::new("model_frames", DataType::UInt32, false),
             Field::new("model_dim", DataType::UInt32, false),
@@ -160,7 +223,7 @@ pub fn schema(dtype: Dtype, meta: &PartMeta) -> Schema {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    Schema::new_with_metadata(fields, metadata)
+    Ok(Schema::new_with_metadata(fields, metadata))
 }
 
 fn record_batch(
@@ -184,17 +247,23 @@ fn record_batch(
         frames.append_value(r.num_frames);
         bins.append_value(r.num_bins);
     }
-    let offsets = list_offsets(rows.iter().map(|r| r.features.len()))?;
-    let values = float_values(dtype, rows.iter().flat_map(|r| r.features.iter()));
-    let list = |offsets, values| -> Result<ArrayRef, String> {
-        let DataType::List(item_field) = schema.field(7).data_type().clone() else {
+    let features = {
+        let DataType::List(frame_field) = schema.field(7).data_type().clone() else {
             return Err("the features column is a list".into());
         };
-        Ok(Arc::new(
-            ListArray::try_new(item_field, offsets, values, None).map_err(|e| e.to_string())?,
-        ))
+        let DataType::FixedSizeList(value_field, width) = frame_field.data_type().clone() else {
+            return Err("the features column is a list of fixed-size frames".into());
+        };
+        let offsets = list_offsets(rows.iter().map(|r| r.num_frames as usize))?;
+        let values = float_values(dtype, rows.iter().flat_map(|r| r.features.iter()));
+        let total = rows.iter().map(|r| r.num_frames as usize).sum();
+        let frames =
+            FixedSizeListArray::try_new_with_length(value_field, width, values, None, total)
+                .map_err(|e| e.to_string())?;
+        let list = ListArray::try_new(frame_field, offsets, Arc::new(frames), None)
+            .map_err(|e| e.to_string())?;
+        Arc::new(list) as ArrayRef
     };
-    let features = list(offsets, values)?;
     let mut columns: Vec<ArrayRef> = vec![
         Arc::new(id.finish()),
         Arc::new(source.finish()),
@@ -219,12 +288,17 @@ fn record_batch(
             .collect::<Result<_, _>>()?;
         let frames = UInt32Array::from_iter_values(model.iter().map(|m| m.frames));
         let dims = UInt32Array::from_iter_values(model.iter().map(|m| m.dim));
+        let DataType::List(item_field) = schema.field(MODEL_COLUMNS + 2).data_type().clone() else {
+            return Err("the model_outputs column is a list".into());
+        };
         let offsets = list_offsets(model.iter().map(|m| m.values.len()))?;
         let values = float_values(dtype, model.iter().flat_map(|m| m.values.iter()));
+        let outputs =
+            ListArray::try_new(item_field, offsets, values, None).map_err(|e| e.to_string())?;
         columns.extend([
             Arc::new(frames) as ArrayRef,
             Arc::new(dims),
-            list(offsets, values)?,
+            Arc::new(outputs),
         ]);
     }
     RecordBatch::try_new(schema, columns).map_err(|e| e.to_string())
@@ -318,6 +392,7 @@ pub struct PartWriter {
     draft: Draft,
     schema: Arc<Schema>,
     dtype: Dtype,
+    bins: u32,
     file: SerializedFileWriter<File>,
     row_groups: ArrowRowGroupWriterFactory,
     /// Row groups handed to encoder threads and not yet appended, oldest first.
@@ -367,7 +442,7 @@ impl PartWriter {
         encoders: usize,
     ) -> Result<Self, WriteError> {
         let other = other_error(path);
-        let schema = Arc::new(schema(dtype, meta));
+        let schema = Arc::new(schema(dtype, meta).map_err(&other)?);
         let (draft, file) = Draft::create(path).map_err(io_error(path))?;
         let zstd = ZstdLevel::try_new(ZSTD_LEVEL).map_err(|e| other(e.to_string()))?;
         // The features are almost all distinct floats: a dictionary only costs time (and
@@ -376,7 +451,7 @@ impl PartWriter {
         // hardly do: the e2e speech corpus's Whisper parts are 1.29x smaller than the raw f32
         // (they were 1.01x with a dictionary; 1.10x PLAIN). The path is the Arrow list's
         // leaf; a test reads the encodings back, so a renamed path cannot go unnoticed.
-        let features = ColumnPath::new(vec!["features".into(), "list".into(), "item".into()]);
+        let features = frames_leaf("features");
         // In the footer's key-value metadata too, where `parquet meta` tools look, besides the
         // Arrow schema's (which pyarrow shows as `schema.metadata`).
         let model = ColumnPath::new(vec!["model_outputs".into(), "list".into(), "item".into()]);
@@ -385,8 +460,18 @@ impl PartWriter {
         for floats in [features, model] {
             props = props
                 .set_column_dictionary_enabled(floats.clone(), false)
-                .set_column_statistics_enabled(floats.clone(), EnabledStatistics::None)
-                .set_column_encoding(floats, Encoding::BYTE_STREAM_SPLIT);
+                .set_column_statistics_enabled(floats.clone(), EnabledStatistics::None);
+            // f16 is a 2-byte FIXED_LEN_BYTE_ARRAY, whose split bytes DuckDB 2.0 cannot read
+            // ("BYTE_STREAM_SPLIT encoding is only supported for FLOAT, DOUBLE, INT32 or
+            // INT64"): PLAIN keeps f16 parts readable by every reader in docs/reading.md, for
+            // 1.19x the bytes (tests/data's 13 Whisper items: 254 KB against 214 KB split).
+            props = props.set_column_encoding(
+                floats,
+                match dtype {
+                    Dtype::F32 => Encoding::BYTE_STREAM_SPLIT,
+                    Dtype::F16 => Encoding::PLAIN,
+                },
+            );
         }
         let props = props
             .set_key_value_metadata(Some(
@@ -406,6 +491,7 @@ impl PartWriter {
             draft,
             schema,
             dtype,
+            bins: meta.bins,
             file,
             row_groups,
             encoding: VecDeque::new(),
@@ -417,7 +503,9 @@ impl PartWriter {
         })
     }
 
+    /// Buffers `row`; a row whose features are not frames of the part's bins is refused.
     pub fn push(&mut self, row: FeatureRow) -> Result<(), WriteError> {
+        row.check(self.bins).map_err(other_error(&self.path))?;
         self.buffered_bytes += row.values() * 4;
         self.buffer.push(row);
         self.rows += 1;
@@ -554,7 +642,12 @@ pub fn read_part(path: &Path) -> Result<(Vec<FeatureRow>, HashMap<String, String
         let frames = b.column(5).as_primitive::<UInt32Type>();
         let bins = b.column(6).as_primitive::<UInt32Type>();
         let features = b.column(7).as_list::<i32>();
+        // A row's frames, flattened (a part of an older version held the flat list).
         let floats = |values: ArrayRef| -> Vec<f32> {
+            let values = match values.data_type() {
+                DataType::FixedSizeList(..) => values.as_fixed_size_list().values().clone(),
+                _ => values,
+            };
             match values.data_type() {
                 DataType::Float16 => values
                     .as_primitive::<Float16Type>()
@@ -634,6 +727,7 @@ mod tests {
             spec_json: "{}".into(),
             precision: "f32".into(),
             model: None,
+            bins: 64,
         };
         let path = dir.join("groups.parquet");
         write_part(&path, &rows, Dtype::F32, &meta).unwrap();
@@ -647,7 +741,7 @@ mod tests {
         // The last rows lack the model outputs this part's schema asks for.
         let with_model = PartMeta {
             model: Some("{}".into()),
-            ..meta
+            ..meta.clone()
         };
         let mut bad: Vec<FeatureRow> = rows
             .iter()
@@ -662,11 +756,34 @@ mod tests {
             .collect();
         bad.last_mut().unwrap().model = None;
         let err = write_part(&dir.join("bad.parquet"), &bad, Dtype::F32, &with_model);
-        assert!(err
-            .unwrap_err()
-            .to_string()
-            .contains("has no model outputs"));
+        assert!(
+            err.as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("has no model outputs"),
+            "{err:?}"
+        );
         assert!(!dir.join("bad.parquet").exists());
+        // A row of other bins, and one whose values are not whole frames.
+        let mut other_bins = rows[..3].to_vec();
+        other_bins[2].num_bins = 32;
+        other_bins[2].num_frames = 2048;
+        let mut torn = rows[..3].to_vec();
+        torn[1].features.pop();
+        for (bad, want) in [
+            (
+                other_bins,
+                "has frames of 32 bins, and the part's rows frames of 64",
+            ),
+            (torn, "has 65535 feature values, not 1024 frames of 64 bins"),
+        ] {
+            let err = write_part(&dir.join("bad.parquet"), &bad, Dtype::F32, &meta);
+            assert!(
+                err.as_ref().unwrap_err().to_string().contains(want),
+                "{err:?}"
+            );
+            assert!(!dir.join("bad.parquet").exists());
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -712,6 +829,7 @@ mod tests {
                 spec_json: "{\"n\":1}".into(),
                 precision: "f32".into(),
                 model: model.then(|| "{\"path\":\"m.onnx\"}".into()),
+                bins: 2,
             };
             let rows = if model { &with_model } else { &rows };
             // A row without model outputs cannot go into a part with a model.
@@ -727,6 +845,16 @@ mod tests {
             assert!(!crate::publish::tmp_path(&path).exists());
             let (back, meta) = read_part(&path).unwrap();
             assert_eq!(&back, rows);
+            // Readers see frames: a list of fixed-size lists, the Arrow schema in the footer.
+            let arrow = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+                File::open(&path).unwrap(),
+            )
+            .unwrap();
+            let columns = arrow.schema().fields();
+            assert_eq!(columns[7].data_type(), &frames_list(dtype, 2).unwrap());
+            if model {
+                assert_eq!(columns[10].data_type(), &float_list(dtype));
+            }
             assert_eq!(meta.contains_key(META_MODEL), model);
             assert_eq!(meta[META_SPEC_ID], "abc");
             assert_eq!(meta[META_SPEC], "{\"n\":1}");
@@ -745,10 +873,12 @@ mod tests {
                 .any(|k| k.key == META_SPEC_ID && k.value.as_deref() == Some("abc")));
             // The features column: split bytes, no dictionary, no statistics.
             let column = footer.metadata().row_group(0).column(7);
-            assert_eq!(column.column_path().string(), "features.list.item");
+            assert_eq!(column.column_path(), &frames_leaf("features"));
             let encodings: Vec<_> = column.encodings().collect();
-            assert!(
+            let split = dtype == Dtype::F32;
+            assert_eq!(
                 encodings.contains(&parquet::basic::Encoding::BYTE_STREAM_SPLIT),
+                split,
                 "{encodings:?}"
             );
             assert!(column.dictionary_page_offset().is_none());
@@ -756,9 +886,12 @@ mod tests {
             if model {
                 let column = footer.metadata().row_group(0).column(10);
                 assert_eq!(column.column_path().string(), "model_outputs.list.item");
-                assert!(column
-                    .encodings()
-                    .any(|e| e == parquet::basic::Encoding::BYTE_STREAM_SPLIT));
+                assert_eq!(
+                    column
+                        .encodings()
+                        .any(|e| e == parquet::basic::Encoding::BYTE_STREAM_SPLIT),
+                    split
+                );
             }
         }
         std::fs::remove_dir_all(&dir).unwrap();

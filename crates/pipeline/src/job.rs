@@ -171,6 +171,9 @@ fn run_stages(
             spec_json: config.spec.to_json(),
             precision: config.precision.name().into(),
             model: model_meta,
+            bins: u32::try_from(config.spec.n_bins()).map_err(|_| {
+                JobError::Config(format!("{} bins in a frame", config.spec.n_bins()))
+            })?,
         },
         config.part_mb << 20,
     )?

@@ -451,6 +451,7 @@ mod tests {
                 spec_json: "{}".into(),
                 precision: "f64".into(),
                 model: None,
+                bins: 2,
             },
             1,
         )
