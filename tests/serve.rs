@@ -1855,9 +1855,137 @@ fn a_synth_iq_job_writes_what_the_cli_writes() {
         400,
         "samples: a recording of 2147483648 samples holds 16.0 GiB",
     );
-    refused(
-        json!({"kind": "rf-features", "source": dir.path("cli"), "out": dir.path("rf")}),
-        400,
-        "runs extract and synth-iq jobs only",
+}
+
+/// An rf-features job through the jobs API: the rows the CLI writes for the same options, its
+/// recordings read beneath the data root (a symlink out of it is one failed recording, which
+/// the CLI, unconfined, reads); a GPU, a limit on recordings larger than the service holds, or
+/// a transcribe job is refused before anything runs.
+#[test]
+fn an_rf_features_job_reads_beneath_the_root() {
+    let dir = Scratch::new("jobs-rf");
+    let iq = dir.path("iq");
+    let outside = std::env::temp_dir().join(format!("sonograph-rf-outside-{}", std::process::id()));
+    for (out, count) in [(&iq, "4"), (&outside, "1")] {
+        let o = crate::common::bin()
+            .args([
+                "synth-iq",
+                "--count",
+                count,
+                "--samples",
+                "4096",
+                "--seed",
+                "3",
+            ])
+            .arg("--out")
+            .arg(out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", crate::common::stderr(&o));
+    }
+    // A recording of the folder that is a symlink to one outside the data root.
+    for ext in ["sigmf-meta", "sigmf-data"] {
+        std::os::unix::fs::symlink(
+            outside.join(format!("sample-000000000.{ext}")),
+            iq.join(format!("sample-outside.{ext}")),
+        )
+        .unwrap();
+    }
+    let server = Server::in_dir(&dir, &["--device", "cpu"]);
+    let options = json!({"kind": "rf-features", "source": iq, "psd": true, "nperseg": 256,
+        "rows-per-part": 2, "workers": 2});
+    let mut job = options.clone();
+    job["out"] = json!(dir.path("api"));
+    let id = server.submit(&job);
+    let record = server.wait_job(id, "done", |j| {
+        !matches!(j["state"].as_str(), Some("queued" | "running"))
+    });
+    assert_eq!(record["state"], "succeeded", "{record:#}");
+    let report = &record["report"];
+    assert_eq!(
+        (&report["items_ok"], &report["items_failed"]),
+        (&json!(4), &json!(1)),
+        "{record:#}"
     );
+    assert_eq!(report["failures"][0]["id"], "sample-outside", "{record:#}");
+    assert!(
+        report["failures"][0]["reason"].as_str().is_some_and(|r| r
+            .contains("sample-outside.sigmf-meta")
+            && r.contains("outside the data roots")),
+        "{record:#}"
+    );
+    // The CLI reads the symlinked recording too; the four others are the same rows.
+    let cli = dir.path("cli");
+    let o = crate::common::bin()
+        .arg("rf-features")
+        .arg(&iq)
+        .args([
+            "--psd",
+            "--nperseg",
+            "256",
+            "--rows-per-part",
+            "2",
+            "--workers",
+            "2",
+            "--out",
+        ])
+        .arg(&cli)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", crate::common::stderr(&o));
+    // Each row of a folder's parts, every column of it, as text.
+    let rows = |d: &std::path::Path| {
+        use sonograph_io::table::{read_table, Column};
+        let mut rows = Vec::new();
+        for entry in std::fs::read_dir(d).unwrap() {
+            let part = entry.unwrap().path();
+            if part.extension().is_none_or(|e| e != "parquet") {
+                continue;
+            }
+            let (columns, _) = read_table(&part).unwrap();
+            for i in 0..columns[0].1.len() {
+                let row: Vec<String> = columns
+                    .iter()
+                    .map(|(name, c)| match c {
+                        Column::Utf8(v) => format!("{name}={:?}", v[i]),
+                        Column::F64(v) => format!("{name}={:?}", v[i]),
+                        Column::U64(v) => format!("{name}={:?}", v[i]),
+                        Column::ListF32(v) => format!("{name}={:?}", v[i]),
+                    })
+                    .collect();
+                rows.push(row.join(" "));
+            }
+        }
+        rows.sort();
+        rows
+    };
+    let (api_rows, cli_rows) = (rows(&dir.path("api")), rows(&cli));
+    assert_eq!(api_rows.len(), 4);
+    assert_eq!(cli_rows.len(), 5);
+    let cli_inside: Vec<_> = cli_rows
+        .into_iter()
+        .filter(|r| !r.contains("sample-outside"))
+        .collect();
+    assert_eq!(api_rows, cli_inside);
+    let refused = |job: Value, want: u16, says: &str| {
+        let (code, body) = server.call("POST", "/api/v1/jobs", Some(&job.to_string()));
+        assert_eq!(code, want, "{job}: {body}");
+        assert!(body.contains(says), "{job}: {body} should say {says:?}");
+    };
+    let mut gpu = job.clone();
+    gpu["device"] = json!("gpu");
+    refused(gpu, 400, "runs rf-features jobs on its CPU");
+    let mut huge = job.clone();
+    huge["max-samples"] = json!(1u64 << 30);
+    refused(
+        huge,
+        400,
+        "max-samples: 1073741824 complex samples hold 8.0 GiB",
+    );
+    refused(
+        json!({"kind": "transcribe", "source": iq, "out": dir.path("t"), "model": iq}),
+        400,
+        "runs extract, synth-iq and rf-features jobs only",
+    );
+    std::fs::remove_dir_all(&outside).unwrap();
 }

@@ -303,8 +303,7 @@ def test_every_option_of_each_kind_plans_the_same_job_through_the_three_doors(ro
 
 def test_an_rf_job_run_through_each_door_writes_the_same_dataset(root, server):
     """synth-iq through the CLI, the service and Python gives the same files, and rf-features
-    over them through the CLI and Python the same rows; the service plans rf-features but says
-    it does not run it (its reads are not yet held beneath the data roots)."""
+    over them through the three doors the same parts and job.json."""
     synth = {"samples": 2048, "modulation": "qpsk", "seed": 4}
     env = clean_env()
     subprocess.run([BIN, "synth-iq", "--count", "3", "--out", str(root / "cli-iq"), *cli_args(synth)],
@@ -328,13 +327,17 @@ def test_an_rf_job_run_through_each_door_writes_the_same_dataset(root, server):
                     *cli_args(features)], check=True, capture_output=True, env=env)
     report = sonograph.rf_features(root / "python-iq", root / "python-rf", **features)
     assert (report["items_ok"], report["items_failed"]) == (3, 0)
-    shapes = [json.loads((root / door / "__sonograph" / "job.json").read_text()) for door in ("cli-rf", "python-rf")]
-    assert shapes[0] == shapes[1]
-    parts = [sorted((root / door).glob("*.parquet")) for door in ("cli-rf", "python-rf")]
-    assert [p.name for p in parts[0]] == [p.name for p in parts[1]] and len(parts[0]) == 2
-    status, refusal = server.post("/api/v1/jobs", {"kind": "rf-features", "source": str(root / "cli-iq"),
-                                                   "out": str(root / "api-rf")})
-    assert status == 400 and "runs extract and synth-iq jobs only" in refusal["error"], refusal
+    status, job = server.post("/api/v1/jobs", {"kind": "rf-features", "source": str(root / "api-iq"),
+                                               "out": str(root / "api-rf"),
+                                               **{k.replace("_", "-"): v for k, v in features.items()}})
+    assert status == 201, job
+    record = server.wait(job["id"])
+    assert record["state"] == "succeeded" and record["report"]["items_ok"] == 3, record
+    doors = ("cli-rf", "python-rf", "api-rf")
+    shapes = [json.loads((root / door / "__sonograph" / "job.json").read_text()) for door in doors]
+    assert shapes[0] == shapes[1] == shapes[2]
+    parts = [[p.name for p in sorted((root / door).glob("*.parquet"))] for door in doors]
+    assert parts[0] == parts[1] == parts[2] and len(parts[0]) == 2
     status, refusal = server.post("/api/v1/plan", {"kind": "synth-iq", "out": str(root / "api-iq"),
                                                    "count": 3, "spec": str(root / "synth.json")})
     assert status == 400 and "inline" in refusal["error"], refusal

@@ -238,14 +238,24 @@ pub fn read_source(
     sample_rate: Option<f64>,
     max_samples: u64,
 ) -> Result<Vec<IqRecording>, IqError> {
+    read_source_in(&Roots::anywhere(), source, sample_rate, max_samples)
+}
+
+/// [`read_source`], its files opened beneath `roots`.
+pub fn read_source_in(
+    roots: &Roots,
+    source: &IqSource,
+    sample_rate: Option<f64>,
+    max_samples: u64,
+) -> Result<Vec<IqRecording>, IqError> {
+    let read =
+        |s: &IqSource| IqReader::open_in(roots, s, sample_rate, max_samples)?.into_recording();
     match source {
-        IqSource::Archive { id, path } => archive_recordings(path, id)?
+        IqSource::Archive { id, path } => archive_recordings_in(roots, path, id)?
             .iter()
-            .map(|member| IqReader::open(member, sample_rate, max_samples)?.into_recording())
+            .map(read)
             .collect(),
-        _ => Ok(vec![
-            IqReader::open(source, sample_rate, max_samples)?.into_recording()?
-        ]),
+        _ => Ok(vec![read(source)?]),
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 use sonograph_io::ledger::{Ledger, LedgerReader, PieceRecord};
-use sonograph_io::sigmf::{list_sources, read_source, IqRecording, IqSource};
+use sonograph_io::sigmf::{list_sources, read_source_in, IqRecording, IqSource};
 use sonograph_io::table::{write_table, Column};
 use sonograph_rf::features::{
     features_with, sample_features, spectral_features, Psd, RfFeatures, Welch,
@@ -51,6 +51,10 @@ pub struct RfFeaturesJob {
     pub part_rows: usize,
     /// A progress bar on stderr.
     pub progress: bool,
+    /// Where its files may be read and written: anywhere from the command line and Python;
+    /// beneath the data roots for the service, which checks the source and the output
+    /// folder there and opens every recording beneath them (a symlink out of them is refused).
+    pub roots: sonograph_io::Roots,
 }
 
 impl RfFeaturesJob {
@@ -68,6 +72,7 @@ impl RfFeaturesJob {
             shard_count: 1,
             part_rows: crate::config::defaults::RF_ROWS_PER_PART,
             progress: false,
+            roots: sonograph_io::Roots::anywhere(),
         }
     }
 
@@ -186,6 +191,11 @@ fn run(
     let started = Instant::now();
     let cpu_at_start = crate::host::process_cpu_seconds();
     let raw = job.raw_format.map(IqFormat::datatype);
+    // The names are listed wherever the source is (a walk that follows no symlinked folder);
+    // every file is opened beneath the roots when it is read.
+    job.roots
+        .check(&job.source)
+        .map_err(|e| JobError::Config(format!("source: {e}")))?;
     let all = list_sources(&job.source, raw).map_err(|e| JobError::Config(e.to_string()))?;
     if all.is_empty() {
         return Err(JobError::Config(format!(
@@ -215,7 +225,7 @@ fn run(
     let layout = OutputLayout::new(&job.out, job.shard_index, job.shard_count);
     let (ledger, _lock) = match open_output(
         &layout,
-        &sonograph_io::Roots::anywhere(),
+        &job.roots,
         &job.shape(),
         &spec_id,
         job.shard_index,
@@ -350,7 +360,8 @@ impl RunState {
             .par_iter()
             .map(|s| {
                 timed(|| {
-                    read_source(s, job.sample_rate, job.max_samples).map_err(|e| e.to_string())
+                    read_source_in(&job.roots, s, job.sample_rate, job.max_samples)
+                        .map_err(|e| e.to_string())
                 })
             })
             .collect();

@@ -317,9 +317,6 @@ pub fn recording_base(out: &Path, index: u64) -> PathBuf {
     out.join(format!("sample-{index:09}"))
 }
 
-/// Records the dataset's spec and seed in `out/dataset.json` the first time; a later run
-/// (another shard, a resume) with a different spec or seed is refused, since its recordings
-/// would not belong to the same dataset.
 /// A confined job (the service's) writes real folders beneath its roots: the output folder, its
 /// `__sonograph/` and `dataset.json` are checked, before and after the folder is made, not to be
 /// symlinks (which would carry the writes elsewhere). Recordings and parts are made under
@@ -342,6 +339,9 @@ fn confine(job: &SynthIqJob) -> Result<(), JobError> {
     Ok(())
 }
 
+/// Records the dataset's spec and seed in `out/dataset.json` the first time; a later run
+/// (another shard, a resume) with a different spec or seed is refused, since its recordings
+/// would not belong to the same dataset.
 fn claim_folder(out: &Path, spec: &SynthSpec, seed: u64, count: u64) -> Result<(), JobError> {
     std::fs::create_dir_all(out)
         .map_err(|e| JobError::Config(format!("{}: cannot create: {e}", out.display())))?;

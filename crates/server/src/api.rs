@@ -399,7 +399,8 @@ async fn cancel_job(
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
 }
 
-/// The largest synthetic recording a request may ask the service for, in bytes of samples.
+/// The largest IQ recording a request may have the service make (synth-iq) or read
+/// (rf-features), in bytes of cf32 samples.
 const SERVICE_RECORDING_BYTES: u64 = 1 << 30;
 
 /// A job as a request gives it (`kind` and the kind's options), planned and held to the data
@@ -465,6 +466,20 @@ fn accept(app: &App, body: &[u8]) -> Result<(JobRequest, PlannedJob), ApiError> 
         JobRequest::RfFeatures(o) => {
             o.source = existing("source", &o.source)?;
             o.out = under("out", &o.out)?;
+            // Each worker holds a whole recording: the service reads recordings it can hold.
+            // Its default is its own limit; a larger limit asked for is refused.
+            let limit = SERVICE_RECORDING_BYTES / 8;
+            if o.max_samples == sonograph_pipeline::defaults::MAX_SAMPLES {
+                o.max_samples = o.max_samples.min(limit);
+            } else if o.max_samples > limit {
+                return Err(bad(format!(
+                    "max-samples: {} complex samples hold {:.1} GiB; the service reads \
+                     recordings of up to {limit} samples ({} GiB)",
+                    o.max_samples,
+                    (o.max_samples * 8) as f64 / f64::from(1u32 << 30),
+                    SERVICE_RECORDING_BYTES >> 30
+                )));
+            }
         }
         JobRequest::SynthIq(o) => o.out = under("out", &o.out)?,
         JobRequest::Transcribe(o) => {
@@ -531,21 +546,28 @@ async fn submit_job(State(app): Shared, body: Bytes) -> Result<Response, ApiErro
                 }
             }
         }
-        JobRequest::SynthIq(_) => {
+        // It reads its recordings beneath the data roots (sonograph_io::Roots), on the
+        // server's CPU; accept() bounded the recordings it holds.
+        JobRequest::RfFeatures(o) if o.device == "cpu" => {}
+        JobRequest::SynthIq(_) | JobRequest::RfFeatures(_) => {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
-                "invalid job: device: the service runs synth-iq jobs on its CPU (device cpu); \
-                 its GPUs serve the feature jobs",
+                format!(
+                    "invalid job: device: the service runs {} jobs on its CPU (device cpu); \
+                     its GPUs serve the feature jobs",
+                    request.kind()
+                ),
             ))
         }
-        // rf-features and transcribe read files by paths the kernel does not yet hold beneath
-        // the data roots (extract's reads are; see sonograph_io::Roots): planned, not run.
+        // transcribe's reads (its audio through the VAD segmenter, the model folder's config
+        // and vocabulary) are not yet opened beneath the data roots: planned, not run.
         other => {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 format!(
                     "invalid job: kind {}: the service plans this kind (POST /api/v1/plan) but \
-                     runs extract and synth-iq jobs only; run it with `sonograph {}` or Python",
+                     runs extract, synth-iq and rf-features jobs only; run it with \
+                     `sonograph {}` or Python",
                     other.kind(),
                     other.kind()
                 ),

@@ -1,7 +1,8 @@
-//! The jobs API's queue: extract and synth-iq jobs as JSON (their `kind` and options), their
-//! records in SQLite in the state directory (`jobs.sqlite`), and one worker thread that runs
-//! them one at a time on the server's devices, in the order they came. A server killed with a job running finds it `running` at
-//! its next start, puts it back at the head of the queue, and the job's own ledger resumes it.
+//! The jobs API's queue: extract, synth-iq and rf-features jobs as JSON (their `kind` and
+//! options), their records in SQLite in the state directory (`jobs.sqlite`), and one worker
+//! thread that runs them one at a time on the server's devices, in the order they came. A server
+//! killed with a job running finds it `running` at its next start, puts it back at the head of
+//! the queue, and the job's own ledger resumes it.
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
@@ -348,8 +349,8 @@ impl JobStore {
                     c.audio_seconds,
                 )
             }
-            // A feature job's report counts its items; a synth-iq job's does not (its progress
-            // as last saved stands).
+            // An extract or rf-features job's report counts its items; a synth-iq job's does
+            // not (its progress as last saved stands).
             (None, Some(r)) if r.get("items_total").is_some() => {
                 let n = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
                 progress_of(
@@ -574,12 +575,31 @@ pub fn work(store: Arc<JobStore>, runner: Arc<dyn Runner>) {
     }
 }
 
-/// Runs the job `request` of the queue, by its kind (the service queues extract and synth-iq
-/// jobs; `accept` refuses the others).
+/// Runs the job `request` of the queue, by its kind (the service queues extract, synth-iq and
+/// rf-features jobs; `accept` refuses transcribe).
 fn run_one(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobRequest) {
     match request {
         JobRequest::Extract(options) => run_extract(store, runner, id, options),
-        JobRequest::SynthIq(options) => run_synth_iq(store, runner, id, options),
+        JobRequest::SynthIq(options) => run_on_cpu(store, runner, id, |live, roots| {
+            let mut plan = options.plan(|_| None).map_err(planning_failed)?;
+            plan.job.roots = roots;
+            let report = sonograph_pipeline::synth_iq::run_synth_iq_on_threads(
+                &plan.job,
+                None,
+                plan.workers,
+                live,
+            )
+            .map_err(job_state)?;
+            report_value(&report)
+        }),
+        JobRequest::RfFeatures(options) => run_on_cpu(store, runner, id, |live, roots| {
+            let mut plan = options.plan(|_| None).map_err(planning_failed)?;
+            plan.job.roots = roots;
+            let outcome =
+                sonograph_pipeline::rf_features::run_rf_features_live(&plan.job, None, live)
+                    .map_err(job_state)?;
+            report_value(outcome.report())
+        }),
         other => {
             let why = format!("the service does not run {} jobs", other.kind());
             if let Err(e) = store.finish(id, JobState::Failed, None, Some(why)) {
@@ -590,35 +610,30 @@ fn run_one(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobRequest)
     }
 }
 
-/// A synth-iq job on the server's CPU threads, its writes held beneath the data roots.
-fn run_synth_iq(
+/// A job that runs on the server's CPU threads (synth-iq, rf-features): `run` gets its live
+/// counters and the data roots its reads and writes are held beneath, and gives its report.
+fn run_on_cpu(
     store: &JobStore,
     runner: &dyn Runner,
     id: i64,
-    options: &sonograph_pipeline::rf_options::SynthIqOptions,
+    run: impl FnOnce(&LiveJob, sonograph_io::Roots) -> Result<Value, (JobState, String)>,
 ) {
     runner.job_event(id, JobState::Running);
     let live = LiveJob::new();
     *store.running.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, live.clone()));
     let telemetry = runner.telemetry();
     telemetry.attach_job(&id.to_string(), live.clone());
-    let run = || -> Result<Value, (JobState, String)> {
-        let mut plan = options
-            .plan(|_| None)
-            .map_err(|e| (JobState::Failed, e.to_string()))?;
-        plan.job.roots = runner.roots();
-        let report = sonograph_pipeline::synth_iq::run_synth_iq_on_threads(
-            &plan.job,
-            None,
-            plan.workers,
-            &live,
-        )
-        .map_err(job_state)?;
-        serde_json::to_value(&report).map_err(|e| (JobState::Failed, e.to_string()))
-    };
-    let outcome = caught(id, run);
+    let outcome = caught(id, || run(&live, runner.roots()));
     telemetry.detach_job();
     record_end(store, runner, id, &live, outcome, || None);
+}
+
+fn planning_failed(e: JobError) -> (JobState, String) {
+    (JobState::Failed, e.to_string())
+}
+
+fn report_value(report: &impl serde::Serialize) -> Result<Value, (JobState, String)> {
+    serde_json::to_value(report).map_err(|e| (JobState::Failed, e.to_string()))
 }
 
 /// A job's error as the state it ends in, and why.
