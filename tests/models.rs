@@ -38,7 +38,7 @@ fn lines(path: &Path) -> Vec<Value> {
 }
 
 /// The transcripts in a `transcribe` output folder: its parts' lines, part after part.
-fn transcripts(out: &Path) -> Vec<Value> {
+pub(crate) fn transcripts(out: &Path) -> Vec<Value> {
     parts(out, "jsonl").iter().flat_map(|p| lines(p)).collect()
 }
 

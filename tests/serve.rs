@@ -1859,8 +1859,8 @@ fn a_synth_iq_job_writes_what_the_cli_writes() {
 
 /// An rf-features job through the jobs API: the rows the CLI writes for the same options, its
 /// recordings read beneath the data root (a symlink out of it is one failed recording, which
-/// the CLI, unconfined, reads); a GPU, a limit on recordings larger than the service holds, or
-/// a transcribe job is refused before anything runs.
+/// the CLI, unconfined, reads); a GPU or a limit on recordings larger than the service holds
+/// is refused before anything runs.
 #[test]
 fn an_rf_features_job_reads_beneath_the_root() {
     let dir = Scratch::new("jobs-rf");
@@ -1982,10 +1982,119 @@ fn an_rf_features_job_reads_beneath_the_root() {
         400,
         "max-samples: 1073741824 complex samples hold 8.0 GiB",
     );
-    refused(
-        json!({"kind": "transcribe", "source": iq, "out": dir.path("t"), "model": iq}),
-        400,
-        "runs extract, synth-iq and rf-features jobs only",
-    );
     std::fs::remove_dir_all(&outside).unwrap();
+}
+
+/// A transcribe job through the jobs API: the CLI's transcripts for the clips inside the data
+/// root; a clip that is a symlink out of it fails, naming the roots (the CLI reads it); a model
+/// folder with a file out of it fails the job; a batch that would hold more audio than the
+/// service allows is refused before anything runs.
+#[test]
+fn a_transcribe_job_reads_beneath_the_root() {
+    if skip_ort::runtime_or_skip().is_none() {
+        return;
+    }
+    let dir = Scratch::new("jobs-transcribe");
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let clip = repo.join("tests/data/speech_16000_mono_s16.wav");
+    let corpus = dir.path("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    for name in ["a.wav", "b.wav"] {
+        std::fs::copy(&clip, corpus.join(name)).unwrap();
+    }
+    let outside = std::env::temp_dir().join(format!(
+        "sonograph-transcribe-outside-{}.wav",
+        std::process::id()
+    ));
+    std::fs::copy(&clip, &outside).unwrap();
+    std::os::unix::fs::symlink(&outside, corpus.join("c.wav")).unwrap();
+    // The model inside the root, and one whose network is a symlink out of it.
+    let ctc = repo.join("crates/model/tests/data/asr/ctc");
+    let (model, linked) = (dir.path("model"), dir.path("linked-model"));
+    for folder in [&model, &linked] {
+        std::fs::create_dir_all(folder).unwrap();
+        for name in ["config.json", "vocab.txt"] {
+            std::fs::copy(ctc.join(name), folder.join(name)).unwrap();
+        }
+    }
+    std::fs::copy(ctc.join("model.onnx"), model.join("model.onnx")).unwrap();
+    std::os::unix::fs::symlink(ctc.join("model.onnx"), linked.join("model.onnx")).unwrap();
+    let server = Server::in_dir(&dir, &["--device", "cpu"]);
+    // VAD's segments have no longest by default: the service asks for one.
+    let job = json!({"kind": "transcribe", "source": corpus, "model": model,
+        "out": dir.path("api"), "threads": 1, "items-per-part": 2, "max-speech-s": 30});
+    let finished = |job: &Value| {
+        let id = server.submit(job);
+        server.wait_job(id, "done", |j| {
+            !matches!(j["state"].as_str(), Some("queued" | "running"))
+        })
+    };
+    let record = finished(&job);
+    assert_eq!(record["state"], "succeeded", "{record:#}");
+    let report = &record["report"];
+    assert_eq!(
+        (&report["items_ok"], &report["items_failed"]),
+        (&json!(2), &json!(1)),
+        "{record:#}"
+    );
+    assert_eq!(report["failures"][0]["id"], "c.wav", "{record:#}");
+    assert!(
+        report["failures"][0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("outside the data roots")),
+        "{record:#}"
+    );
+    let cli = dir.path("cli");
+    let o = crate::common::bin()
+        .arg("transcribe")
+        .arg(&corpus)
+        .arg("--model")
+        .arg(&ctc)
+        .arg("--out")
+        .arg(&cli)
+        .args(["--threads", "1", "--items-per-part", "2"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", crate::common::stderr(&o));
+    let (api, cli) = (
+        crate::models::transcripts(&dir.path("api")),
+        crate::models::transcripts(&cli),
+    );
+    assert_eq!(cli.len(), 3, "{cli:?}");
+    let inside: Vec<&Value> = cli.iter().filter(|t| t["id"] != "c.wav#0").collect();
+    assert_eq!(api.iter().collect::<Vec<_>>(), inside);
+    assert!(
+        api.iter()
+            .all(|t| !t["text"].as_str().unwrap_or("").is_empty()),
+        "{api:?}"
+    );
+    // The model's network out of the root: the job fails before any item, saying so.
+    let mut with_link = job.clone();
+    with_link["model"] = json!(linked);
+    with_link["out"] = json!(dir.path("api-linked"));
+    let record = finished(&with_link);
+    assert_eq!(record["state"], "failed", "{record:#}");
+    assert!(
+        record["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("model.onnx") && e.contains("outside the data roots")),
+        "{record:#}"
+    );
+    let mut huge = job.clone();
+    huge["batch"] = json!(4096);
+    huge["window-s"] = json!(60);
+    let mut unbounded = job.clone();
+    unbounded.as_object_mut().unwrap().remove("max-speech-s");
+    for (request, says) in [
+        (huge, "batch: 4096 segments of up to 60 s"),
+        (unbounded, "batch: 8 segments of up to 86400 s"),
+    ] {
+        let (code, body) = server.call("POST", "/api/v1/jobs", Some(&request.to_string()));
+        assert_eq!(code, 400, "{body}");
+        assert!(
+            body.contains(says) && body.contains("GiB of audio"),
+            "{body}"
+        );
+    }
+    std::fs::remove_file(&outside).unwrap();
 }

@@ -92,6 +92,10 @@ pub struct TranscribeJob {
     pub shard_count: usize,
     /// Items per part (an item's transcripts never span two parts).
     pub part_items: usize,
+    /// Where its files may be read and written: anywhere from the command line and Python;
+    /// beneath the data roots for the service (the source, every item's audio, the model
+    /// folder and the output folder).
+    pub roots: sonograph_io::Roots,
 }
 
 impl TranscribeJob {
@@ -113,6 +117,7 @@ impl TranscribeJob {
             shard_index: 0,
             shard_count: 1,
             part_items: DEFAULT_PART_ITEMS,
+            roots: sonograph_io::Roots::anywhere(),
         }
     }
 
@@ -303,6 +308,7 @@ fn transcribe(job: &TranscribeJob, live: &LiveJob) -> Result<JobOutcome, JobErro
     let started = Instant::now();
     let cpu_at_start = crate::host::process_cpu_seconds();
     let rt = Runtime::get(job.ort_lib.as_deref()).map_err(|e| JobError::Model(e.to_string()))?;
+    confine_model(&job.roots, &job.model)?;
     let model = AsrModel::open(rt, &job.model, job.threads)
         .map_err(|e| JobError::Model(format!("{}: {e}", job.model.display())))?;
     let n_mels = model.n_mels();
@@ -312,6 +318,9 @@ fn transcribe(job: &TranscribeJob, live: &LiveJob) -> Result<JobOutcome, JobErro
     spec.validate()
         .map_err(|e| JobError::Model(format!("{}: {e}", job.model.display())))?;
     // A single audio file is its own item; anything else is a source of items.
+    job.roots
+        .check(&job.source)
+        .map_err(|e| JobError::Config(format!("source: {e}")))?;
     let single = job.source.is_file() && !is_manifest(&job.source);
     let source = if single {
         None
@@ -319,7 +328,7 @@ fn transcribe(job: &TranscribeJob, live: &LiveJob) -> Result<JobOutcome, JobErro
         let options = SourceOptions {
             iq: false,
             raw: None,
-            roots: sonograph_io::Roots::anywhere(),
+            roots: job.roots.clone(),
         };
         let s = ShardSource::open(&job.source, &options, job.shard_index, job.shard_count)?;
         s.check_unique_ids()?;
@@ -334,7 +343,7 @@ fn transcribe(job: &TranscribeJob, live: &LiveJob) -> Result<JobOutcome, JobErro
     let layout = OutputLayout::new(&job.out, job.shard_index, job.shard_count);
     let (ledger, _lock) = match open_output(
         &layout,
-        &sonograph_io::Roots::anywhere(),
+        &job.roots,
         &shape,
         &spec_id,
         job.shard_index,
@@ -522,6 +531,25 @@ pub fn is_manifest(p: &Path) -> bool {
     )
 }
 
+/// A confined job's (the service's) model folder: beneath the roots, and none of its files a
+/// symlink out of them. onnxruntime opens the model files by path after this check, as an
+/// extract job's model is opened after the service resolved it beneath the roots.
+fn confine_model(roots: &sonograph_io::Roots, dir: &Path) -> Result<(), JobError> {
+    if !roots.is_confined() {
+        return Ok(());
+    }
+    let outside = |path: &Path, e: std::io::Error| {
+        JobError::Config(format!("model: {}: {e}", path.display()))
+    };
+    roots.check(dir).map_err(|e| outside(dir, e))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| outside(dir, e))?;
+    for entry in entries {
+        let path = entry.map_err(|e| outside(dir, e))?.path();
+        roots.check(&path).map_err(|e| outside(&path, e))?;
+    }
+    Ok(())
+}
+
 /// Cuts `item` into segments (streamed), running the model on each batch that fills; an
 /// error is the item's (it names the file).
 fn segment_item(
@@ -565,7 +593,7 @@ fn segment_item(
     };
     // An item that fits the model's window is transcribed whole, whatever the mode: one
     // window of the fixed cut. (A header that understates the length is cut in windows.)
-    let fits = AudioReader::open(&item.path, &opts)
+    let fits = AudioReader::open_in(&job.roots, &item.path, &opts)
         .ok()
         .and_then(|r| r.expected_seconds())
         .is_some_and(|s| s <= job.window_s);
@@ -576,22 +604,29 @@ fn segment_item(
     };
     match mode {
         SegmentMode::Vad => {
-            stream_vad(segmenters, item, &opts, Some(OUT_RATE), |event| {
-                match event {
-                    VadEvent::Samples(chunk) => buf.extend_from_slice(chunk),
-                    VadEvent::Segment(s) => {
-                        pending.push(cut(s.start, s.end, &buf, base)?);
-                        tr.flush_full(pending, done);
+            stream_vad(
+                segmenters,
+                &job.roots,
+                item,
+                &opts,
+                Some(OUT_RATE),
+                |event| {
+                    match event {
+                        VadEvent::Samples(chunk) => buf.extend_from_slice(chunk),
+                        VadEvent::Segment(s) => {
+                            pending.push(cut(s.start, s.end, &buf, base)?);
+                            tr.flush_full(pending, done);
+                        }
+                        VadEvent::Pushed(seg) => {
+                            // Drop what no segment still to come can start at.
+                            let keep = seg.earliest_open_sample().max(base);
+                            buf.drain(..(keep - base) as usize);
+                            base = keep;
+                        }
                     }
-                    VadEvent::Pushed(seg) => {
-                        // Drop what no segment still to come can start at.
-                        let keep = seg.earliest_open_sample().max(base);
-                        buf.drain(..(keep - base) as usize);
-                        base = keep;
-                    }
-                }
-                Ok(())
-            })
+                    Ok(())
+                },
+            )
             .map_err(|e| match e {
                 VadStop::Runtime(message) => ItemStop::Job(JobError::Model(message)),
                 input => ItemStop::Item(input.to_string()),
@@ -600,7 +635,9 @@ fn segment_item(
         SegmentMode::Fixed => {
             let window = (job.window_s * f64::from(OUT_RATE)).round().max(1.0) as u64;
             let mut total = 0u64;
-            sonograph_io::stream_mono(&item.path, &opts, OUT_RATE, |chunk| {
+            let reader = AudioReader::open_in(&job.roots, &item.path, &opts)
+                .map_err(|e| ItemStop::Item(e.to_string()))?;
+            sonograph_io::stream_reader(reader, OUT_RATE, |chunk| {
                 buf.extend_from_slice(chunk);
                 total += chunk.len() as u64;
                 while total - base >= window {

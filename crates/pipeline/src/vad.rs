@@ -64,12 +64,19 @@ pub fn run_vad(job: &VadJob) -> Result<(), JobError> {
             duration_s: item.duration_s,
         };
         let mut found = Vec::new();
-        let rate = stream_vad(&mut segmenters, item, &opts, None, |event| {
-            if let VadEvent::Segment(s) = event {
-                found.push(s);
-            }
-            Ok(())
-        })
+        let rate = stream_vad(
+            &mut segmenters,
+            &sonograph_io::Roots::anywhere(),
+            item,
+            &opts,
+            None,
+            |event| {
+                if let VadEvent::Segment(s) = event {
+                    found.push(s);
+                }
+                Ok(())
+            },
+        )
         .map_err(|e| match e {
             // onnxruntime failing mid-run is the model device's failure, not the input's.
             VadStop::Runtime(message) => JobError::Device(message),
@@ -221,15 +228,17 @@ impl Segmenters {
 /// Streams `item` through Silero VAD: at the file's rate where silero-vad takes it (8 kHz, or
 /// a multiple of 16 kHz, decimated as it does), else resampled to 16 kHz (or always at
 /// `force_rate`); returns that rate, in whose samples the segments are. An error from `on`
-/// (an input error, naming the file) stops the stream.
+/// (an input error, naming the file) stops the stream. The file is opened beneath `roots`.
 pub fn stream_vad(
     segmenters: &mut Segmenters,
+    roots: &sonograph_io::Roots,
     item: &SourceItem,
     opts: &DecodeOptions,
     force_rate: Option<u32>,
     mut on: impl FnMut(VadEvent<'_>) -> Result<(), String>,
 ) -> Result<u32, VadStop> {
-    let reader = AudioReader::open(&item.path, opts).map_err(|e| VadStop::Input(e.to_string()))?;
+    let reader =
+        AudioReader::open_in(roots, &item.path, opts).map_err(|e| VadStop::Input(e.to_string()))?;
     let native = reader.info().sample_rate;
     let rate = force_rate.unwrap_or(match VadSegmenter::model_rate(native) {
         Some(_) => native,

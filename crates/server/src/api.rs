@@ -400,8 +400,12 @@ async fn cancel_job(
 }
 
 /// The largest IQ recording a request may have the service make (synth-iq) or read
-/// (rf-features), in bytes of cf32 samples.
+/// (rf-features), in bytes of cf32 samples; and the most audio a transcribe job may hold, in
+/// bytes of f32 samples at [`TRANSCRIBE_RATE`].
 const SERVICE_RECORDING_BYTES: u64 = 1 << 30;
+
+/// The rate transcribe's models take their audio at.
+const TRANSCRIBE_RATE: u32 = 16_000;
 
 /// A job as a request gives it (`kind` and the kind's options), planned and held to the data
 /// roots: what `POST /api/v1/plan` shows and, for an extract job, what `POST /api/v1/jobs`
@@ -559,19 +563,30 @@ async fn submit_job(State(app): Shared, body: Bytes) -> Result<Response, ApiErro
                 ),
             ))
         }
-        // transcribe's reads (its audio through the VAD segmenter, the model folder's config
-        // and vocabulary) are not yet opened beneath the data roots: planned, not run.
-        other => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "invalid job: kind {}: the service plans this kind (POST /api/v1/plan) but \
-                     runs extract, synth-iq and rf-features jobs only; run it with \
-                     `sonograph {}` or Python",
-                    other.kind(),
-                    other.kind()
-                ),
-            ))
+        // Its audio, model folder and output beneath the data roots; the audio it holds
+        // (a batch of segments, each up to the window or VAD's longest speech) bounded.
+        JobRequest::Transcribe(o) => {
+            if let Ok(job) = o.plan(|_| None) {
+                let segment_s = job
+                    .window_s
+                    .max(job.vad.max_speech_duration_s)
+                    .min(job.limits.max_seconds);
+                let bytes = job.batch as f64 * segment_s * f64::from(TRANSCRIBE_RATE) * 4.0;
+                if bytes > SERVICE_RECORDING_BYTES as f64 {
+                    return Err(ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        format!(
+                            "invalid job: batch: {} segments of up to {segment_s} s (window-s, \
+                             or with segment vad max-speech-s, at most max-duration) hold \
+                             {:.1} GiB of audio; the service holds up to {} GiB: lower batch, \
+                             or give a shorter max-speech-s",
+                            job.batch,
+                            bytes / f64::from(1u32 << 30),
+                            SERVICE_RECORDING_BYTES >> 30
+                        ),
+                    ));
+                }
+            }
         }
     }
     let id = tokio::task::spawn_blocking(move || {

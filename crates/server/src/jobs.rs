@@ -1,8 +1,8 @@
-//! The jobs API's queue: extract, synth-iq and rf-features jobs as JSON (their `kind` and
-//! options), their records in SQLite in the state directory (`jobs.sqlite`), and one worker
-//! thread that runs them one at a time on the server's devices, in the order they came. A server
-//! killed with a job running finds it `running` at its next start, puts it back at the head of
-//! the queue, and the job's own ledger resumes it.
+//! The jobs API's queue: jobs of every kind as JSON (their `kind` and options), their records
+//! in SQLite in the state directory (`jobs.sqlite`), and one worker thread that runs them one at
+//! a time on the server's devices, in the order they came. A server killed with a job running
+//! finds it `running` at its next start, puts it back at the head of the queue, and the job's
+//! own ledger resumes it.
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
@@ -349,8 +349,8 @@ impl JobStore {
                     c.audio_seconds,
                 )
             }
-            // An extract or rf-features job's report counts its items; a synth-iq job's does
-            // not (its progress as last saved stands).
+            // An extract, rf-features or transcribe job's report counts its items; a synth-iq
+            // job's does not (its progress as last saved stands).
             (None, Some(r)) if r.get("items_total").is_some() => {
                 let n = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
                 progress_of(
@@ -575,8 +575,7 @@ pub fn work(store: Arc<JobStore>, runner: Arc<dyn Runner>) {
     }
 }
 
-/// Runs the job `request` of the queue, by its kind (the service queues extract, synth-iq and
-/// rf-features jobs; `accept` refuses transcribe).
+/// Runs the job `request` of the queue, by its kind.
 fn run_one(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobRequest) {
     match request {
         JobRequest::Extract(options) => run_extract(store, runner, id, options),
@@ -600,18 +599,20 @@ fn run_one(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobRequest)
                     .map_err(job_state)?;
             report_value(outcome.report())
         }),
-        other => {
-            let why = format!("the service does not run {} jobs", other.kind());
-            if let Err(e) = store.finish(id, JobState::Failed, None, Some(why)) {
-                tracing::error!("job {id}: cannot record its end: {e}");
-            }
-            runner.job_event(id, JobState::Failed);
-        }
+        // onnxruntime on the server's CPU, the library the server's (SONOGRAPH_ORT_LIB).
+        JobRequest::Transcribe(options) => run_on_cpu(store, runner, id, |live, roots| {
+            let mut job = options.plan(|_| None).map_err(planning_failed)?;
+            job.roots = roots;
+            let outcome = sonograph_pipeline::transcribe::run_transcribe_live(&job, live)
+                .map_err(job_state)?;
+            report_value(outcome.report())
+        }),
     }
 }
 
-/// A job that runs on the server's CPU threads (synth-iq, rf-features): `run` gets its live
-/// counters and the data roots its reads and writes are held beneath, and gives its report.
+/// A job that runs on the server's CPU threads (synth-iq, rf-features, transcribe): `run` gets
+/// its live counters and the data roots its reads and writes are held beneath, and gives its
+/// report.
 fn run_on_cpu(
     store: &JobStore,
     runner: &dyn Runner,
