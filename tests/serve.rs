@@ -2096,5 +2096,11 @@ fn a_transcribe_job_reads_beneath_the_root() {
             "{body}"
         );
     }
+    // Fixed windows need no max-speech-s: they are the window's length.
+    let mut fixed = job.clone();
+    fixed.as_object_mut().unwrap().remove("max-speech-s");
+    fixed["segment"] = json!("fixed");
+    fixed["out"] = json!(dir.path("api-fixed"));
+    assert_eq!(finished(&fixed)["state"], "succeeded");
     std::fs::remove_file(&outside).unwrap();
 }

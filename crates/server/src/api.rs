@@ -567,10 +567,13 @@ async fn submit_job(State(app): Shared, body: Bytes) -> Result<Response, ApiErro
         // (a batch of segments, each up to the window or VAD's longest speech) bounded.
         JobRequest::Transcribe(o) => {
             if let Ok(job) = o.plan(|_| None) {
-                let segment_s = job
-                    .window_s
-                    .max(job.vad.max_speech_duration_s)
-                    .min(job.limits.max_seconds);
+                let longest = match job.segment {
+                    sonograph_pipeline::transcribe::SegmentMode::Vad => {
+                        job.window_s.max(job.vad.max_speech_duration_s)
+                    }
+                    sonograph_pipeline::transcribe::SegmentMode::Fixed => job.window_s,
+                };
+                let segment_s = longest.min(job.limits.max_seconds);
                 let bytes = job.batch as f64 * segment_s * f64::from(TRANSCRIBE_RATE) * 4.0;
                 if bytes > SERVICE_RECORDING_BYTES as f64 {
                     return Err(ApiError::new(
