@@ -928,3 +928,35 @@ fn manifests_honour_offsets_and_durations_and_report_bad_lines() {
     let rows2 = read_dataset(&out2, &spec.spec_id());
     assert_eq!(rows2[&("span".to_string(), 1_250_000)].2, expect);
 }
+
+/// A folder written before the features column became a list of frames (its job.json without
+/// `"features": "frames"`) is not resumed into: parts of the two layouts would not read as one
+/// dataset.
+#[test]
+fn a_folder_of_the_flat_features_layout_is_not_resumed() {
+    let tmp = Tmp::new("flat-layout");
+    let out = tmp.path("out");
+    let run = || {
+        bin()
+            .args(["extract", "--preset", "whisper", "--no-progress", "--out"])
+            .arg(&out)
+            .arg(repo("tests/data"))
+            .output()
+            .unwrap()
+    };
+    let o = run();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let job = out.join("__sonograph/job.json");
+    let mut shape: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&job).unwrap()).unwrap();
+    assert_eq!(shape["features"], "frames");
+    shape.as_object_mut().unwrap().remove("features");
+    std::fs::write(&job, shape.to_string()).unwrap();
+    let o = run();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("belongs to another job"),
+        "{}",
+        stderr(&o)
+    );
+}

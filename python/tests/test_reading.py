@@ -28,6 +28,7 @@ def snippets() -> dict[str, str]:
         imported = {m.split(".")[0] for m in re.findall(r"^(?:import|from) ([\w.]+)", block, re.M)}
         readers = [r for r in READERS if r in imported]
         assert len(readers) == 1, f"a snippet of docs/reading.md imports {readers} of {READERS}"
+        assert readers[0] not in by_reader, f"docs/reading.md has two {readers[0]} snippets"
         by_reader[readers[0]] = block
     return by_reader
 

@@ -871,7 +871,7 @@ mod tests {
             assert!(kv
                 .iter()
                 .any(|k| k.key == META_SPEC_ID && k.value.as_deref() == Some("abc")));
-            // The features column: split bytes, no dictionary, no statistics.
+            // The features column: split bytes (PLAIN in f16), no dictionary, no statistics.
             let column = footer.metadata().row_group(0).column(7);
             assert_eq!(column.column_path(), &frames_leaf("features"));
             let encodings: Vec<_> = column.encodings().collect();

@@ -95,6 +95,9 @@ pub(crate) fn feature_job_shape(
         // The spec does not fix the spectral core's precision: rows of both must not mix.
         "precision": config.precision.name(),
         "mix": format!("{:?}", config.mix),
+        // The features column's layout: a list of frames of the bins (folders written before
+        // 2026-11-27 held a flat list, and parts of both would not read as one dataset).
+        "features": "frames",
     });
     // A model adds columns to every part (absent without one, as folders made before models
     // could run recorded it).

@@ -55,6 +55,11 @@ pub struct RfFeaturesJob {
     /// beneath the data roots for the service, which checks the source and the output
     /// folder there and opens every recording beneath them (a symlink out of them is refused).
     pub roots: sonograph_io::Roots,
+    /// The most bytes of samples read at once, counting each source as `max_samples` of
+    /// them (an archive's recordings are read together, each up to `max_samples`): fewer
+    /// sources are read together under it, one at least. `None`: a group of up to 16 (the
+    /// service sets one).
+    pub max_group_bytes: Option<u64>,
 }
 
 impl RfFeaturesJob {
@@ -73,6 +78,7 @@ impl RfFeaturesJob {
             part_rows: crate::config::defaults::RF_ROWS_PER_PART,
             progress: false,
             roots: sonograph_io::Roots::anywhere(),
+            max_group_bytes: None,
         }
     }
 
@@ -257,11 +263,11 @@ fn run(
     let mut sink = PartSink::new(job, ledger, &spec_id)?;
     let bar = progress_bar(job.progress, sources.len() as u64);
     let (mut resumed, mut settled_before) = (0u64, 0u64);
-    // Enough recordings at once to keep every thread busy (windows of one recording spread
-    // over all of them), few enough that memory holds one group: at most 16, as many as
-    // `max_samples` allows each.
-    let group = (pool.current_num_threads() * 4).clamp(4, 16);
+    let group = group_size(job, pool.current_num_threads());
     for chunk in sources.chunks(group) {
+        if live.is_canceled() {
+            break; // what is done is written below; the rest waits for the job's resume
+        }
         let ids: Vec<&str> = chunk.iter().map(|s| s.id()).collect();
         let settled = reader.settled(&ids)?;
         let todo: Vec<&IqSource> = chunk
@@ -336,8 +342,19 @@ fn run(
         peak_rss_mb: peak_rss_mb(),
         failures,
     };
-    finish_output(&layout, &report, false)?;
+    finish_output(&layout, &report, live.is_canceled())?;
     Ok(JobOutcome::Finished(report))
+}
+
+/// Sources read at once: enough to keep every thread busy (windows of one recording spread
+/// over all of them), few enough that memory holds one group: at most 16, and within
+/// `max_group_bytes` where it is set.
+fn group_size(job: &RfFeaturesJob, threads: usize) -> usize {
+    let group = (threads * 4).clamp(4, 16);
+    job.max_group_bytes.map_or(group, |budget| {
+        let each = job.max_samples.saturating_mul(8).max(1);
+        group.min(usize::try_from(budget / each).unwrap_or(usize::MAX).max(1))
+    })
 }
 
 /// What changes as the job goes: where the PSDs run, what each device did, stage times.
@@ -670,4 +687,52 @@ fn columns(rows: &[Row], psd: bool) -> Vec<(String, Column)> {
         ));
     }
     columns
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sonograph_io::sigmf::{write_sigmf, DataType, WriteType};
+    use sonograph_rf::sigmf::SigmfMeta;
+
+    /// A canceled job stops before its next group of recordings, says how many are left,
+    /// and the same job run again does them all.
+    #[test]
+    fn a_canceled_job_stops_and_resumes() {
+        let dir = std::env::temp_dir().join(format!("sono-rf-cancel-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("iq")).unwrap();
+        let iq: Vec<Complex32> = (0..1024)
+            .map(|i| Complex32::new((0.01 * i as f32).cos(), (0.02 * i as f32).sin()))
+            .collect();
+        for i in 0..3 {
+            let base = dir.join(format!("iq/r{i}"));
+            let meta = SigmfMeta::new(DataType::Cf32Le, 1e6);
+            write_sigmf(&base, &iq, WriteType::Cf32, meta).unwrap();
+        }
+        let job = RfFeaturesJob::new(dir.join("iq"), dir.join("out"));
+        let canceled = LiveJob::new();
+        canceled.cancel();
+        match run_rf_features_live(&job, None, &canceled) {
+            Err(JobError::Canceled { undone }) => assert_eq!(undone, 3),
+            other => panic!("{:?}", other.map(|o| o.report().items_ok)),
+        }
+        let outcome = run_rf_features(&job, None).unwrap();
+        let report = outcome.report();
+        assert_eq!((report.items_ok, report.items_resumed), (3, 0));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A byte budget reads fewer sources at once, one at least.
+    #[test]
+    fn a_group_holds_what_its_budget_allows() {
+        let mut job = RfFeaturesJob::new("iq".into(), "out".into());
+        job.max_samples = 1 << 27;
+        assert_eq!(group_size(&job, 16), 16);
+        assert_eq!(group_size(&job, 1), 4);
+        job.max_group_bytes = Some(4 << 30);
+        assert_eq!(group_size(&job, 16), 4);
+        job.max_group_bytes = Some(1 << 20);
+        assert_eq!(group_size(&job, 16), 1);
+    }
 }

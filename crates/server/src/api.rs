@@ -21,6 +21,7 @@ use crate::error::ApiError;
 use crate::jobs::{resolve_under, JobState};
 use crate::{metrics, App, BODY_LIMIT};
 use sonograph_pipeline::request::{JobRequest, PlannedJob};
+use sonograph_pipeline::transcribe::SegmentMode;
 use sonograph_pipeline::JobOptions;
 
 type Shared = State<Arc<App>>;
@@ -407,8 +408,8 @@ const SERVICE_RECORDING_BYTES: u64 = 1 << 30;
 /// The rate transcribe's models take their audio at.
 const TRANSCRIBE_RATE: u32 = 16_000;
 
-/// A job as a request gives it (`kind` and the kind's options), planned and held to the data
-/// roots: what `POST /api/v1/plan` shows and, for an extract job, what `POST /api/v1/jobs`
+/// A job as a request gives it (`kind` and the kind's options), planned, held to the data
+/// roots and to the service's bounds: what `POST /api/v1/plan` shows and `POST /api/v1/jobs`
 /// queues. The paths in the options are resolved (symlinks and all) beneath a root; the plan
 /// holds them so.
 fn accept(app: &App, body: &[u8]) -> Result<(JobRequest, PlannedJob), ApiError> {
@@ -470,19 +471,10 @@ fn accept(app: &App, body: &[u8]) -> Result<(JobRequest, PlannedJob), ApiError> 
         JobRequest::RfFeatures(o) => {
             o.source = existing("source", &o.source)?;
             o.out = under("out", &o.out)?;
-            // Each worker holds a whole recording: the service reads recordings it can hold.
-            // Its default is its own limit; a larger limit asked for is refused.
-            let limit = SERVICE_RECORDING_BYTES / 8;
+            // The service reads recordings it can hold: its default is its own limit (the
+            // command line's default, given explicitly, is taken as the default too).
             if o.max_samples == sonograph_pipeline::defaults::MAX_SAMPLES {
-                o.max_samples = o.max_samples.min(limit);
-            } else if o.max_samples > limit {
-                return Err(bad(format!(
-                    "max-samples: {} complex samples hold {:.1} GiB; the service reads \
-                     recordings of up to {limit} samples ({} GiB)",
-                    o.max_samples,
-                    (o.max_samples * 8) as f64 / f64::from(1u32 << 30),
-                    SERVICE_RECORDING_BYTES >> 30
-                )));
+                o.max_samples = o.max_samples.min(SERVICE_RECORDING_BYTES / 8);
             }
         }
         JobRequest::SynthIq(o) => o.out = under("out", &o.out)?,
@@ -495,7 +487,64 @@ fn accept(app: &App, body: &[u8]) -> Result<(JobRequest, PlannedJob), ApiError> 
         }
     }
     let planned = crate::jobs::plan(&request).map_err(bad)?;
+    service_bounds(&planned).map_err(bad)?;
     Ok((request, planned))
+}
+
+/// The memory a job of the service may hold, checked on its plan (so `POST /api/v1/plan` says
+/// what `POST /api/v1/jobs` would refuse): a synthetic recording made, an IQ recording read,
+/// or a transcribe batch of audio, each at most [`SERVICE_RECORDING_BYTES`].
+fn service_bounds(planned: &PlannedJob) -> Result<(), String> {
+    let gib = |bytes: f64| bytes / f64::from(1u32 << 30);
+    let limit = SERVICE_RECORDING_BYTES as f64;
+    let limit_gib = SERVICE_RECORDING_BYTES >> 30;
+    match planned {
+        PlannedJob::Extract(_) => Ok(()),
+        PlannedJob::SynthIq(plan) => {
+            let samples = plan.job.spec.n_samples as u64;
+            let bytes = (samples * 8) as f64;
+            if bytes > limit {
+                return Err(format!(
+                    "samples: a recording of {samples} samples holds {:.1} GiB; the service \
+                     makes recordings of up to {limit_gib} GiB",
+                    gib(bytes)
+                ));
+            }
+            Ok(())
+        }
+        PlannedJob::RfFeatures(plan) => {
+            let samples = plan.job.max_samples;
+            let bytes = (samples * 8) as f64;
+            if bytes > limit {
+                return Err(format!(
+                    "max-samples: {samples} complex samples hold {:.1} GiB; the service reads \
+                     recordings of up to {} samples ({limit_gib} GiB)",
+                    gib(bytes),
+                    SERVICE_RECORDING_BYTES / 8
+                ));
+            }
+            Ok(())
+        }
+        // A batch of segments, each up to the window or (cut by VAD) its longest speech.
+        PlannedJob::Transcribe(job) => {
+            let longest = match job.segment {
+                SegmentMode::Vad => job.window_s.max(job.vad.max_speech_duration_s),
+                SegmentMode::Fixed => job.window_s,
+            };
+            let segment_s = longest.min(job.limits.max_seconds);
+            let bytes = job.batch as f64 * segment_s * f64::from(TRANSCRIBE_RATE) * 4.0;
+            if bytes > limit {
+                return Err(format!(
+                    "batch: {} segments of up to {segment_s} s (window-s, or with segment vad \
+                     max-speech-s, at most max-duration) hold {:.1} GiB of audio; the service \
+                     holds up to {limit_gib} GiB: lower batch, or give a shorter max-speech-s",
+                    job.batch,
+                    gib(bytes)
+                ));
+            }
+            Ok(())
+        }
+    }
 }
 
 /// `POST /api/v1/plan`: the job a request describes, every default filled in and every
@@ -529,29 +578,10 @@ async fn submit_job(State(app): Shared, body: Bytes) -> Result<Response, ApiErro
     }
     let (request, _) = accept(&app, &body)?;
     match &request {
-        JobRequest::Extract(_) => {}
-        // It writes beneath the data roots only, and reads nothing; on the server's CPU, and
-        // with recordings the server can hold (the command line takes up to 2^31 samples, 16
-        // GiB each).
-        JobRequest::SynthIq(o) if o.device == "cpu" => {
-            if let Ok(plan) = o.plan(|_| None) {
-                let bytes = plan.job.spec.n_samples as u64 * 8;
-                if bytes > SERVICE_RECORDING_BYTES {
-                    return Err(ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        format!(
-                            "invalid job: samples: a recording of {} samples holds {:.1} GiB; \
-                             the service makes recordings of up to {} GiB",
-                            plan.job.spec.n_samples,
-                            bytes as f64 / f64::from(1u32 << 30),
-                            SERVICE_RECORDING_BYTES >> 30
-                        ),
-                    ));
-                }
-            }
-        }
-        // It reads its recordings beneath the data roots (sonograph_io::Roots), on the
-        // server's CPU; accept() bounded the recordings it holds.
+        // Extract jobs run on the server's devices; the others on its CPU, their memory
+        // bounded by accept().
+        JobRequest::Extract(_) | JobRequest::Transcribe(_) => {}
+        JobRequest::SynthIq(o) if o.device == "cpu" => {}
         JobRequest::RfFeatures(o) if o.device == "cpu" => {}
         JobRequest::SynthIq(_) | JobRequest::RfFeatures(_) => {
             return Err(ApiError::new(
@@ -562,34 +592,6 @@ async fn submit_job(State(app): Shared, body: Bytes) -> Result<Response, ApiErro
                     request.kind()
                 ),
             ))
-        }
-        // Its audio, model folder and output beneath the data roots; the audio it holds
-        // (a batch of segments, each up to the window or VAD's longest speech) bounded.
-        JobRequest::Transcribe(o) => {
-            if let Ok(job) = o.plan(|_| None) {
-                let longest = match job.segment {
-                    sonograph_pipeline::transcribe::SegmentMode::Vad => {
-                        job.window_s.max(job.vad.max_speech_duration_s)
-                    }
-                    sonograph_pipeline::transcribe::SegmentMode::Fixed => job.window_s,
-                };
-                let segment_s = longest.min(job.limits.max_seconds);
-                let bytes = job.batch as f64 * segment_s * f64::from(TRANSCRIBE_RATE) * 4.0;
-                if bytes > SERVICE_RECORDING_BYTES as f64 {
-                    return Err(ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        format!(
-                            "invalid job: batch: {} segments of up to {segment_s} s (window-s, \
-                             or with segment vad max-speech-s, at most max-duration) hold \
-                             {:.1} GiB of audio; the service holds up to {} GiB: lower batch, \
-                             or give a shorter max-speech-s",
-                            job.batch,
-                            bytes / f64::from(1u32 << 30),
-                            SERVICE_RECORDING_BYTES >> 30
-                        ),
-                    ));
-                }
-            }
         }
     }
     let id = tokio::task::spawn_blocking(move || {

@@ -594,6 +594,7 @@ fn run_one(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobRequest)
         JobRequest::RfFeatures(options) => run_on_cpu(store, runner, id, |live, roots| {
             let mut plan = options.plan(|_| None).map_err(planning_failed)?;
             plan.job.roots = roots;
+            plan.job.max_group_bytes = Some(RF_GROUP_BYTES);
             let outcome =
                 sonograph_pipeline::rf_features::run_rf_features_live(&plan.job, None, live)
                     .map_err(job_state)?;
@@ -609,6 +610,10 @@ fn run_one(store: &JobStore, runner: &dyn Runner, id: i64, request: &JobRequest)
         }),
     }
 }
+
+/// The samples an rf-features job of the service reads at once: four recordings of the
+/// largest it reads (1 GiB each, see the API's bounds).
+const RF_GROUP_BYTES: u64 = 4 << 30;
 
 /// A job that runs on the server's CPU threads (synth-iq, rf-features, transcribe): `run` gets
 /// its live counters and the data roots its reads and writes are held beneath, and gives its
