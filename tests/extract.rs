@@ -960,3 +960,80 @@ fn a_folder_of_the_flat_features_layout_is_not_resumed() {
         stderr(&o)
     );
 }
+
+/// WebDataset shards as a source: a folder's `.tar` shards give one item per audio member,
+/// its id the shard's and its sample's key, and the rows the same files give in a folder; a
+/// shard cut short is one failed item, naming it.
+#[test]
+fn webdataset_shards_give_the_rows_of_their_files() {
+    let tmp = Tmp::new("wds");
+    let (files, shards) = (tmp.path("files"), tmp.path("shards"));
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::create_dir_all(shards.join("sub")).unwrap();
+    let data = repo("tests/data");
+    std::fs::copy(
+        data.join("speech_16000_mono_s16.flac"),
+        files.join("a.flac"),
+    )
+    .unwrap();
+    std::fs::copy(
+        data.join("speech_44100_stereo_s16.wav"),
+        files.join("b.wav"),
+    )
+    .unwrap();
+    std::fs::write(files.join("a.json"), "{\"text\": \"hello\"}").unwrap();
+    let shard = shards.join("sub/train-000.tar");
+    let o = std::process::Command::new("tar")
+        .arg("-cf")
+        .arg(&shard)
+        .arg("-C")
+        .arg(&files)
+        .args(["a.flac", "a.json", "b.wav"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let whole = std::fs::read(&shard).unwrap();
+    std::fs::write(shards.join("cut.tar"), &whole[..whole.len() / 2]).unwrap();
+    std::fs::remove_file(files.join("a.json")).unwrap();
+    let extract = |source: &Path, out: &Path| {
+        bin()
+            .args(["extract", "--preset", "whisper", "--no-progress", "--out"])
+            .arg(out)
+            .arg(source)
+            .output()
+            .unwrap()
+    };
+    let (by_file, by_shard) = (tmp.path("by-file"), tmp.path("by-shard"));
+    let o = extract(&files, &by_file);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = extract(&shards, &by_shard);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let spec_id = report(&by_file, "report.json").spec_id;
+    let (file_rows, shard_rows) = (
+        read_dataset(&by_file, &spec_id),
+        read_dataset(&by_shard, &spec_id),
+    );
+    let ids = |d: &Dataset| d.keys().map(|k| k.0.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&file_rows), ["a.flac", "b.wav"]);
+    assert_eq!(
+        ids(&shard_rows),
+        ["sub/train-000.tar/a", "sub/train-000.tar/b"]
+    );
+    for (file, shard) in file_rows.values().zip(shard_rows.values()) {
+        assert_eq!(file, shard);
+    }
+    let (rows, _) = read_part(&by_shard.join("part-00000-00000.parquet")).unwrap();
+    assert!(
+        rows[0].source.ends_with("shards/sub/train-000.tar/a.flac"),
+        "{}",
+        rows[0].source
+    );
+    let r = report(&by_shard, "report.json");
+    assert_eq!((r.items_ok, r.items_failed), (2, 1));
+    assert_eq!(r.failures[0].id, "cut.tar");
+    assert!(
+        r.failures[0].reason.contains("cut.tar") && r.failures[0].reason.contains("truncated"),
+        "{}",
+        r.failures[0].reason
+    );
+}

@@ -779,7 +779,9 @@ fn decoded(item: &SourceItem, rate: u32) -> Result<Vec<f32>, String> {
         duration_s: item.duration_s,
         ..Default::default()
     };
-    sonograph_io::decode_mono(&item.path, &opts, rate)
+    // Its file, or its bytes in a WebDataset shard.
+    sonograph_io::AudioReader::open_item(&sonograph_io::Roots::anywhere(), item, &opts)
+        .and_then(|reader| sonograph_io::decode_reader(reader, rate))
         .map_err(|e| crate::named_error(&item.path, e.to_string()))
 }
 

@@ -3,23 +3,6 @@
 //! comments (up to 4 GiB each) before it reads them, and an allocation that fails is an abort,
 //! not an error. Used for FLAC streams (`decode`) and Ogg streams (`ogg_guard`).
 
-use std::fs::File;
-
-/// `len` bytes of `file` from `at` (fewer at its end), leaving its position alone.
-pub(crate) fn read_at(file: &File, at: u64, len: usize) -> Vec<u8> {
-    use std::os::unix::fs::FileExt;
-    let mut buf = vec![0u8; len];
-    let mut got = 0;
-    while got < len {
-        match file.read_at(&mut buf[got..], at + got as u64) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got += n,
-        }
-    }
-    buf.truncate(got);
-    buf
-}
-
 /// Refuses a FLAC metadata block of type `kind` (its bytes after the 4-byte header) whose
 /// inner lengths pass its end: symphonia 0.5 allocates the lengths a VORBIS_COMMENT or
 /// PICTURE block declares (up to 4 GiB each) before it reads them, and an allocation that

@@ -1,6 +1,5 @@
 //! Streaming decode through symphonia: one packet at a time, downmixed to mono.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use symphonia::core::audio::{AudioBuffer, AudioBufferRef, Signal};
@@ -13,10 +12,12 @@ use symphonia::core::meta::MetadataOptions;
 use symphonia::core::probe::Hint;
 use symphonia::core::sample::Sample;
 
-use crate::declared::{check_flac_block, read_at};
+use crate::declared::check_flac_block;
 use crate::error::DecodeError;
+use crate::manifest::{ArchiveMember, SourceItem};
 use crate::ogg_guard::check_ogg_comments;
 use crate::roots::Roots;
+use crate::span::Span;
 
 /// Sample rates under this are taken as a lying header (no audio format goes lower).
 pub const MIN_RATE: u32 = 1_000;
@@ -159,18 +160,65 @@ impl AudioReader {
 
     /// [`open`](Self::open), the file opened beneath `roots`.
     pub fn open_in(roots: &Roots, path: &Path, opts: &DecodeOptions) -> Result<Self, DecodeError> {
-        let open = || {
-            roots.open(path).map_err(|source| DecodeError::Open {
+        Self::open_span(path, opts, || {
+            let file = roots.open(path).map_err(|source| DecodeError::Open {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            Span::whole(file).map_err(|source| DecodeError::Open {
                 path: path.to_path_buf(),
                 source,
             })
-        };
-        let file = open()?;
-        let container = check_wav_header(&file, path, &opts.limits)?;
+        })
+    }
+
+    /// A source's item, opened beneath `roots`: its file, or its bytes in a tar archive (a
+    /// WebDataset shard's member, named `item.path`, the archive's path joined with its name).
+    pub fn open_item(
+        roots: &Roots,
+        item: &SourceItem,
+        opts: &DecodeOptions,
+    ) -> Result<Self, DecodeError> {
+        match &item.member {
+            None => Self::open_in(roots, &item.path, opts),
+            Some(member) => Self::open_member(roots, member, &item.path, opts),
+        }
+    }
+
+    /// `member`'s bytes of its archive (opened beneath `roots`), decoded where they lie, as
+    /// the file `path`.
+    fn open_member(
+        roots: &Roots,
+        member: &ArchiveMember,
+        path: &Path,
+        opts: &DecodeOptions,
+    ) -> Result<Self, DecodeError> {
+        Self::open_span(path, opts, || {
+            let open = |source| DecodeError::Open {
+                path: path.to_path_buf(),
+                source,
+            };
+            let file = roots.open(&member.archive).map_err(open)?;
+            // The archive was listed before it is read: it may have changed since.
+            Span::range(file, member.offset, member.size).map_err(|e| DecodeError::Corrupt {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })
+        })
+    }
+
+    /// Opens what `open` gives (again, where a first reader cannot be used) as `path`.
+    fn open_span(
+        path: &Path,
+        opts: &DecodeOptions,
+        open: impl Fn() -> Result<Span, DecodeError>,
+    ) -> Result<Self, DecodeError> {
+        let span = open()?;
+        let container = check_wav_header(&span, path, &opts.limits)?;
         // A seek that fails (a damaged FLAC's search) leaves the reader in no known place:
         // the file is opened again and decoded from the start.
         match guard(path, || {
-            Self::open_unguarded(file, path, opts, container, true)
+            Self::open_unguarded(span, path, opts, container, true)
         })? {
             (reader, true) => Ok(reader),
             (_, false) => guard(path, || {
@@ -183,13 +231,13 @@ impl AudioReader {
     /// Reads `file` (opened from `path`); with `seek`, reaches the offset by seeking where
     /// that is exact. Returns the reader and whether it is usable (false: the seek failed).
     fn open_unguarded(
-        file: File,
+        file: Span,
         path: &Path,
         opts: &DecodeOptions,
         container: Option<Probed>,
         seek: bool,
     ) -> Result<(Self, bool), DecodeError> {
-        if file.metadata().is_ok_and(|m| m.len() == 0) {
+        if file.is_empty() {
             return Err(DecodeError::Empty {
                 path: path.to_path_buf(),
             });
@@ -543,11 +591,11 @@ fn guard<T>(path: &Path, f: impl FnOnce() -> Result<T, DecodeError>) -> Result<T
 /// trip over (zero or absurd rates and channel counts); checks the lengths declared in the
 /// FLAC or Ogg stream symphonia's probe would take. Returns the container the probe takes.
 fn check_wav_header(
-    file: &File,
+    file: &Span,
     path: &Path,
     limits: &Limits,
 ) -> Result<Option<Probed>, DecodeError> {
-    let head = read_at(file, 0, 4096);
+    let head = file.read_at(0, 4096);
     let bad = |reason: String| DecodeError::BadHeader {
         path: path.to_path_buf(),
         reason,
@@ -555,7 +603,7 @@ fn check_wav_header(
     // symphonia's probe looks for a container's marker anywhere in the first MiB, so a FLAC
     // stream may begin past a file's start (the fuzzer's `RIFX` + `fLaC` files, whose comment
     // blocks declared 4 GiB): the one it would take is checked, and so are Ogg's comments.
-    let probed = probed_marker(|at, len| read_at(file, at, len));
+    let probed = probed_marker(|at, len| file.read_at(at, len));
     match probed {
         Some((Probed::Flac, at)) => check_flac_metadata(file, at).map_err(bad)?,
         Some((Probed::Ogg, at)) => check_ogg_comments(file, at).map_err(bad)?,
@@ -670,10 +718,10 @@ fn probed_marker(read: impl Fn(u64, usize) -> Vec<u8>) -> Option<(Probed, u64)> 
 
 /// Refuses the metadata of the FLAC stream whose marker is at byte `marker` when a block's
 /// inner lengths pass it (see [`check_flac_block`]).
-fn check_flac_metadata(file: &File, marker: u64) -> Result<(), String> {
+fn check_flac_metadata(file: &Span, marker: u64) -> Result<(), String> {
     let mut pos = marker + 4;
     loop {
-        let header = read_at(file, pos, 4);
+        let header = file.read_at(pos, 4);
         if header.len() < 4 {
             return Ok(()); // symphonia says what is wrong with a truncated file
         }
@@ -681,7 +729,7 @@ fn check_flac_metadata(file: &File, marker: u64) -> Result<(), String> {
         let len = u64::from(u32::from_be_bytes([0, header[1], header[2], header[3]]));
         let start = pos + 4;
         if matches!(header[0] & 0x7f, 4 | 6) {
-            check_flac_block(header[0] & 0x7f, &read_at(file, start, len as usize))?;
+            check_flac_block(header[0] & 0x7f, &file.read_at(start, len as usize))?;
         }
         if last {
             return Ok(());

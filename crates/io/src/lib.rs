@@ -13,9 +13,12 @@ pub mod publish;
 pub mod resample;
 pub mod roots;
 pub mod sigmf;
+pub mod span;
 pub mod table;
+mod tar_index;
 pub mod transcripts;
 pub mod walk;
+pub mod webdataset;
 
 use std::path::Path;
 

@@ -1,4 +1,5 @@
-//! Sources of items: a directory walked recursively, or a manifest (NeMo JSON lines or CSV).
+//! Sources of items: a directory walked recursively (its audio files, and the audio members of
+//! its WebDataset `.tar` shards), a shard, or a manifest (NeMo JSON lines or CSV).
 //!
 //! A manifest line that cannot be used becomes an [`Entry::Invalid`] with its reason: one bad
 //! line is one failed item in the report, never a failed job.
@@ -10,6 +11,7 @@ use thiserror::Error;
 
 use crate::roots::Roots;
 use crate::sigmf::{list_recordings_in, raw_datatype, DataType, IqSource};
+use crate::webdataset::{is_shard, shard_entries};
 
 /// File extensions treated as audio when walking a directory.
 pub const AUDIO_EXTENSIONS: &[&str] = &["wav", "wave", "flac", "mp3", "ogg", "oga"];
@@ -23,6 +25,18 @@ pub struct SourceItem {
     pub path: PathBuf,
     pub offset_s: f64,
     pub duration_s: Option<f64>,
+    /// Where its bytes are when they are a member of a tar archive (a WebDataset shard) and
+    /// not a file of their own; `path` is then the archive's path joined with the member's
+    /// name.
+    pub member: Option<ArchiveMember>,
+}
+
+/// An item's bytes in a tar archive.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArchiveMember {
+    pub archive: PathBuf,
+    pub offset: u64,
+    pub size: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -111,11 +125,12 @@ fn is_sigmf_base(base: &Path) -> bool {
 
 fn not_a_source(path: &Path, iq: bool) -> SourceError {
     let reason = if iq {
-        "a source is a directory, a .jsonl (NeMo) or a .csv manifest, a SigMF recording \
-         (.sigmf-meta/.sigmf-data), a .sigmf archive, or a raw IQ file (.cf32, .ci16, .cu8, \
-         .ci8; another name with --format)"
+        "a source is a directory, a .jsonl (NeMo) or a .csv manifest, a .tar shard \
+         (WebDataset), a SigMF recording (.sigmf-meta/.sigmf-data), a .sigmf archive, or a raw \
+         IQ file (.cf32, .ci16, .cu8, .ci8; another name with --format)"
     } else {
-        "a source is a directory, a .jsonl (NeMo) or a .csv manifest"
+        "a source is a directory, a .jsonl (NeMo) or a .csv manifest, or a .tar shard \
+         (WebDataset)"
     };
     SourceError::Format {
         path: path.to_path_buf(),
@@ -168,6 +183,12 @@ impl Source {
         let kind = match meta {
             Ok(m) if m.is_dir() => {
                 let mut entries = walk_dir(path)?;
+                // Its WebDataset shards' audio members, by the shard's id and their key.
+                for shard in walk_files(path, is_shard)? {
+                    if let Entry::Item(shard) = shard {
+                        entries.extend(shard_entries(&options.roots, &shard.path, &shard.id));
+                    }
+                }
                 if options.iq {
                     entries.extend(iq_entries()?);
                 }
@@ -176,6 +197,12 @@ impl Source {
             }
             _ => match path.extension().and_then(|e| e.to_str()) {
                 Some("csv") if meta.is_ok() => SourceKind::Csv,
+                _ if meta.is_ok() && is_shard(path) => {
+                    let name = path.file_name().unwrap_or_default().to_string_lossy();
+                    let mut entries = shard_entries(&options.roots, path, &name);
+                    entries.sort_by(|a, b| a.id().cmp(b.id()));
+                    SourceKind::Dir(entries)
+                }
                 Some("json" | "jsonl" | "ndjson") if meta.is_ok() => SourceKind::Nemo,
                 // A SigMF base name is no file of its own.
                 _ if options.iq && (meta.is_ok() || is_sigmf_base(path)) => {
@@ -296,6 +323,7 @@ pub fn walk_files(root: &Path, accept: impl Fn(&Path) -> bool) -> Result<Vec<Ent
                     path,
                     offset_s: 0.0,
                     duration_s: None,
+                    member: None,
                 })
             })
         })
@@ -389,6 +417,7 @@ fn nemo_entry(line: &str, number: usize, base: &Path, name: &str) -> Entry {
                     path: resolve(base, &l.audio_filepath),
                     offset_s: offset,
                     duration_s: l.duration,
+                    member: None,
                 }),
             }
         }
@@ -470,6 +499,7 @@ fn csv_entry(record: &csv::StringRecord, c: &CsvColumns, line_id: String, base: 
                     path: resolve(base, p),
                     offset_s,
                     duration_s,
+                    member: None,
                 }),
                 Err(reason) => Entry::Invalid {
                     id: line_id,
@@ -515,7 +545,8 @@ mod tests {
                 id: "a.wav".into(),
                 path: "/m/a.wav".into(),
                 offset_s: 0.0,
-                duration_s: Some(2.5)
+                duration_s: Some(2.5),
+                member: None,
             })
         );
         assert_eq!(e[1].id(), "/abs/b.flac@1.5");
@@ -547,7 +578,8 @@ mod tests {
                 id: "x".into(),
                 path: "/d/dir, with comma/x.wav".into(),
                 offset_s: 0.5,
-                duration_s: None
+                duration_s: None,
+                member: None,
             })
         );
         assert!(matches!(&e[1], Entry::Item(i) if i.duration_s == Some(2.0)));

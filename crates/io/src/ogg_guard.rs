@@ -6,9 +6,9 @@
 //! together per stream as its logical streams do.
 
 use std::borrow::Cow;
-use std::fs::File;
 
-use crate::declared::{check_flac_block, check_vorbis_comment, read_at};
+use crate::declared::{check_flac_block, check_vorbis_comment};
+use crate::span::Span;
 
 /// symphonia-format-ogg's largest saved part of a packet (`LogicalStream::MAX_PACKET_LEN`):
 /// a longer one is an error there that ends the reading.
@@ -31,7 +31,7 @@ struct Stream {
 
 /// Checks the comment-bearing packets of the Ogg stream whose first page's marker is at
 /// byte `marker` of `file`.
-pub(crate) fn check_ogg_comments(file: &File, marker: u64) -> Result<(), String> {
+pub(crate) fn check_ogg_comments(file: &Span, marker: u64) -> Result<(), String> {
     let mut streams: std::collections::HashMap<u32, Stream> = Default::default();
     let mut pos = marker;
     while let Some(page) = next_page(file, &mut pos) {
@@ -142,15 +142,15 @@ impl Page {
 /// `*pos` moved past it; `None` at the end of the file. Like it: a page starts at the next
 /// `OggS`; a header with another version or unknown flags is skipped whole (27 bytes); a page
 /// whose CRC is wrong is skipped from just after its marker.
-fn next_page(file: &File, pos: &mut u64) -> Option<Page> {
+fn next_page(file: &Span, pos: &mut u64) -> Option<Page> {
     const CHUNK: usize = 1 << 16;
     loop {
         // The next capture pattern: where the last page ended, in a well-formed file.
-        let start = if read_at(file, *pos, 4) == b"OggS" {
+        let start = if file.read_at(*pos, 4) == b"OggS" {
             *pos
         } else {
             loop {
-                let window = read_at(file, *pos, CHUNK);
+                let window = file.read_at(*pos, CHUNK);
                 if window.len() < 4 {
                     return None;
                 }
@@ -160,7 +160,7 @@ fn next_page(file: &File, pos: &mut u64) -> Option<Page> {
                 }
             }
         };
-        let header = read_at(file, start, 27);
+        let header = file.read_at(start, 27);
         if header.len() < 27 {
             return None;
         }
@@ -169,12 +169,12 @@ fn next_page(file: &File, pos: &mut u64) -> Option<Page> {
             continue;
         }
         let n_segments = usize::from(header[26]);
-        let lacing = read_at(file, start + 27, n_segments);
+        let lacing = file.read_at(start + 27, n_segments);
         if lacing.len() < n_segments {
             return None;
         }
         let body_len: usize = lacing.iter().map(|&l| usize::from(l)).sum();
-        let body = read_at(file, start + 27 + n_segments as u64, body_len);
+        let body = file.read_at(start + 27 + n_segments as u64, body_len);
         if body.len() < body_len {
             return None;
         }
@@ -284,7 +284,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("{}.ogg", ogg_crc(0, bytes)));
         std::fs::write(&path, bytes).unwrap();
-        let result = check_ogg_comments(&std::fs::File::open(&path).unwrap(), 0);
+        let result = check_ogg_comments(
+            &crate::span::Span::whole(std::fs::File::open(&path).unwrap()).unwrap(),
+            0,
+        );
         std::fs::remove_file(&path).unwrap();
         result
     }

@@ -19,6 +19,8 @@ use thiserror::Error;
 
 use crate::publish::{publish_all, Draft, Synced};
 use crate::roots::Roots;
+pub use crate::tar_index::TarMember;
+use crate::tar_index::{plain_member_name, TarListError};
 use crate::walk::walk_sorted;
 
 /// Why an IQ recording could not be read or written. One line, naming the file.
@@ -619,102 +621,37 @@ fn decode(bytes: &[u8], datatype: DataType, mut push: impl FnMut(f32, f32)) {
     }
 }
 
-/// One member of a tar archive: its name, the offset of its bytes, and their count.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TarMember {
-    pub name: String,
-    pub offset: u64,
-    pub size: u64,
-}
-
-/// `text` with its control characters (line breaks, tabs, NUL) escaped as `\n`, `\t`,
-/// `\u{0}`.
-fn escape_controls(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
-
-/// The regular files of a tar archive (what `sigmf.archive` writes; ustar, PAX and GNU long
-/// names, base-256 sizes of members over 8 GiB, through the `tar` crate), every size checked
-/// against the archive's real length before anything is read.
+/// The regular files of a tar archive (what `sigmf.archive` writes), every size checked
+/// against the archive's real length before anything is read; a recording's name must stay
+/// under the archive and on one line.
 fn tar_members(f: &mut File, path: &Path) -> Result<Vec<TarMember>, IqError> {
-    let total = file_len(f, path)?;
-    // The tar crate's messages quote the header's bytes, line breaks included (the fuzzer's
-    // `numeric field was not a number: 2.0",\n   when getting cksum`): escaped, so that the
-    // error stays one line.
-    let bad = |reason: String| IqError::BadMeta {
-        path: path.to_path_buf(),
-        reason: escape_controls(&reason),
-    };
-    f.seek(SeekFrom::Start(0))
-        .map_err(|e| bad(format!("cannot read the archive: {e}")))?;
-    let mut archive = tar::Archive::new(&*f);
-    let entries = archive
-        .entries_with_seek()
-        .map_err(|e| bad(format!("cannot read the tar headers: {e}")))?;
-    let mut members = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| bad(format!("a tar header cannot be read: {e}")))?;
-        let start = entry.raw_file_position();
-        let size = entry
-            .header()
-            .entry_size()
-            .map_err(|e| {
-                bad(format!(
-                    "tar header at byte {} has no valid size: {e}",
-                    start.saturating_sub(512)
-                ))
-            })?
-            .max(entry.size());
-        if size > total.saturating_sub(start) {
-            return Err(IqError::Truncated {
+    let members = crate::tar_index::tar_members(f).map_err(|e| match e {
+        TarListError::Bad(reason) => IqError::BadMeta {
+            path: path.to_path_buf(),
+            reason,
+        },
+        TarListError::Truncated(reason) => IqError::Truncated {
+            path: path.to_path_buf(),
+            reason,
+        },
+    })?;
+    for m in &members {
+        let recording = m.name.ends_with(".sigmf-meta") || m.name.ends_with(".sigmf-data");
+        if recording && !plain_member_name(&m.name) {
+            // A recording's name becomes its id and, joined to the archive's path, the path
+            // its messages and rows name: it must stay under the archive and on one line.
+            return Err(IqError::BadMeta {
                 path: path.to_path_buf(),
                 reason: format!(
-                    "archive member at byte {} claims {size} bytes, the archive has {} left",
-                    start.saturating_sub(512),
-                    total.saturating_sub(start)
+                    "tar member at byte {} is named {:?}: a recording's name must be a \
+                     relative path without `..` or control characters",
+                    m.header_at(),
+                    m.name
                 ),
             });
         }
-        if !entry.header().entry_type().is_file() {
-            continue;
-        }
-        let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
-        let recording = name.ends_with(".sigmf-meta") || name.ends_with(".sigmf-data");
-        if recording && !plain_member_name(&name) {
-            // A recording's name becomes its id and, joined to the archive's path, the path
-            // its messages and rows name: it must stay under the archive and on one line.
-            return Err(bad(format!(
-                "tar member at byte {} is named {name:?}: a recording's name must be a \
-                 relative path without `..` or control characters",
-                start.saturating_sub(512)
-            )));
-        }
-        members.push(TarMember {
-            name,
-            offset: start,
-            size,
-        });
     }
     Ok(members)
-}
-
-/// A member name that names a file under the archive: relative, no `..`, no control
-/// characters (a newline would split the messages that name it).
-fn plain_member_name(name: &str) -> bool {
-    use std::path::Component;
-    !name.is_empty()
-        && !name.chars().any(char::is_control)
-        && Path::new(name)
-            .components()
-            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
 /// The recordings of a `.sigmf` archive, one per metadata member, in the archive's order,

@@ -378,6 +378,7 @@ mod tests {
             path: "a.wav".into(),
             offset_s: 0.0,
             duration_s,
+            member: None,
         }
     }
 

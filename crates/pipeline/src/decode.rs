@@ -73,6 +73,7 @@ pub(crate) fn decode_worker(
                     path: source.path(),
                     offset_s: 0.0,
                     duration_s: None,
+                    member: None,
                 },
                 iq: Some(source),
             }),
@@ -323,7 +324,7 @@ fn open_item(
     let path = item.path.display();
     match (iq, spec.is_complex()) {
         (None, false) => Ok(ItemReader::Audio(
-            AudioReader::open_in(&config.roots, &item.path, opts).map_err(|e| e.to_string())?,
+            AudioReader::open_item(&config.roots, item, opts).map_err(|e| e.to_string())?,
         )),
         (None, true) => Err(format!(
             "{path}: an audio file, and the spec takes complex IQ input (\"input\": \"complex\"): \
@@ -712,6 +713,7 @@ mod tests {
             path: wav.clone(),
             offset_s: 0.0,
             duration_s: None,
+            member: None,
         };
         let reader = AudioReader::open(&wav, &DecodeOptions::default()).unwrap();
         let (units, queued) = bounded::<Unit>(8);

@@ -405,6 +405,7 @@ fn transcribe(job: &TranscribeJob, live: &LiveJob) -> Result<JobOutcome, JobErro
                         path: job.source.clone(),
                         offset_s: 0.0,
                         duration_s: None,
+                        member: None,
                     };
                     let _ = tx.send(Entry::Item(item));
                     Ok(0)
@@ -593,7 +594,7 @@ fn segment_item(
     };
     // An item that fits the model's window is transcribed whole, whatever the mode: one
     // window of the fixed cut. (A header that understates the length is cut in windows.)
-    let fits = AudioReader::open_in(&job.roots, &item.path, &opts)
+    let fits = AudioReader::open_item(&job.roots, item, &opts)
         .ok()
         .and_then(|r| r.expected_seconds())
         .is_some_and(|s| s <= job.window_s);
@@ -635,7 +636,7 @@ fn segment_item(
         SegmentMode::Fixed => {
             let window = (job.window_s * f64::from(OUT_RATE)).round().max(1.0) as u64;
             let mut total = 0u64;
-            let reader = AudioReader::open_in(&job.roots, &item.path, &opts)
+            let reader = AudioReader::open_item(&job.roots, item, &opts)
                 .map_err(|e| ItemStop::Item(e.to_string()))?;
             sonograph_io::stream_reader(reader, OUT_RATE, |chunk| {
                 buf.extend_from_slice(chunk);

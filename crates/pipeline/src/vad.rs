@@ -141,6 +141,7 @@ fn for_each_input_item(
                 path: input.clone(),
                 offset_s: 0.0,
                 duration_s: None,
+                member: None,
             })?;
             continue;
         }
@@ -238,7 +239,7 @@ pub fn stream_vad(
     mut on: impl FnMut(VadEvent<'_>) -> Result<(), String>,
 ) -> Result<u32, VadStop> {
     let reader =
-        AudioReader::open_in(roots, &item.path, opts).map_err(|e| VadStop::Input(e.to_string()))?;
+        AudioReader::open_item(roots, item, opts).map_err(|e| VadStop::Input(e.to_string()))?;
     let native = reader.info().sample_rate;
     let rate = force_rate.unwrap_or(match VadSegmenter::model_rate(native) {
         Some(_) => native,

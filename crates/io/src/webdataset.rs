@@ -1,0 +1,215 @@
+//! WebDataset shards (`.tar` files of samples) as a source: one item per audio member, its
+//! sample keyed as WebDataset keys it (the member's path up to the first dot of its file name:
+//! `a/utt1.flac` and `a/utt1.json` are the sample `a/utt1`), read where it lies in the shard.
+
+use std::path::Path;
+
+use crate::manifest::{ArchiveMember, Entry, SourceItem, AUDIO_EXTENSIONS};
+use crate::roots::Roots;
+use crate::tar_index::{plain_member_name, tar_members, TarListError, TarMember};
+
+/// Whether `path` names a tar shard.
+pub(crate) fn is_shard(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("tar"))
+}
+
+/// `name` split as WebDataset splits a member's name: the sample's key (its folders and its
+/// file name up to the first dot) and the extension after that dot; `None` for a name that has
+/// no dot in its file name, or starts with one (webdataset's `base_plus_ext` gives no key).
+pub(crate) fn key_and_extension(name: &str) -> Option<(&str, &str)> {
+    let file_start = name.rfind('/').map_or(0, |i| i + 1);
+    let dot = file_start + name[file_start..].find('.')?;
+    (dot > file_start).then(|| (&name[..dot], &name[dot + 1..]))
+}
+
+fn is_audio(name: &str) -> bool {
+    Path::new(name)
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| AUDIO_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
+}
+
+/// The items of the shard `tar` (opened beneath `roots`), with ids `shard_id/key`, or
+/// `shard_id/key.extension` where a sample has more than one audio member. A shard that
+/// cannot be listed is one invalid entry, `shard_id`, with why; a member whose name cannot
+/// be an id (a control character, `..`) one invalid entry of its own.
+pub fn shard_entries(roots: &Roots, tar: &Path, shard_id: &str) -> Vec<Entry> {
+    let listed = roots
+        .open(tar)
+        .map_err(|e| format!("cannot open: {e}"))
+        .and_then(|mut f| {
+            let members = tar_members(&mut f).map_err(|e| match e {
+                TarListError::Bad(reason) => reason,
+                TarListError::Truncated(reason) => format!("truncated: {reason}"),
+            })?;
+            check_end(&f, &members)?;
+            Ok(members)
+        });
+    let members = match listed {
+        Ok(members) => members,
+        Err(reason) => {
+            return vec![Entry::Invalid {
+                id: shard_id.to_string(),
+                reason: format!("{}: {reason}", tar.display()),
+            }]
+        }
+    };
+    // The samples in the order of their first member; a key met again later joins its sample
+    // (webdataset would start a new sample of the same key, two items of one id).
+    let mut samples: Vec<(&str, Vec<&TarMember>)> = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    for member in members.iter().filter(|m| is_audio(&m.name)) {
+        let Some((key, _)) = key_and_extension(&member.name) else {
+            continue;
+        };
+        let at = *index.entry(key).or_insert_with(|| {
+            samples.push((key, Vec::new()));
+            samples.len() - 1
+        });
+        samples[at].1.push(member);
+    }
+    let mut entries = Vec::new();
+    for (key, audio) in samples {
+        for member in &audio {
+            let id = if audio.len() == 1 {
+                format!("{shard_id}/{key}")
+            } else {
+                format!("{shard_id}/{}", member.name)
+            };
+            if !plain_member_name(&member.name) {
+                entries.push(Entry::Invalid {
+                    id: crate::tar_index::escape_controls(&id),
+                    reason: format!(
+                        "{}: member at byte {} is named {:?}: a member's name must be a relative \
+                         path without `..` or control characters",
+                        tar.display(),
+                        member.header_at(),
+                        member.name
+                    ),
+                });
+                continue;
+            }
+            entries.push(Entry::Item(SourceItem {
+                id,
+                path: tar.join(&member.name),
+                offset_s: 0.0,
+                duration_s: None,
+                member: Some(ArchiveMember {
+                    archive: tar.to_path_buf(),
+                    offset: member.offset,
+                    size: member.size,
+                }),
+            }));
+        }
+    }
+    entries
+}
+
+/// A shard cut short within its headers reads as one that ends there (the tar crate stops at
+/// the end of the file): a whole archive ends with two zero blocks after its last member
+/// (POSIX; GNU tar and Python's tarfile write them), so one without them lost members.
+fn check_end(f: &std::fs::File, members: &[TarMember]) -> Result<(), String> {
+    let len = f.metadata().map_err(|e| format!("cannot read: {e}"))?.len();
+    let data_end = members
+        .last()
+        .map_or(0, |m| (m.offset + m.size).div_ceil(512) * 512);
+    if len < data_end + 1024 {
+        return Err(format!(
+            "truncated: the archive ends at byte {len}, before its end-of-archive blocks \
+             (members up to byte {data_end}, then 1024 zero bytes)"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shard of samples: one audio member, two, none, a name that cannot be an id; every
+    /// item's member points at its bytes.
+    #[test]
+    fn a_shard_lists_its_audio_members_by_key() {
+        let dir = std::env::temp_dir().join(format!("sonograph-wds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tar = dir.join("s.tar");
+        let members: [(&str, &[u8]); 8] = [
+            ("utt1.flac", b"flac bytes"),
+            ("utt1.json", b"{}"),
+            ("d/utt2.seg.wav", b"wav bytes"),
+            ("utt3.wav", b"three wav"),
+            ("utt3.FLAC", b"three flac"),
+            ("README", b"no key"),
+            ("utt4.txt", b"text only"),
+            ("bad\nname.wav", b"x"),
+        ];
+        let mut builder = tar::Builder::new(std::fs::File::create(&tar).unwrap());
+        for (name, bytes) in members {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(bytes.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            builder.append_data(&mut header, name, bytes).unwrap();
+        }
+        builder.into_inner().unwrap();
+        let entries = shard_entries(&Roots::anywhere(), &tar, "shards/s.tar");
+        let ids: Vec<&str> = entries.iter().map(Entry::id).collect();
+        assert_eq!(
+            ids,
+            [
+                "shards/s.tar/utt1",
+                "shards/s.tar/d/utt2",
+                "shards/s.tar/utt3.wav",
+                "shards/s.tar/utt3.FLAC",
+                "shards/s.tar/bad\\nname",
+            ]
+        );
+        let whole = std::fs::read(&tar).unwrap();
+        for (entry, want) in entries.iter().zip([
+            &b"flac bytes"[..],
+            b"wav bytes",
+            b"three wav",
+            b"three flac",
+        ]) {
+            let Entry::Item(item) = entry else {
+                panic!("{entry:?}")
+            };
+            let m = item.member.as_ref().unwrap();
+            assert_eq!(
+                &whole[m.offset as usize..(m.offset + m.size) as usize],
+                want
+            );
+            assert_eq!(m.archive, tar);
+            assert!(item.path.starts_with(&tar));
+        }
+        let Entry::Invalid { reason, .. } = &entries[4] else {
+            panic!("{:?}", entries[4])
+        };
+        assert!(
+            reason.contains("must be a relative path") && !reason.contains('\n'),
+            "{reason}"
+        );
+        // A shard cut short is one invalid entry, the shard's.
+        std::fs::write(&tar, &whole[..700]).unwrap();
+        let entries = shard_entries(&Roots::anywhere(), &tar, "s.tar");
+        assert!(
+            matches!(&entries[..], [Entry::Invalid { id, reason }] if id == "s.tar" && reason.contains("s.tar")),
+            "{entries:?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// As webdataset's `base_plus_ext` (`^((?:.*/|)[^.]+)[.]([^/]*)$`).
+    #[test]
+    fn keys_are_webdatasets() {
+        assert_eq!(key_and_extension("utt1.flac"), Some(("utt1", "flac")));
+        assert_eq!(
+            key_and_extension("a/b.c/utt1.seg.flac"),
+            Some(("a/b.c/utt1", "seg.flac"))
+        );
+        assert_eq!(key_and_extension("a/.hidden"), None);
+        assert_eq!(key_and_extension("README"), None);
+        assert_eq!(key_and_extension("a.b/README"), None);
+    }
+}
