@@ -962,8 +962,9 @@ fn a_folder_of_the_flat_features_layout_is_not_resumed() {
 }
 
 /// WebDataset shards as a source: a folder's `.tar` shards give one item per audio member,
-/// its id the shard's and its sample's key, and the rows the same files give in a folder; a
-/// shard cut short is one failed item, naming it.
+/// its id the shard's and its sample's key, and the rows the same files give in a folder, with
+/// the sample's text members in the `sample` column; a shard cut short is one failed item,
+/// naming it.
 #[test]
 fn webdataset_shards_give_the_rows_of_their_files() {
     let tmp = Tmp::new("wds");
@@ -982,13 +983,15 @@ fn webdataset_shards_give_the_rows_of_their_files() {
     )
     .unwrap();
     std::fs::write(files.join("a.json"), "{\"text\": \"hello\"}").unwrap();
+    std::fs::write(files.join("b.txt"), "hi there").unwrap();
+    std::fs::write(files.join("b.cls"), "3\n").unwrap();
     let shard = shards.join("sub/train-000.tar");
     let o = std::process::Command::new("tar")
         .arg("-cf")
         .arg(&shard)
         .arg("-C")
         .arg(&files)
-        .args(["a.flac", "a.json", "b.wav"])
+        .args(["a.flac", "a.json", "b.wav", "b.txt", "b.cls"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
@@ -1028,6 +1031,20 @@ fn webdataset_shards_give_the_rows_of_their_files() {
         "{}",
         rows[0].source
     );
+    // Each row carries its sample's text members, as webdataset decodes them.
+    let samples: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| serde_json::from_str(r.sample.as_deref().unwrap()).unwrap())
+        .collect();
+    assert_eq!(
+        samples,
+        [
+            serde_json::json!({"json": {"text": "hello"}}),
+            serde_json::json!({"txt": "hi there", "cls": 3})
+        ]
+    );
+    let (rows, _) = read_part(&by_file.join("part-00000-00000.parquet")).unwrap();
+    assert!(rows.iter().all(|r| r.sample.is_none()));
     let r = report(&by_shard, "report.json");
     assert_eq!((r.items_ok, r.items_failed), (2, 1));
     assert_eq!(r.failures[0].id, "cut.tar");

@@ -14,7 +14,7 @@ use symphonia::core::sample::Sample;
 
 use crate::declared::check_flac_block;
 use crate::error::DecodeError;
-use crate::manifest::{ArchiveMember, SourceItem};
+use crate::item::{ArchiveMember, SourceItem};
 use crate::ogg_guard::check_ogg_comments;
 use crate::roots::Roots;
 use crate::span::Span;

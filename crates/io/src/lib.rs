@@ -4,6 +4,7 @@ pub mod calibration;
 mod declared;
 pub mod decode;
 pub mod error;
+mod item;
 pub mod ledger;
 pub mod manifest;
 pub mod npy;

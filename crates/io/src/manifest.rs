@@ -9,59 +9,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use thiserror::Error;
 
+pub use crate::item::{ArchiveMember, Entry, SampleMember, SourceItem, AUDIO_EXTENSIONS};
 use crate::roots::Roots;
 use crate::sigmf::{list_recordings_in, raw_datatype, DataType, IqSource};
 use crate::webdataset::{is_shard, shard_entries};
-
-/// File extensions treated as audio when walking a directory.
-pub const AUDIO_EXTENSIONS: &[&str] = &["wav", "wave", "flac", "mp3", "ogg", "oga"];
-
-/// One unit of work: a file, or a span of it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SourceItem {
-    /// Stable identifier: the path relative to the walked directory, the CSV `id`, or the
-    /// NeMo `audio_filepath` (with `@offset` when an offset is given).
-    pub id: String,
-    pub path: PathBuf,
-    pub offset_s: f64,
-    pub duration_s: Option<f64>,
-    /// Where its bytes are when they are a member of a tar archive (a WebDataset shard) and
-    /// not a file of their own; `path` is then the archive's path joined with the member's
-    /// name.
-    pub member: Option<ArchiveMember>,
-}
-
-/// An item's bytes in a tar archive.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ArchiveMember {
-    pub archive: PathBuf,
-    pub offset: u64,
-    pub size: u64,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Entry {
-    Item(SourceItem),
-    /// An IQ recording (a SigMF pair, an archive member or a raw file), with its id.
-    Iq {
-        id: String,
-        source: IqSource,
-    },
-    /// A manifest line that could not be used, with its id (`manifest:LINE`) and reason.
-    Invalid {
-        id: String,
-        reason: String,
-    },
-}
-
-impl Entry {
-    pub fn id(&self) -> &str {
-        match self {
-            Entry::Item(i) => &i.id,
-            Entry::Iq { id, .. } | Entry::Invalid { id, .. } => id,
-        }
-    }
-}
 
 /// A source that cannot be read at all (a usage error, not an item error).
 #[derive(Debug, Error)]
@@ -233,6 +184,17 @@ impl Source {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether any of its items is a member of a tar archive (a WebDataset shard), whose
+    /// sample the output carries.
+    pub fn has_archive_members(&self) -> bool {
+        match &self.kind {
+            SourceKind::Dir(entries) => entries
+                .iter()
+                .any(|e| matches!(e, Entry::Item(i) if i.member.is_some())),
+            SourceKind::Nemo | SourceKind::Csv => false,
+        }
     }
 
     /// How many entries there are, by a pass that parses no JSON: every non-empty line of a

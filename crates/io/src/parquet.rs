@@ -64,6 +64,9 @@ pub struct FeatureRow {
     pub features: Vec<f32>,
     /// What a model gave on the features (`extract --model`); `None` in a job without one.
     pub model: Option<ModelColumns>,
+    /// Its WebDataset sample's text members, as a JSON object by field (`{"json": {...},
+    /// "txt": "..."}`), in a part with the `sample` column; `None` for an item without any.
+    pub sample: Option<String>,
 }
 
 impl FeatureRow {
@@ -138,6 +141,9 @@ pub struct PartMeta {
     /// Values in a frame of features (the spec's bins): the width of the `features` column's
     /// frames.
     pub bins: u32,
+    /// The part has the `sample` column (a job over WebDataset shards): each row's sample's
+    /// text members as JSON, null where the item has none. It comes last, after any model's.
+    pub sample: bool,
 }
 
 impl PartMeta {
@@ -218,6 +224,9 @@ pub fn schema(dtype: Dtype, meta: &PartMeta) -> Result<Schema, String> {
             Field::new("model_outputs", float_list(dtype), false),
         ]);
     }
+    if meta.sample {
+        fields.push(Field::new("sample", DataType::Utf8, true));
+    }
     let metadata: HashMap<String, String> = meta
         .pairs()
         .iter()
@@ -274,7 +283,7 @@ fn record_batch(
         Arc::new(bins.finish()),
         features,
     ];
-    if schema.fields().len() > MODEL_COLUMNS {
+    if schema.column_with_name("model_outputs").is_some() {
         let model: Vec<&ModelColumns> = rows
             .iter()
             .map(|r| {
@@ -300,6 +309,10 @@ fn record_batch(
             Arc::new(dims),
             Arc::new(outputs),
         ]);
+    }
+    if schema.column_with_name("sample").is_some() {
+        let samples: arrow_array::StringArray = rows.iter().map(|r| r.sample.as_deref()).collect();
+        columns.push(Arc::new(samples));
     }
     RecordBatch::try_new(schema, columns).map_err(|e| e.to_string())
 }
@@ -658,7 +671,10 @@ pub fn read_part(path: &Path) -> Result<(Vec<FeatureRow>, HashMap<String, String
                 _ => values.as_primitive::<Float32Type>().values().to_vec(),
             }
         };
-        let model = (b.num_columns() > MODEL_COLUMNS).then(|| {
+        let sample = b
+            .column_by_name("sample")
+            .map(|c| c.as_string::<i32>().clone());
+        let model = b.column_by_name("model_outputs").is_some().then(|| {
             (
                 b.column(MODEL_COLUMNS).as_primitive::<UInt32Type>(),
                 b.column(MODEL_COLUMNS + 1).as_primitive::<UInt32Type>(),
@@ -682,6 +698,9 @@ pub fn read_part(path: &Path) -> Result<(Vec<FeatureRow>, HashMap<String, String
                 num_bins: bins.value(i),
                 features,
                 model,
+                sample: sample.as_ref().and_then(|s| {
+                    arrow_array::Array::is_valid(s, i).then(|| s.value(i).to_string())
+                }),
             });
         }
     }
@@ -720,6 +739,7 @@ mod tests {
                 num_bins: 64,
                 features: (0..values_per_row).map(|v| (v % 977 + i) as f32).collect(),
                 model: None,
+                sample: None,
             })
             .collect();
         let meta = PartMeta {
@@ -728,6 +748,7 @@ mod tests {
             precision: "f32".into(),
             model: None,
             bins: 64,
+            sample: false,
         };
         let path = dir.join("groups.parquet");
         write_part(&path, &rows, Dtype::F32, &meta).unwrap();
@@ -804,6 +825,7 @@ mod tests {
                 num_bins: 2,
                 features: (0..2 * i).map(|v| v as f32 * 0.5).collect(),
                 model: None,
+                sample: None,
             })
             .collect();
         let with_model: Vec<FeatureRow> = rows
@@ -830,6 +852,7 @@ mod tests {
                 precision: "f32".into(),
                 model: model.then(|| "{\"path\":\"m.onnx\"}".into()),
                 bins: 2,
+                sample: false,
             };
             let rows = if model { &with_model } else { &rows };
             // A row without model outputs cannot go into a part with a model.

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::manifest::{ArchiveMember, Entry, SourceItem, AUDIO_EXTENSIONS};
+use crate::item::{ArchiveMember, Entry, SampleMember, SourceItem, AUDIO_EXTENSIONS};
 use crate::roots::Roots;
 use crate::tar_index::{plain_member_name, tar_members, TarListError, TarMember};
 
@@ -21,6 +21,31 @@ pub(crate) fn key_and_extension(name: &str) -> Option<(&str, &str)> {
     let file_start = name.rfind('/').map_or(0, |i| i + 1);
     let dot = file_start + name[file_start..].find('.')?;
     (dot > file_start).then(|| (&name[..dot], &name[dot + 1..]))
+}
+
+/// The fields webdataset's basic handlers decode as text, integers or JSON (`txt`, `cls`,
+/// `json`, ...; `autodecode.basichandlers`): the members of a sample carried into the output.
+const TEXT_FIELDS: &[&str] = &[
+    "txt",
+    "text",
+    "transcript",
+    "cls",
+    "cls2",
+    "class",
+    "count",
+    "index",
+    "inx",
+    "id",
+    "json",
+    "jsn",
+];
+
+/// The largest text member read, in bytes: a sample's labels and metadata, not its data.
+pub const MAX_SAMPLE_MEMBER_BYTES: u64 = 1 << 20;
+
+fn is_text_field(extension: &str) -> bool {
+    let last = extension.rsplit('.').next().unwrap_or(extension);
+    TEXT_FIELDS.contains(&last.to_ascii_lowercase().as_str())
 }
 
 fn is_audio(name: &str) -> bool {
@@ -59,10 +84,22 @@ pub fn shard_entries(roots: &Roots, tar: &Path, shard_id: &str) -> Vec<Entry> {
     // (webdataset would start a new sample of the same key, two items of one id).
     let mut samples: Vec<(&str, Vec<&TarMember>)> = Vec::new();
     let mut index = std::collections::HashMap::new();
-    for member in members.iter().filter(|m| is_audio(&m.name)) {
-        let Some((key, _)) = key_and_extension(&member.name) else {
+    let mut texts: std::collections::HashMap<&str, Vec<SampleMember>> = Default::default();
+    for member in &members {
+        let Some((key, extension)) = key_and_extension(&member.name) else {
             continue;
         };
+        if is_text_field(extension) {
+            texts.entry(key).or_default().push(SampleMember {
+                extension: extension.to_ascii_lowercase(),
+                offset: member.offset,
+                size: member.size,
+            });
+            continue;
+        }
+        if !is_audio(&member.name) {
+            continue;
+        }
         let at = *index.entry(key).or_insert_with(|| {
             samples.push((key, Vec::new()));
             samples.len() - 1
@@ -71,6 +108,7 @@ pub fn shard_entries(roots: &Roots, tar: &Path, shard_id: &str) -> Vec<Entry> {
     }
     let mut entries = Vec::new();
     for (key, audio) in samples {
+        let sample = texts.remove(key).unwrap_or_default();
         for member in &audio {
             let id = if audio.len() == 1 {
                 format!("{shard_id}/{key}")
@@ -99,11 +137,51 @@ pub fn shard_entries(roots: &Roots, tar: &Path, shard_id: &str) -> Vec<Entry> {
                     archive: tar.to_path_buf(),
                     offset: member.offset,
                     size: member.size,
+                    sample: sample.clone(),
                 }),
             }));
         }
     }
     entries
+}
+
+/// The text members of `member`'s sample (read from its archive, opened beneath `roots`) as a
+/// JSON object by field: `json` members parsed, integer fields (`cls`, `index`, ...) as numbers
+/// where they are, the others as text; `None` for a sample without any. A member over
+/// [`MAX_SAMPLE_MEMBER_BYTES`], or one that cannot be read, is the item's failure.
+pub fn read_sample(roots: &Roots, member: &ArchiveMember) -> Result<Option<String>, String> {
+    use std::os::unix::fs::FileExt;
+    if member.sample.is_empty() {
+        return Ok(None);
+    }
+    let file = roots
+        .open(&member.archive)
+        .map_err(|e| format!("cannot open the archive: {e}"))?;
+    let mut fields = serde_json::Map::new();
+    for field in &member.sample {
+        if field.size > MAX_SAMPLE_MEMBER_BYTES {
+            return Err(format!(
+                "the sample's .{} member holds {} bytes; a sample's text members are read up \
+                 to {MAX_SAMPLE_MEMBER_BYTES}",
+                field.extension, field.size
+            ));
+        }
+        let mut bytes = vec![0u8; field.size as usize];
+        file.read_exact_at(&mut bytes, field.offset)
+            .map_err(|e| format!("the sample's .{} member: {e}", field.extension))?;
+        let text = String::from_utf8_lossy(&bytes);
+        let last = field.extension.rsplit('.').next().unwrap_or_default();
+        let value = match last {
+            "json" | "jsn" => serde_json::from_str(&text).unwrap_or_else(|_| text.as_ref().into()),
+            "txt" | "text" | "transcript" => text.as_ref().into(),
+            _ => text
+                .trim()
+                .parse::<i64>()
+                .map_or_else(|_| text.as_ref().into(), serde_json::Value::from),
+        };
+        fields.insert(field.extension.clone(), value);
+    }
+    Ok(Some(serde_json::Value::Object(fields).to_string()))
 }
 
 /// A shard cut short within its headers reads as one that ends there (the tar crate stops at
@@ -190,6 +268,19 @@ mod tests {
             reason.contains("must be a relative path") && !reason.contains('\n'),
             "{reason}"
         );
+        // The sample's text members, read; one over the bound fails the item.
+        let Entry::Item(first) = &entries[0] else {
+            panic!()
+        };
+        let member = first.member.as_ref().unwrap();
+        assert_eq!(
+            read_sample(&Roots::anywhere(), member).unwrap().as_deref(),
+            Some("{\"json\":{}}")
+        );
+        let mut big = member.clone();
+        big.sample[0].size = MAX_SAMPLE_MEMBER_BYTES + 1;
+        let err = read_sample(&Roots::anywhere(), &big).unwrap_err();
+        assert!(err.contains("holds 1048577 bytes"), "{err}");
         // A shard cut short is one invalid entry, the shard's.
         std::fs::write(&tar, &whole[..700]).unwrap();
         let entries = shard_entries(&Roots::anywhere(), &tar, "s.tar");

@@ -195,6 +195,21 @@ fn decode_item(
         duration_s: config.decoded_seconds(item),
     };
     let mut reader = open_item(config, item, work.iq.as_ref(), &opts).map_err(fail)?;
+    // A WebDataset sample's text members, for its rows: sent before any row of the item, so
+    // the writer has them when the first one comes (stages pass them on at once).
+    if let Some(member) = &item.member {
+        if let Some(text) = sonograph_io::webdataset::read_sample(&config.roots, member)
+            .map_err(|e| fail(format!("{}: {e}", item.path.display())))?
+        {
+            let sample = WriterMsg::Sample {
+                id: item.id.clone(),
+                text,
+            };
+            if writer.send(sample).is_err() {
+                return Ok(Flow::Stop); // the writer has stopped; the item waits for a resume
+            }
+        }
+    }
     if let Some(vad) = vad {
         let vad = vad.as_mut().map_err(|e| fail(e.clone()))?;
         let Computed::OnExecutors(executors_running) = computed else {

@@ -296,7 +296,9 @@ mod tests {
                 WriterMsg::Failed(f) | WriterMsg::FailedPiece(f) => {
                     panic!("{} failed: {}", f.id, f.reason)
                 }
-                WriterMsg::Empty { id } => panic!("{id} had no row"),
+                WriterMsg::Empty { id } | WriterMsg::Sample { id, .. } => {
+                    panic!("{id} had no row, or a sample")
+                }
             })
             .collect();
         got.sort_by(|a, b| a.0.cmp(&b.0));
@@ -361,7 +363,9 @@ mod tests {
                 WriterMsg::Failed(f) | WriterMsg::FailedPiece(f) => {
                     panic!("{} failed: {}", f.id, f.reason)
                 }
-                WriterMsg::Empty { id } => panic!("{id} had no row"),
+                WriterMsg::Empty { id } | WriterMsg::Sample { id, .. } => {
+                    panic!("{id} had no row, or a sample")
+                }
             })
             .collect();
         ids.sort();

@@ -127,7 +127,12 @@ fn run_stages(
             .map_err(|e| JobError::Config(format!("model: {e}")))?;
     }
     let layout = OutputLayout::new(&config.out, config.shard_index, config.shard_count);
-    let shape = feature_job_shape(config, &spec_id)?;
+    let mut shape = feature_job_shape(config, &spec_id)?;
+    // Parts with the samples' column (absent without shards, as folders made before recorded
+    // it): a run without it would write parts of other columns.
+    if source.has_archive_members() {
+        shape["sample"] = true.into();
+    }
     let (ledger, _lock) = match open_output(
         &layout,
         &config.roots,
@@ -174,6 +179,7 @@ fn run_stages(
             bins: u32::try_from(config.spec.n_bins()).map_err(|_| {
                 JobError::Config(format!("{} bins in a frame", config.spec.n_bins()))
             })?,
+            sample: source.has_archive_members(),
         },
         config.part_mb << 20,
     )?

@@ -40,6 +40,12 @@ impl ShardSource {
         self.range.len()
     }
 
+    /// Whether the source has members of WebDataset shards (its parts then carry their
+    /// samples: the whole source's, so that every shard's parts have the same columns).
+    pub fn has_archive_members(&self) -> bool {
+        self.source.has_archive_members()
+    }
+
     /// This shard's entries, streamed.
     fn entries(
         &self,

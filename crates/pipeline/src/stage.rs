@@ -208,10 +208,10 @@ pub(crate) fn run_row_stage(
         stage.queued(input.len(), capacity, waited);
         let started = Instant::now();
         let sent = match msg {
-            other
-            @ (WriterMsg::Failed(_) | WriterMsg::FailedPiece(_) | WriterMsg::Empty { .. }) => {
-                output.send(other).is_ok()
-            }
+            other @ (WriterMsg::Failed(_)
+            | WriterMsg::FailedPiece(_)
+            | WriterMsg::Empty { .. }
+            | WriterMsg::Sample { .. }) => output.send(other).is_ok(),
             WriterMsg::Row(row) => {
                 let key = (row.row.id.clone(), row.piece);
                 let (source, whole) = (row.row.source.clone(), row.piece == 0 && row.last);

@@ -40,6 +40,12 @@ pub(crate) enum WriterMsg {
     Empty {
         id: String,
     },
+    /// The text members of an item's WebDataset sample (JSON), sent by its decoder before any
+    /// of its rows: every row of the item carries them.
+    Sample {
+        id: String,
+        text: String,
+    },
 }
 
 /// A row of features on its way to the writer: piece `piece` of its item, the item's last.
@@ -72,6 +78,7 @@ pub(crate) fn feature_row(
         num_bins: spec.n_bins() as u32,
         features,
         model: None,
+        sample: None,
     }
 }
 
@@ -108,6 +115,8 @@ pub(crate) struct Writer {
     failed: HashSet<String>,
     /// Failures not yet in the ledger (recorded in batches).
     unrecorded: Vec<Failure>,
+    /// The samples of the items in flight whose rows carry one, until their last row.
+    samples: HashMap<String, String>,
     /// The part being written, its file name, and its rows as the ledger will record them.
     open: Option<(PartWriter, String)>,
     records: Vec<PieceRecord>,
@@ -159,6 +168,7 @@ impl Writer {
             pieces: HashMap::new(),
             failed: HashSet::new(),
             unrecorded: Vec::new(),
+            samples: HashMap::new(),
             open: None,
             records: Vec::new(),
             bytes: 0,
@@ -175,6 +185,7 @@ impl Writer {
             WriterMsg::Failed(f) => {
                 self.stats.items_failed += 1;
                 self.pieces.remove(&f.id);
+                self.samples.remove(&f.id);
                 self.unrecorded.push(f);
                 if self.unrecorded.len() >= FAILURES_PER_TRANSACTION {
                     self.record_failures()?;
@@ -183,6 +194,7 @@ impl Writer {
             WriterMsg::FailedPiece(f) => {
                 // Remembered for the rest of the run (only failed long items are).
                 self.failed.insert(f.id.clone());
+                self.samples.remove(&f.id);
                 self.stats.items_failed += 1;
                 self.pieces.remove(&f.id);
                 self.unrecorded.push(f);
@@ -190,7 +202,11 @@ impl Writer {
                     self.record_failures()?;
                 }
             }
+            WriterMsg::Sample { id, text } => {
+                self.samples.insert(id, text);
+            }
             WriterMsg::Empty { id } => {
+                self.samples.remove(&id);
                 self.stats.items_ok += 1;
                 self.records.push(PieceRecord {
                     item_id: id,
@@ -244,7 +260,16 @@ impl Writer {
     }
 
     fn write_row(&mut self, m: RowMsg) -> Result<(), JobError> {
-        let RowMsg { row, piece, last } = m;
+        let RowMsg {
+            mut row,
+            piece,
+            last,
+        } = m;
+        row.sample = if last {
+            self.samples.remove(&row.id)
+        } else {
+            self.samples.get(&row.id).cloned()
+        };
         if last {
             self.stats.items_ok += 1;
         }
@@ -369,7 +394,7 @@ pub(crate) fn writer_loop(
             WriterMsg::Failed(f) | WriterMsg::FailedPiece(f) => {
                 Some((f.id.clone(), f.reason.clone()))
             }
-            WriterMsg::Row(_) | WriterMsg::Empty { .. } => None,
+            WriterMsg::Row(_) | WriterMsg::Empty { .. } | WriterMsg::Sample { .. } => None,
         };
         if let Err(e) = writer.handle(msg) {
             return (writer, Err(e));
@@ -433,6 +458,7 @@ mod tests {
                 num_bins: 2,
                 features: vec![f32::from(piece as u16); 2],
                 model: None,
+                sample: None,
             },
             piece,
             last,
@@ -452,6 +478,7 @@ mod tests {
                 precision: "f64".into(),
                 model: None,
                 bins: 2,
+                sample: false,
             },
             1,
         )

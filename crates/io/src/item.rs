@@ -1,0 +1,68 @@
+//! Items of a source: a file, a span of one, or a member of a tar archive; an IQ recording;
+//! or a line of a manifest that could not be used.
+
+use std::path::PathBuf;
+
+use crate::sigmf::IqSource;
+
+/// File extensions treated as audio when walking a directory.
+pub const AUDIO_EXTENSIONS: &[&str] = &["wav", "wave", "flac", "mp3", "ogg", "oga"];
+
+/// One unit of work: a file, or a span of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceItem {
+    /// Stable identifier: the path relative to the walked directory, the CSV `id`, or the
+    /// NeMo `audio_filepath` (with `@offset` when an offset is given).
+    pub id: String,
+    pub path: PathBuf,
+    pub offset_s: f64,
+    pub duration_s: Option<f64>,
+    /// Where its bytes are when they are a member of a tar archive (a WebDataset shard) and
+    /// not a file of their own; `path` is then the archive's path joined with the member's
+    /// name.
+    pub member: Option<ArchiveMember>,
+}
+
+/// An item's bytes in a tar archive.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArchiveMember {
+    pub archive: PathBuf,
+    pub offset: u64,
+    pub size: u64,
+    /// The text members of its WebDataset sample (`.json`, `.txt`, ...), whose contents the
+    /// output carries in its `sample` column.
+    pub sample: Vec<SampleMember>,
+}
+
+/// A text member of a WebDataset sample: its extension (as webdataset names the field, after
+/// the first dot of the file name) and where its bytes are in the archive.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampleMember {
+    pub extension: String,
+    pub offset: u64,
+    pub size: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Entry {
+    Item(SourceItem),
+    /// An IQ recording (a SigMF pair, an archive member or a raw file), with its id.
+    Iq {
+        id: String,
+        source: IqSource,
+    },
+    /// A manifest line that could not be used, with its id (`manifest:LINE`) and reason.
+    Invalid {
+        id: String,
+        reason: String,
+    },
+}
+
+impl Entry {
+    pub fn id(&self) -> &str {
+        match self {
+            Entry::Item(i) => &i.id,
+            Entry::Iq { id, .. } | Entry::Invalid { id, .. } => id,
+        }
+    }
+}
