@@ -1054,3 +1054,122 @@ fn webdataset_shards_give_the_rows_of_their_files() {
         r.failures[0].reason
     );
 }
+
+/// NeMo's tarred datasets: a manifest whose lines carry `shard_id` reads each line's audio
+/// from `audio_{shard_id}.tar` beside it (NeMo's `-subN` entries from the file's member), with
+/// the rows a plain manifest of the same files and offsets gives; a member or shard that is not
+/// there is one failed line.
+#[test]
+fn a_nemo_tarred_manifest_reads_its_shards() {
+    let tmp = Tmp::new("nemo-tarred");
+    let (files, tarred) = (tmp.path("files"), tmp.path("tarred"));
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::create_dir_all(&tarred).unwrap();
+    let data = repo("tests/data");
+    std::fs::copy(data.join("speech_16000_mono_s16.wav"), files.join("a.wav")).unwrap();
+    std::fs::copy(
+        data.join("speech_16000_mono_s16.flac"),
+        files.join("b.flac"),
+    )
+    .unwrap();
+    std::fs::copy(
+        data.join("speech_44100_stereo_s16.wav"),
+        files.join("c.wav"),
+    )
+    .unwrap();
+    for (shard, members) in [
+        ("audio_0.tar", &["a.wav", "b.flac"][..]),
+        ("audio_1.tar", &["c.wav"]),
+    ] {
+        let o = std::process::Command::new("tar")
+            .arg("-cf")
+            .arg(tarred.join(shard))
+            .arg("-C")
+            .arg(&files)
+            .args(members)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    // The same entries, tarred and plain: (member, shard, extra fields).
+    let entries = [
+        ("a.wav", 0, ", \"text\": \"one\""),
+        ("b.flac", 0, ""),
+        ("c.wav", 1, ", \"offset\": 0.5, \"duration\": 1.0"),
+        ("a-sub1.wav", 0, ", \"offset\": 0.25"),
+    ];
+    let mut tarred_lines = String::new();
+    let mut plain_lines = String::new();
+    for (name, shard, extra) in entries {
+        let file = name.replace("-sub1", "");
+        tarred_lines +=
+            &format!("{{\"audio_filepath\": \"{name}\", \"shard_id\": {shard}{extra}}}\n");
+        plain_lines += &format!("{{\"audio_filepath\": \"files/{file}\"{extra}}}\n");
+    }
+    tarred_lines += "{\"audio_filepath\": \"missing.wav\", \"shard_id\": 1}\n";
+    tarred_lines += "{\"audio_filepath\": \"a.wav\", \"shard_id\": 7}\n";
+    let (tarred_manifest, plain_manifest) = (
+        tarred.join("tarred_audio_manifest.json"),
+        tmp.path("plain.json"),
+    );
+    std::fs::write(&tarred_manifest, tarred_lines).unwrap();
+    std::fs::write(&plain_manifest, plain_lines).unwrap();
+    let extract = |source: &Path, out: &Path| {
+        bin()
+            .args(["extract", "--preset", "whisper", "--no-progress", "--out"])
+            .arg(out)
+            .arg(source)
+            .output()
+            .unwrap()
+    };
+    let (by_file, by_shard) = (tmp.path("by-file"), tmp.path("by-shard"));
+    let o = extract(&plain_manifest, &by_file);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = extract(&tarred_manifest, &by_shard);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let spec_id = report(&by_file, "report.json").spec_id;
+    let (file_rows, shard_rows) = (
+        read_dataset(&by_file, &spec_id),
+        read_dataset(&by_shard, &spec_id),
+    );
+    let ids = |d: &Dataset| d.keys().map(|k| k.0.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        ids(&shard_rows),
+        [
+            "audio_0.tar/a-sub1.wav@0.25",
+            "audio_0.tar/a.wav",
+            "audio_0.tar/b.flac",
+            "audio_1.tar/c.wav@0.5"
+        ]
+    );
+    assert_eq!(file_rows.len(), 4);
+    let row_of = |d: &Dataset, id: &str| {
+        d.iter()
+            .find(|(k, _)| k.0 == id)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("no row {id}"))
+    };
+    for (shard_id, file_id) in [
+        ("audio_0.tar/a.wav", "files/a.wav"),
+        ("audio_0.tar/b.flac", "files/b.flac"),
+        ("audio_1.tar/c.wav@0.5", "files/c.wav@0.5"),
+        ("audio_0.tar/a-sub1.wav@0.25", "files/a.wav@0.25"),
+    ] {
+        assert_eq!(
+            row_of(&shard_rows, shard_id),
+            row_of(&file_rows, file_id),
+            "{shard_id}"
+        );
+    }
+    let r = report(&by_shard, "report.json");
+    assert_eq!((r.items_ok, r.items_failed), (4, 2));
+    let reasons: Vec<&str> = r.failures.iter().map(|f| f.reason.as_str()).collect();
+    assert!(
+        reasons[0].contains("audio_1.tar: no member named \"missing.wav\""),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].contains("audio_7.tar: cannot open"),
+        "{reasons:?}"
+    );
+}

@@ -1,7 +1,6 @@
 """docs/reading.md's snippets, each run as written against a real output folder of `extract`
 (float32 and float16): the dataset libraries see a [num_frames, num_bins] array per row."""
 
-import importlib.util
 import os
 import re
 import shutil
@@ -11,6 +10,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
+import required
 
 BIN = os.environ.get("SONOGRAPH_BIN", "sonograph")
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,11 +55,7 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
 @pytest.mark.parametrize("reader", READERS)
 def test_a_snippet_reads_frames(reader: str, dtype: str, outputs: dict[str, Path], tmp_path: Path) -> None:
-    if importlib.util.find_spec(reader) is None:
-        why = f"{reader} is not installed (pip install -r scripts/requirements-readers.txt)"
-        if os.environ.get("SONOGRAPH_REQUIRE_PYTHON") == "1":
-            pytest.fail(f"{why}, and SONOGRAPH_REQUIRE_PYTHON=1")
-        pytest.skip(why)
+    required.module(reader)
     code = snippets()[reader]
     assert PLACEHOLDER in code
     code = code.replace(PLACEHOLDER, str(outputs[dtype]))

@@ -7,6 +7,7 @@ pub mod error;
 mod item;
 pub mod ledger;
 pub mod manifest;
+mod nemo_tarred;
 pub mod npy;
 mod ogg_guard;
 pub mod parquet;

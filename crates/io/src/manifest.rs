@@ -10,6 +10,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 pub use crate::item::{ArchiveMember, Entry, SampleMember, SourceItem, AUDIO_EXTENSIONS};
+use crate::nemo_tarred::TarredShards;
 use crate::roots::Roots;
 use crate::sigmf::{list_recordings_in, raw_datatype, DataType, IqSource};
 use crate::webdataset::{is_shard, shard_entries};
@@ -246,7 +247,13 @@ impl Source {
                 let file = self.roots.open(&self.path).map_err(io)?;
                 let path = self.path.clone();
                 Ok(Box::new(
-                    parse_nemo(std::io::BufReader::new(file), base, name).map(move |r| {
+                    parse_nemo_in(
+                        std::io::BufReader::new(file),
+                        base,
+                        name,
+                        self.roots.clone(),
+                    )
+                    .map(move |r| {
                         r.map_err(|source| SourceError::Io {
                             path: path.clone(),
                             source,
@@ -295,6 +302,9 @@ pub fn walk_files(root: &Path, accept: impl Fn(&Path) -> bool) -> Result<Vec<Ent
 #[derive(Deserialize)]
 struct NemoLine {
     audio_filepath: String,
+    /// NeMo's tarred datasets: the audio is a member of `audio_{shard_id}.tar`.
+    #[serde(default)]
+    shard_id: Option<u64>,
     #[serde(default)]
     offset: Option<f64>,
     #[serde(default)]
@@ -330,6 +340,18 @@ pub fn parse_nemo(
     base: PathBuf,
     name: String,
 ) -> impl Iterator<Item = Result<Entry, std::io::Error>> {
+    parse_nemo_in(reader, base, name, Roots::anywhere())
+}
+
+/// [`parse_nemo`], the shards of a tarred manifest (lines with `shard_id`) opened beneath
+/// `roots`.
+pub fn parse_nemo_in(
+    reader: impl std::io::BufRead,
+    base: PathBuf,
+    name: String,
+    roots: Roots,
+) -> impl Iterator<Item = Result<Entry, std::io::Error>> {
+    let mut shards = TarredShards::new(roots, base.clone());
     reader
         .split(b'\n')
         .enumerate()
@@ -337,7 +359,7 @@ pub fn parse_nemo(
         .map(move |(n, line)| {
             let line = line?;
             Ok(match std::str::from_utf8(&line) {
-                Ok(text) => nemo_entry(text, n + 1, &base, &name),
+                Ok(text) => nemo_entry(text, n + 1, &base, &name, &mut shards),
                 // One bad line is one failed item, not a failed job.
                 Err(e) => Entry::Invalid {
                     id: format!("{name}:{}", n + 1),
@@ -347,7 +369,13 @@ pub fn parse_nemo(
         })
 }
 
-fn nemo_entry(line: &str, number: usize, base: &Path, name: &str) -> Entry {
+fn nemo_entry(
+    line: &str,
+    number: usize,
+    base: &Path,
+    name: &str,
+    shards: &mut TarredShards,
+) -> Entry {
     let line_id = format!("{name}:{number}");
     // serde reads a struct from a JSON array too, by position (`["a.wav"]` would be an item):
     // a NeMo line is an object.
@@ -370,17 +398,36 @@ fn nemo_entry(line: &str, number: usize, base: &Path, name: &str) -> Entry {
                     id: line_id,
                     reason,
                 },
-                Ok(()) => Entry::Item(SourceItem {
-                    id: if l.offset.is_some() {
-                        format!("{}@{offset}", l.audio_filepath)
+                Ok(()) => {
+                    let file = match l.shard_id {
+                        // A member: its id names its shard, where member names are unique.
+                        Some(shard) => format!("audio_{shard}.tar/{}", l.audio_filepath),
+                        None => l.audio_filepath.clone(),
+                    };
+                    let id = if l.offset.is_some() {
+                        format!("{file}@{offset}")
                     } else {
-                        l.audio_filepath.clone()
-                    },
-                    path: resolve(base, &l.audio_filepath),
-                    offset_s: offset,
-                    duration_s: l.duration,
-                    member: None,
-                }),
+                        file
+                    };
+                    match l.shard_id {
+                        Some(shard) => {
+                            match shards.item(id, shard, &l.audio_filepath, offset, l.duration) {
+                                Ok(item) => Entry::Item(item),
+                                Err(reason) => Entry::Invalid {
+                                    id: line_id,
+                                    reason,
+                                },
+                            }
+                        }
+                        None => Entry::Item(SourceItem {
+                            id,
+                            path: resolve(base, &l.audio_filepath),
+                            offset_s: offset,
+                            duration_s: l.duration,
+                            member: None,
+                        }),
+                    }
+                }
             }
         }
     }
