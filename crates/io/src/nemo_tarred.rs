@@ -15,11 +15,14 @@ use crate::tar_index::{tar_members, TarListError, TarMember};
 /// out of order costs a listing of its shard's headers again, not a wrong item).
 const SHARDS_KEPT: usize = 4;
 
+/// A shard's members by name, or why it cannot be listed.
+type Listing = Rc<Result<HashMap<String, TarMember>, String>>;
+
 /// The shards of a tarred manifest, each listed (its headers alone) when a line first names it.
 pub(crate) struct TarredShards {
     roots: Roots,
     folder: PathBuf,
-    listed: VecDeque<(u64, Rc<Result<HashMap<String, TarMember>, String>>)>,
+    listed: VecDeque<(u64, Listing)>,
 }
 
 impl TarredShards {
@@ -65,11 +68,7 @@ impl TarredShards {
         })
     }
 
-    fn members(
-        &mut self,
-        shard_id: u64,
-        tar: &Path,
-    ) -> Rc<Result<HashMap<String, TarMember>, String>> {
+    fn members(&mut self, shard_id: u64, tar: &Path) -> Listing {
         if let Some((_, listed)) = self.listed.iter().find(|(id, _)| *id == shard_id) {
             return listed.clone();
         }
