@@ -41,6 +41,7 @@ EVERY_OPTION = {
     "shard_count": 3,
     "dtype": "f16",
     "part_mb": 7,
+    "part_format": "webdataset",
     "channel": 0,
     "max_duration": 3600.0,
     "max_channels": 8,
@@ -176,6 +177,7 @@ def test_every_option_plans_the_same_job_through_the_three_doors(root, server):
     assert cli == api == python
     # Every option made it through, none fell back to its default.
     assert cli["workers"] == 3 and cli["batch_items"] == 5 and cli["part_mb"] == 7
+    assert cli["part_format"] == "webdataset"
     assert (cli["shard_index"], cli["shard_count"]) == (1, 3)
     assert cli["spec"]["n_mels"] == 64 and cli["precision"] == "f32" and cli["dtype"] == "f16"
     assert cli["iq"] == {"sample_rate": 48000.0, "format": "ci16_le", "max_samples": 1000000}

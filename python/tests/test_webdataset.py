@@ -66,3 +66,31 @@ def test_ids_and_samples_are_webdatasets(tmp_path: Path) -> None:
     got = {row["id"]: json.loads(row["sample"]) for row in table.to_pylist()}
     assert got == want, (got, want)
     assert all(n > 0 for n in table.column("num_frames").to_pylist())
+
+
+def test_webdataset_parts_hold_the_parquet_rows(tmp_path: Path) -> None:
+    """`--part-format webdataset` writes each row as a sample webdataset reads: KEY.npy is the
+    row's [frames, bins] features, KEY.json its other columns, as the Parquet parts hold them."""
+    webdataset = required.module("webdataset")
+    np = required.module("numpy")
+    outs = {}
+    for part_format in ["parquet", "webdataset"]:
+        out = tmp_path / part_format
+        done = subprocess.run([BIN, "extract", str(DATA), "--out", str(out), "--preset", "whisper", "--dtype", "f16",
+                               "--part-format", part_format, "--no-progress"],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        outs[part_format] = out
+    rows = {(r["id"], r["offset_s"]): r for r in pq.read_table(outs["parquet"]).to_pylist()}
+    shards = sorted(str(p) for p in outs["webdataset"].glob("part-*.tar"))
+    assert shards and not list(outs["webdataset"].glob("*.parquet"))
+    seen = 0
+    for sample in webdataset.WebDataset(shards, shardshuffle=False).decode():
+        columns = sample["json"]
+        row = rows[(columns["id"], columns["offset_s"])]
+        assert {k: row[k] for k in columns} == columns
+        features = sample["npy"]
+        assert features.dtype == np.float16 and features.shape == (row["num_frames"], row["num_bins"])
+        assert np.array_equal(features, np.asarray(row["features"], dtype=np.float16))
+        seen += 1
+    assert seen == len(rows) > 0

@@ -20,6 +20,7 @@ pub mod table;
 mod tar_index;
 pub mod transcripts;
 pub mod walk;
+pub mod wds_part;
 pub mod webdataset;
 
 use std::path::Path;

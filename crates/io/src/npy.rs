@@ -39,7 +39,18 @@ pub fn write_npy(
         source,
     };
     let (draft, mut file) = Draft::create(path).map_err(io)?;
-    file.write_all(&npy_header(shape, dtype)).map_err(io)?;
+    encode_npy(shape, data, dtype, &mut file).map_err(io)?;
+    draft.sync(file).and_then(Synced::publish).map_err(io)
+}
+
+/// Writes the `.npy` of `data` (`shape`'s product of values, checked by the caller) to `out`.
+pub(crate) fn encode_npy(
+    shape: &[usize],
+    data: &[f32],
+    dtype: Dtype,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    out.write_all(&npy_header(shape, dtype))?;
     // Converted a block at a time: one write per block, a loop the compiler vectorises.
     let mut bytes = Vec::with_capacity(1 << 16);
     for block in data.chunks(1 << 14) {
@@ -52,9 +63,9 @@ pub fn write_npy(
                 .iter()
                 .for_each(|&v| bytes.extend_from_slice(&half::f16::from_f32(v).to_le_bytes())),
         }
-        file.write_all(&bytes).map_err(io)?;
+        out.write_all(&bytes)?;
     }
-    draft.sync(file).and_then(Synced::publish).map_err(io)
+    Ok(())
 }
 
 /// Preamble + header dict, space-padded so that the data starts on a 64-byte boundary.

@@ -420,7 +420,7 @@ pub struct PartWriter {
 
 /// A part whose temporary file is complete and synced, waiting to be renamed into place.
 pub struct ClosedPart {
-    synced: Synced,
+    pub(crate) synced: Synced,
     pub bytes: u64,
     pub rows: usize,
 }

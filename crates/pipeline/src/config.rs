@@ -13,6 +13,37 @@ use sonograph_model::{VadParams, VadSegmenter};
 
 use crate::error::JobError;
 
+/// What a job's parts are.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum PartFormat {
+    /// Parquet parts, a row per item or piece (docs/reading.md).
+    #[default]
+    Parquet,
+    /// WebDataset tar shards, a sample per row: KEY.npy ([frames, bins]) and KEY.json (the
+    /// other columns), for loaders that read WebDataset.
+    Webdataset,
+}
+
+impl PartFormat {
+    /// Its name, and its parts' extension.
+    pub fn name(self) -> &'static str {
+        match self {
+            PartFormat::Parquet => "parquet",
+            PartFormat::Webdataset => "webdataset",
+        }
+    }
+
+    pub fn extension(self) -> &'static str {
+        match self {
+            PartFormat::Parquet => "parquet",
+            PartFormat::Webdataset => "tar",
+        }
+    }
+}
+
 /// Everything a job needs to know.
 #[derive(Debug, Clone)]
 pub struct JobConfig {
@@ -39,6 +70,7 @@ pub struct JobConfig {
     pub dtype: Dtype,
     /// A part is closed once its features reach this many MiB.
     pub part_mb: usize,
+    pub part_format: PartFormat,
     /// Draw a progress bar (on a terminal); otherwise a log line every 10 s.
     pub progress: bool,
     /// How IQ recordings in the source are read.
@@ -110,6 +142,7 @@ impl JobConfig {
             shard_count: 1,
             dtype: Dtype::F32,
             part_mb: defaults::PART_MB,
+            part_format: PartFormat::Parquet,
             progress: false,
             iq: IqOptions::default(),
             model: None,

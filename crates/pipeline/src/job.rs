@@ -133,6 +133,10 @@ fn run_stages(
     if source.has_archive_members() {
         shape["sample"] = true.into();
     }
+    // Parts of another format (absent for Parquet, as folders made before recorded it).
+    if config.part_format != crate::config::PartFormat::Parquet {
+        shape["part_format"] = config.part_format.name().into();
+    }
     let (ledger, _lock) = match open_output(
         &layout,
         &config.roots,
@@ -183,7 +187,8 @@ fn run_stages(
         },
         config.part_mb << 20,
     )?
-    .with_encoders(config.workers);
+    .with_encoders(config.workers)
+    .with_format(config.part_format);
     let bar = progress_bar(config.progress, todo);
     // Opened after the writer's ledger, which created the file and settled its pending parts.
     let ledger_reader = LedgerReader::open(&layout.ledger)?;

@@ -48,7 +48,7 @@ mod writer;
 pub use batcher::{
     AdaptiveBatcher, BatchDevice, BatchError, BatchInput, BatchOutput, BatchStats, BatcherConfig,
 };
-pub use config::{bounds, defaults, IqOptions, JobConfig, ModelConfig};
+pub use config::{bounds, defaults, IqOptions, JobConfig, ModelConfig, PartFormat};
 pub use error::{panic_text, JobError};
 pub use executor::Unit;
 pub use job::{run, run_live, run_with, JobOutcome};

@@ -13,7 +13,7 @@ use sonograph_io::parquet::Dtype;
 use sonograph_io::sigmf::DataType;
 use sonograph_model::{ModelDevice, VadParams};
 
-use crate::config::{defaults, IqOptions, JobConfig, ModelConfig};
+use crate::config::{defaults, IqOptions, JobConfig, ModelConfig, PartFormat};
 use crate::error::JobError;
 
 /// The arithmetic of the spectral core.
@@ -354,6 +354,12 @@ pub struct JobOptions {
         arg(long, env = "SONOGRAPH_PART_MB", default_value_t = defaults::PART_MB)
     )]
     pub part_mb: usize,
+    /// What the parts are: Parquet, or WebDataset tar shards (KEY.npy and KEY.json per row).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "SONOGRAPH_PART_FORMAT", value_enum, default_value_t)
+    )]
+    pub part_format: PartFormat,
     /// Use one channel (0-based) instead of the mean of all channels.
     #[cfg_attr(feature = "cli", arg(long, env = "SONOGRAPH_CHANNEL"))]
     pub channel: Option<usize>,
@@ -458,6 +464,7 @@ impl Default for JobOptions {
             shard_count: None,
             dtype: DtypeChoice::default(),
             part_mb: defaults::PART_MB,
+            part_format: PartFormat::Parquet,
             channel: None,
             max_duration: defaults::MAX_DURATION,
             max_channels: defaults::MAX_CHANNELS,
@@ -517,6 +524,7 @@ impl Plan {
             "shard_count": c.shard_count,
             "dtype": c.dtype.name(),
             "part_mb": c.part_mb,
+            "part_format": c.part_format.name(),
             "channel": match c.mix {
                 ChannelMix::Mean => serde_json::Value::Null,
                 ChannelMix::Select(k) => k.into(),
@@ -593,6 +601,7 @@ impl JobOptions {
         config.shard_count = shard_count;
         config.dtype = self.dtype.into();
         config.part_mb = self.part_mb;
+        config.part_format = self.part_format;
         config.iq = IqOptions {
             sample_rate: self.sample_rate,
             raw: self.format.map(IqFormat::datatype),

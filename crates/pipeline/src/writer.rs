@@ -9,7 +9,10 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use sonograph_dsp::FeatureSpec;
 use sonograph_io::ledger::{Ledger, PieceRecord};
-use sonograph_io::parquet::{Dtype, FeatureRow, PartMeta, PartWriter};
+use sonograph_io::parquet::{ClosedPart, Dtype, FeatureRow, PartMeta, PartWriter};
+use sonograph_io::wds_part::TarPartWriter;
+
+use crate::config::PartFormat;
 
 use crate::error::JobError;
 use crate::live::{LiveJob, Queue, Stage};
@@ -118,7 +121,8 @@ pub(crate) struct Writer {
     /// The samples of the items in flight whose rows carry one, until their last row.
     samples: HashMap<String, String>,
     /// The part being written, its file name, and its rows as the ledger will record them.
-    open: Option<(PartWriter, String)>,
+    open: Option<(Part, String)>,
+    format: PartFormat,
     records: Vec<PieceRecord>,
     bytes: usize,
     pub stats: WriterStats,
@@ -142,6 +146,12 @@ impl Writer {
     /// Parts encode up to `encoders` row groups at once (by default one per core, at most 8).
     pub fn with_encoders(mut self, encoders: usize) -> Self {
         self.encoders = encoders;
+        self
+    }
+
+    /// Parts of `format` (Parquet by default).
+    pub fn with_format(mut self, format: PartFormat) -> Self {
+        self.format = format;
         self
     }
 
@@ -170,6 +180,7 @@ impl Writer {
             unrecorded: Vec::new(),
             samples: HashMap::new(),
             open: None,
+            format: PartFormat::Parquet,
             records: Vec::new(),
             bytes: 0,
             stats: WriterStats::default(),
@@ -296,12 +307,24 @@ impl Writer {
     }
 
     /// The part being written, begun if none is.
-    fn open_part(&mut self) -> Result<&mut PartWriter, JobError> {
+    fn open_part(&mut self) -> Result<&mut Part, JobError> {
         if self.open.is_none() {
-            let file = format!("part-{:05}-{:05}.parquet", self.shard_index, self.next_part);
+            let file = format!(
+                "part-{:05}-{:05}.{}",
+                self.shard_index,
+                self.next_part,
+                self.format.extension()
+            );
             let path = self.parts_dir.join(&file);
-            let part =
-                PartWriter::create_with_encoders(&path, self.dtype, &self.meta, self.encoders)?;
+            let part = match self.format {
+                PartFormat::Parquet => Part::Parquet(Box::new(PartWriter::create_with_encoders(
+                    &path,
+                    self.dtype,
+                    &self.meta,
+                    self.encoders,
+                )?)),
+                PartFormat::Webdataset => Part::Tar(TarPartWriter::create(&path, self.dtype)?),
+            };
             self.open = Some((part, file));
         }
         Ok(&mut self.open.as_mut().expect("opened above").0)
@@ -350,6 +373,28 @@ impl Writer {
         self.bytes = 0;
         self.stats.write_s += t.elapsed().as_secs_f64();
         Ok(())
+    }
+}
+
+/// The part being written, of the job's format.
+enum Part {
+    Parquet(Box<PartWriter>),
+    Tar(TarPartWriter),
+}
+
+impl Part {
+    fn push(&mut self, row: FeatureRow) -> Result<(), sonograph_io::WriteError> {
+        match self {
+            Part::Parquet(p) => p.push(row),
+            Part::Tar(p) => p.push(row),
+        }
+    }
+
+    fn close(self) -> Result<ClosedPart, sonograph_io::WriteError> {
+        match self {
+            Part::Parquet(p) => p.close(),
+            Part::Tar(p) => p.close(),
+        }
     }
 }
 
