@@ -1108,6 +1108,9 @@ fn a_nemo_tarred_manifest_reads_its_shards() {
     }
     tarred_lines += "{\"audio_filepath\": \"missing.wav\", \"shard_id\": 1}\n";
     tarred_lines += "{\"audio_filepath\": \"a.wav\", \"shard_id\": 7}\n";
+    // A shard_id as text is read as its number; one that is none is a failed line.
+    tarred_lines += "{\"audio_filepath\": \"b.flac\", \"shard_id\": \"0\", \"offset\": 0.5}\n";
+    tarred_lines += "{\"audio_filepath\": \"a.wav\", \"shard_id\": \"x\"}\n";
     let (tarred_manifest, plain_manifest) = (
         tarred.join("tarred_audio_manifest.json"),
         tmp.path("plain.json"),
@@ -1139,6 +1142,7 @@ fn a_nemo_tarred_manifest_reads_its_shards() {
             "audio_0.tar/a-sub1.wav@0.25",
             "audio_0.tar/a.wav",
             "audio_0.tar/b.flac",
+            "audio_0.tar/b.flac@0.5",
             "audio_1.tar/c.wav@0.5"
         ]
     );
@@ -1162,7 +1166,7 @@ fn a_nemo_tarred_manifest_reads_its_shards() {
         );
     }
     let r = report(&by_shard, "report.json");
-    assert_eq!((r.items_ok, r.items_failed), (4, 2));
+    assert_eq!((r.items_ok, r.items_failed), (5, 3));
     let reasons: Vec<&str> = r.failures.iter().map(|f| f.reason.as_str()).collect();
     assert!(
         reasons[0].contains("audio_1.tar: no member named \"missing.wav\""),
@@ -1170,6 +1174,10 @@ fn a_nemo_tarred_manifest_reads_its_shards() {
     );
     assert!(
         reasons[1].contains("audio_7.tar: cannot open"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[2].contains("shard_id \"x\" is not a whole number"),
         "{reasons:?}"
     );
 }

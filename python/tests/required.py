@@ -12,7 +12,7 @@ def module(name: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except ImportError as e:
-        why = f"{name} is not installed ({e}; pip install -r scripts/requirements-test.txt)"
+        why = f"{name} is not installed ({e}; pip install -r scripts/requirements-test.txt, which holds the readers)"
         if os.environ.get("SONOGRAPH_REQUIRE_PYTHON") == "1":
             pytest.fail(f"{why}, and SONOGRAPH_REQUIRE_PYTHON=1")
         pytest.skip(why)

@@ -20,8 +20,9 @@ AUDIO = {"flac", "wav", "mp3", "ogg"}
 
 
 def make_shard(path: Path) -> None:
-    """Samples of one and two audio members, a key with a dot in its folder, text fields of
-    each kind webdataset's basic handlers decode, and members that belong to no sample."""
+    """Samples of one audio member each, a key with a dot in its folder and one in its file
+    name's extension, text fields of each kind webdataset's basic handlers decode, and members
+    that belong to no sample."""
     flac = (DATA / "speech_16000_mono_s16.flac").read_bytes()
     wav = (DATA / "speech_44100_stereo_s16.wav").read_bytes()
     members = [
@@ -88,6 +89,7 @@ def test_webdataset_parts_hold_the_parquet_rows(tmp_path: Path) -> None:
     for sample in webdataset.WebDataset(shards, shardshuffle=False).decode():
         columns = sample["json"]
         row = rows[(columns["id"], columns["offset_s"])]
+        assert set(columns) == set(row) - {"features"}
         assert {k: row[k] for k in columns} == columns
         features = sample["npy"]
         assert features.dtype == np.float16 and features.shape == (row["num_frames"], row["num_bins"])

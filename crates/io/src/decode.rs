@@ -173,7 +173,8 @@ impl AudioReader {
     }
 
     /// A source's item, opened beneath `roots`: its file, or its bytes in a tar archive (a
-    /// WebDataset shard's member, named `item.path`, the archive's path joined with its name).
+    /// WebDataset or NeMo shard's member, named `item.path`, the archive's path joined with
+    /// its name).
     pub fn open_item(
         roots: &Roots,
         item: &SourceItem,

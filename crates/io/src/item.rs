@@ -8,17 +8,25 @@ use crate::sigmf::IqSource;
 /// File extensions treated as audio when walking a directory.
 pub const AUDIO_EXTENSIONS: &[&str] = &["wav", "wave", "flac", "mp3", "ogg", "oga"];
 
+/// Whether `path` names audio, by its extension (any case).
+pub fn is_audio(path: &std::path::Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| AUDIO_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
+}
+
 /// One unit of work: a file, or a span of it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourceItem {
-    /// Stable identifier: the path relative to the walked directory, the CSV `id`, or the
-    /// NeMo `audio_filepath` (with `@offset` when an offset is given).
+    /// Stable identifier: the path relative to the walked directory, the CSV `id`, the NeMo
+    /// `audio_filepath` (with `@offset` when an offset is given; `audio_N.tar/` before it in a
+    /// tarred manifest), or a WebDataset shard's path and the sample's key.
     pub id: String,
     pub path: PathBuf,
     pub offset_s: f64,
     pub duration_s: Option<f64>,
-    /// Where its bytes are when they are a member of a tar archive (a WebDataset shard) and
-    /// not a file of their own; `path` is then the archive's path joined with the member's
+    /// Where its bytes are when they are a member of a tar archive (a WebDataset shard, or a
+    /// NeMo tarred dataset's) and not a file of their own; `path` is then the archive's path joined with the member's
     /// name.
     pub member: Option<ArchiveMember>,
 }

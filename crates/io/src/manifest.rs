@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use thiserror::Error;
 
-pub use crate::item::{ArchiveMember, Entry, SampleMember, SourceItem, AUDIO_EXTENSIONS};
+pub use crate::item::{is_audio, ArchiveMember, Entry, SampleMember, SourceItem, AUDIO_EXTENSIONS};
 use crate::nemo_tarred::TarredShards;
 use crate::roots::Roots;
 use crate::sigmf::{list_recordings_in, raw_datatype, DataType, IqSource};
@@ -53,12 +53,6 @@ pub struct SourceOptions {
     /// Where the source and what it lists may be opened from (a manifest, an archive; the
     /// items' own files are opened beneath them by whoever reads them).
     pub roots: Roots,
-}
-
-fn is_audio(path: &Path) -> bool {
-    path.extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| AUDIO_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
 }
 
 /// A SigMF file, a `.sigmf` archive or a raw IQ file, by its name.
@@ -187,8 +181,8 @@ impl Source {
         &self.path
     }
 
-    /// Whether any of its items is a member of a tar archive (a WebDataset shard), whose
-    /// sample the output carries.
+    /// Whether any of its items is a member of a WebDataset shard, whose sample the output
+    /// carries (a NeMo tarred manifest's members carry none: their text is the manifest's).
     pub fn has_archive_members(&self) -> bool {
         match &self.kind {
             SourceKind::Dir(entries) => entries
@@ -302,9 +296,10 @@ pub fn walk_files(root: &Path, accept: impl Fn(&Path) -> bool) -> Result<Vec<Ent
 #[derive(Deserialize)]
 struct NemoLine {
     audio_filepath: String,
-    /// NeMo's tarred datasets: the audio is a member of `audio_{shard_id}.tar`.
+    /// NeMo's tarred datasets: the audio is a member of `audio_{shard_id}.tar` (a whole
+    /// number, or its text).
     #[serde(default)]
-    shard_id: Option<u64>,
+    shard_id: Option<serde_json::Value>,
     #[serde(default)]
     offset: Option<f64>,
     #[serde(default)]
@@ -399,7 +394,19 @@ fn nemo_entry(
                     reason,
                 },
                 Ok(()) => {
-                    let file = match l.shard_id {
+                    let shard_id = match &l.shard_id {
+                        None => None,
+                        Some(v) => match v.as_u64().or_else(|| v.as_str()?.parse().ok()) {
+                            Some(n) => Some(n),
+                            None => {
+                                return Entry::Invalid {
+                                    id: line_id,
+                                    reason: format!("shard_id {v} is not a whole number"),
+                                }
+                            }
+                        },
+                    };
+                    let file = match shard_id {
                         // A member: its id names its shard, where member names are unique.
                         Some(shard) => format!("audio_{shard}.tar/{}", l.audio_filepath),
                         None => l.audio_filepath.clone(),
@@ -409,7 +416,7 @@ fn nemo_entry(
                     } else {
                         file
                     };
-                    match l.shard_id {
+                    match shard_id {
                         Some(shard) => {
                             match shards.item(id, shard, &l.audio_filepath, offset, l.duration) {
                                 Ok(item) => Entry::Item(item),

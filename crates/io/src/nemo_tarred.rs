@@ -10,6 +10,7 @@ use std::rc::Rc;
 use crate::item::{ArchiveMember, SourceItem};
 use crate::roots::Roots;
 use crate::tar_index::{tar_members, TarListError, TarMember};
+use crate::webdataset::check_end;
 
 /// Shards listed at once: a manifest's lines come shard after shard, as NeMo writes them (one
 /// out of order costs a listing of its shard's headers again, not a wrong item).
@@ -77,12 +78,14 @@ impl TarredShards {
             .open(tar)
             .map_err(|e| format!("{}: cannot open: {e}", tar.display()))
             .and_then(|mut f| {
-                tar_members(&mut f).map_err(|e| match e {
+                let members = tar_members(&mut f).map_err(|e| match e {
                     TarListError::Bad(reason) => format!("{}: {reason}", tar.display()),
                     TarListError::Truncated(reason) => {
                         format!("{}: truncated: {reason}", tar.display())
                     }
-                })
+                })?;
+                check_end(&f, &members).map_err(|reason| format!("{}: {reason}", tar.display()))?;
+                Ok(members)
             })
             .map(|members| {
                 members

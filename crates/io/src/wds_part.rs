@@ -108,10 +108,6 @@ impl TarPartWriter {
             .map_err(io_error(&self.path))
     }
 
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
     /// Ends the archive (its two zero blocks) and syncs the temporary file.
     pub fn close(self) -> Result<ClosedPart, WriteError> {
         let path = self.path;

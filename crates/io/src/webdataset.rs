@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::item::{ArchiveMember, Entry, SampleMember, SourceItem, AUDIO_EXTENSIONS};
+use crate::item::{is_audio, ArchiveMember, Entry, SampleMember, SourceItem};
 use crate::roots::Roots;
 use crate::tar_index::{plain_member_name, tar_members, TarListError, TarMember};
 
@@ -40,19 +40,13 @@ const TEXT_FIELDS: &[&str] = &[
     "jsn",
 ];
 
-/// The largest text member read, in bytes: a sample's labels and metadata, not its data.
-pub const MAX_SAMPLE_MEMBER_BYTES: u64 = 1 << 20;
+/// The most text a sample's members hold together, in bytes: a sample's labels and metadata,
+/// not its data (every row of the item carries it).
+pub const MAX_SAMPLE_BYTES: u64 = 1 << 20;
 
 fn is_text_field(extension: &str) -> bool {
     let last = extension.rsplit('.').next().unwrap_or(extension);
     TEXT_FIELDS.contains(&last.to_ascii_lowercase().as_str())
-}
-
-fn is_audio(name: &str) -> bool {
-    Path::new(name)
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| AUDIO_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
 }
 
 /// The items of the shard `tar` (opened beneath `roots`), with ids `shard_id/key`, or
@@ -85,7 +79,16 @@ pub fn shard_entries(roots: &Roots, tar: &Path, shard_id: &str) -> Vec<Entry> {
     let mut samples: Vec<(&str, Vec<&TarMember>)> = Vec::new();
     let mut index = std::collections::HashMap::new();
     let mut texts: std::collections::HashMap<&str, Vec<SampleMember>> = Default::default();
-    for member in &members {
+    // A name stored twice (`tar -r`) is its last copy, as tar extracts it.
+    let last: std::collections::HashMap<&str, usize> = members
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (m.name.as_str(), i))
+        .collect();
+    for (i, member) in members.iter().enumerate() {
+        if last[member.name.as_str()] != i {
+            continue;
+        }
         let Some((key, extension)) = key_and_extension(&member.name) else {
             continue;
         };
@@ -97,7 +100,7 @@ pub fn shard_entries(roots: &Roots, tar: &Path, shard_id: &str) -> Vec<Entry> {
             });
             continue;
         }
-        if !is_audio(&member.name) {
+        if !is_audio(Path::new(&member.name)) {
             continue;
         }
         let at = *index.entry(key).or_insert_with(|| {
@@ -148,7 +151,7 @@ pub fn shard_entries(roots: &Roots, tar: &Path, shard_id: &str) -> Vec<Entry> {
 /// The text members of `member`'s sample (read from its archive, opened beneath `roots`) as a
 /// JSON object by field: `json` members parsed, integer fields (`cls`, `index`, ...) as numbers
 /// where they are, the others as text; `None` for a sample without any. A member over
-/// [`MAX_SAMPLE_MEMBER_BYTES`], or one that cannot be read, is the item's failure.
+/// [`MAX_SAMPLE_BYTES`] together, or one that cannot be read, is the item's failure.
 pub fn read_sample(roots: &Roots, member: &ArchiveMember) -> Result<Option<String>, String> {
     use std::os::unix::fs::FileExt;
     if member.sample.is_empty() {
@@ -157,15 +160,15 @@ pub fn read_sample(roots: &Roots, member: &ArchiveMember) -> Result<Option<Strin
     let file = roots
         .open(&member.archive)
         .map_err(|e| format!("cannot open the archive: {e}"))?;
+    let total: u64 = member.sample.iter().map(|f| f.size).sum();
+    if total > MAX_SAMPLE_BYTES {
+        return Err(format!(
+            "the sample's text members hold {total} bytes; a sample carries up to \
+             {MAX_SAMPLE_BYTES}"
+        ));
+    }
     let mut fields = serde_json::Map::new();
     for field in &member.sample {
-        if field.size > MAX_SAMPLE_MEMBER_BYTES {
-            return Err(format!(
-                "the sample's .{} member holds {} bytes; a sample's text members are read up \
-                 to {MAX_SAMPLE_MEMBER_BYTES}",
-                field.extension, field.size
-            ));
-        }
         let mut bytes = vec![0u8; field.size as usize];
         file.read_exact_at(&mut bytes, field.offset)
             .map_err(|e| format!("the sample's .{} member: {e}", field.extension))?;
@@ -187,7 +190,7 @@ pub fn read_sample(roots: &Roots, member: &ArchiveMember) -> Result<Option<Strin
 /// A shard cut short within its headers reads as one that ends there (the tar crate stops at
 /// the end of the file): a whole archive ends with two zero blocks after its last member
 /// (POSIX; GNU tar and Python's tarfile write them), so one without them lost members.
-fn check_end(f: &std::fs::File, members: &[TarMember]) -> Result<(), String> {
+pub(crate) fn check_end(f: &std::fs::File, members: &[TarMember]) -> Result<(), String> {
     let len = f.metadata().map_err(|e| format!("cannot read: {e}"))?.len();
     let data_end = members
         .last()
@@ -212,7 +215,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sonograph-wds-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let tar = dir.join("s.tar");
-        let members: [(&str, &[u8]); 8] = [
+        let members: [(&str, &[u8]); 9] = [
             ("utt1.flac", b"flac bytes"),
             ("utt1.json", b"{}"),
             ("d/utt2.seg.wav", b"wav bytes"),
@@ -221,6 +224,8 @@ mod tests {
             ("README", b"no key"),
             ("utt4.txt", b"text only"),
             ("bad\nname.wav", b"x"),
+            // Stored again (`tar -r`): its last copy is the member.
+            ("d/utt2.seg.wav", b"wav again"),
         ];
         let mut builder = tar::Builder::new(std::fs::File::create(&tar).unwrap());
         for (name, bytes) in members {
@@ -237,18 +242,19 @@ mod tests {
             ids,
             [
                 "shards/s.tar/utt1",
-                "shards/s.tar/d/utt2",
                 "shards/s.tar/utt3.wav",
                 "shards/s.tar/utt3.FLAC",
                 "shards/s.tar/bad\\nname",
+                "shards/s.tar/d/utt2",
             ]
         );
         let whole = std::fs::read(&tar).unwrap();
-        for (entry, want) in entries.iter().zip([
+        let items = entries.iter().filter(|e| matches!(e, Entry::Item(_)));
+        for (entry, want) in items.zip([
             &b"flac bytes"[..],
-            b"wav bytes",
             b"three wav",
             b"three flac",
+            b"wav again",
         ]) {
             let Entry::Item(item) = entry else {
                 panic!("{entry:?}")
@@ -261,8 +267,8 @@ mod tests {
             assert_eq!(m.archive, tar);
             assert!(item.path.starts_with(&tar));
         }
-        let Entry::Invalid { reason, .. } = &entries[4] else {
-            panic!("{:?}", entries[4])
+        let Entry::Invalid { reason, .. } = &entries[3] else {
+            panic!("{:?}", entries[3])
         };
         assert!(
             reason.contains("must be a relative path") && !reason.contains('\n'),
@@ -278,9 +284,9 @@ mod tests {
             Some("{\"json\":{}}")
         );
         let mut big = member.clone();
-        big.sample[0].size = MAX_SAMPLE_MEMBER_BYTES + 1;
+        big.sample[0].size = MAX_SAMPLE_BYTES + 1;
         let err = read_sample(&Roots::anywhere(), &big).unwrap_err();
-        assert!(err.contains("holds 1048577 bytes"), "{err}");
+        assert!(err.contains("hold 1048577 bytes"), "{err}");
         // A shard cut short is one invalid entry, the shard's.
         std::fs::write(&tar, &whole[..700]).unwrap();
         let entries = shard_entries(&Roots::anywhere(), &tar, "s.tar");

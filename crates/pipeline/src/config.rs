@@ -12,37 +12,7 @@ use sonograph_io::Roots;
 use sonograph_model::{VadParams, VadSegmenter};
 
 use crate::error::JobError;
-
-/// What a job's parts are.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
-#[serde(rename_all = "lowercase")]
-pub enum PartFormat {
-    /// Parquet parts, a row per item or piece (docs/reading.md).
-    #[default]
-    Parquet,
-    /// WebDataset tar shards, a sample per row: KEY.npy ([frames, bins]) and KEY.json (the
-    /// other columns), for loaders that read WebDataset.
-    Webdataset,
-}
-
-impl PartFormat {
-    /// Its name, and its parts' extension.
-    pub fn name(self) -> &'static str {
-        match self {
-            PartFormat::Parquet => "parquet",
-            PartFormat::Webdataset => "webdataset",
-        }
-    }
-
-    pub fn extension(self) -> &'static str {
-        match self {
-            PartFormat::Parquet => "parquet",
-            PartFormat::Webdataset => "tar",
-        }
-    }
-}
+pub use crate::part_format::PartFormat;
 
 /// Everything a job needs to know.
 #[derive(Debug, Clone)]

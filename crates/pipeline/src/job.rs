@@ -203,16 +203,6 @@ fn run_stages(
     // Inserted stages sit between two queues each: units from the decoders to the executors,
     // rows from the executors (and decoders) to the writer.
     let units_in_executors = !stages.units.is_empty();
-    let (unit_tx, unit_rx, unit_stage_handles) = chain(
-        unit_tx,
-        unit_rx,
-        stages.units,
-        config.prefetch * config.batch_items,
-        {
-            let writer_tx = writer_tx.clone();
-            move |stage, input, output| run_unit_stage(stage, input, output, writer_tx.clone())
-        },
-    )?;
     // The model runs last, on the rows as the other stages leave them. Its input queue holds
     // two of its batches: the data side fills the next one while one runs.
     let mut row_stages = stages.rows;
@@ -228,6 +218,18 @@ fn run_stages(
         row_stages,
         row_capacity,
         run_row_stage,
+    )?;
+    // A unit stage's failures enter the row stages' head, as every other message does, so that
+    // none overtakes what an item sent before it (its sample, through the model stage).
+    let (unit_tx, unit_rx, unit_stage_handles) = chain(
+        unit_tx,
+        unit_rx,
+        stages.units,
+        config.prefetch * config.batch_items,
+        {
+            let writer_tx = writer_tx.clone();
+            move |stage, input, output| run_unit_stage(stage, input, output, writer_tx.clone())
+        },
     )?;
 
     let writer_handle = {

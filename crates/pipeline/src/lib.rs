@@ -27,6 +27,7 @@ pub mod manifest;
 pub mod model;
 pub mod one_file;
 pub mod options;
+mod part_format;
 mod report;
 pub mod request;
 pub mod rf_features;

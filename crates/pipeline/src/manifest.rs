@@ -11,7 +11,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 use serde::Serialize;
 use sonograph_io::decode::{AudioReader, DecodeOptions, Limits};
-use sonograph_io::manifest::AUDIO_EXTENSIONS;
+use sonograph_io::manifest::is_audio;
 use sonograph_io::publish::Draft;
 use sonograph_io::walk::walk_sorted;
 
@@ -132,12 +132,6 @@ pub fn write_manifest(o: &ManifestOptions) -> Result<ManifestReport, JobError> {
         .map_err(io_err(&o.out))?;
     report.wall_seconds = started.elapsed().as_secs_f64();
     Ok(report)
-}
-
-fn is_audio(path: &Path) -> bool {
-    path.extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| AUDIO_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
 }
 
 /// `path` relative to `base` where it is under it, else as it is (absolute).

@@ -12,7 +12,7 @@ use sonograph_io::ledger::{Ledger, PieceRecord};
 use sonograph_io::parquet::{ClosedPart, Dtype, FeatureRow, PartMeta, PartWriter};
 use sonograph_io::wds_part::TarPartWriter;
 
-use crate::config::PartFormat;
+use crate::part_format::PartFormat;
 
 use crate::error::JobError;
 use crate::live::{LiveJob, Queue, Stage};
@@ -291,7 +291,11 @@ impl Writer {
         self.stats.audio_seconds += row.duration_s;
         self.stats.feature_bytes += (row.values() * self.dtype.bytes()) as u64;
         let t = Instant::now();
-        self.bytes += row.values() * 4 + row.id.len() + row.source.len() + 64;
+        self.bytes += row.values() * 4
+            + row.id.len()
+            + row.source.len()
+            + row.sample.as_ref().map_or(0, String::len)
+            + 64;
         self.records.push(PieceRecord {
             item_id: row.id.clone(),
             piece,
