@@ -19,6 +19,7 @@
 //! | [`spec`] | `FeatureSpec` JSON and TOML, and the CPU extractor of a valid one |
 //! | [`alert_rules`] | the `--alerts` TOML and the alert engine under its rules |
 //! | [`job_request`] | the jobs API's request body, its plan and its paths |
+//! | [`webdataset_shard`] | a WebDataset `.tar` shard through `Source`, `read_sample` and `AudioReader::open_item` |
 
 mod alerts;
 mod audio;
@@ -27,6 +28,7 @@ mod iq;
 mod jobs;
 mod manifest;
 mod spec;
+mod webdataset;
 
 pub use alerts::alert_rules;
 pub use audio::audio;
@@ -34,6 +36,7 @@ pub use iq::{raw_iq, sigmf_archive, sigmf_meta};
 pub use jobs::job_request;
 pub use manifest::{csv_manifest, nemo_manifest};
 pub use spec::spec;
+pub use webdataset::webdataset_shard;
 
 /// A fuzz target: bytes in, a panic when an invariant breaks.
 pub type Target = fn(&[u8]);
@@ -49,4 +52,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("spec", spec),
     ("alert_rules", alert_rules),
     ("job_request", job_request),
+    ("webdataset_shard", webdataset_shard),
 ];

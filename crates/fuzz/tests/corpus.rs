@@ -148,4 +148,5 @@ replay_tests!(
     spec,
     alert_rules,
     job_request,
+    webdataset_shard,
 );
