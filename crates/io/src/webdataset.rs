@@ -109,6 +109,17 @@ pub fn shard_entries(roots: &Roots, tar: &Path, shard_id: &str) -> Vec<Entry> {
         });
         samples[at].1.push(member);
     }
+    if samples.is_empty() {
+        // As an archive without a recording: a shard that gives nothing is said, not skipped.
+        return vec![Entry::Invalid {
+            id: shard_id.to_string(),
+            reason: format!(
+                "{}: the shard holds no audio member ({})",
+                tar.display(),
+                crate::item::AUDIO_EXTENSIONS.join(", ")
+            ),
+        }];
+    }
     let mut entries = Vec::new();
     for (key, audio) in samples {
         let sample = texts.remove(key).unwrap_or_default();
@@ -287,6 +298,22 @@ mod tests {
         big.sample[0].size = MAX_SAMPLE_BYTES + 1;
         let err = read_sample(&Roots::anywhere(), &big).unwrap_err();
         assert!(err.contains("hold 1048577 bytes"), "{err}");
+        // A shard of no audio is one invalid entry, the shard's (the fuzzer's first find: an
+        // empty listing, silent).
+        let text_only = dir.join("text.tar");
+        let mut builder = tar::Builder::new(std::fs::File::create(&text_only).unwrap());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(2);
+        header.set_cksum();
+        builder
+            .append_data(&mut header, "a.json", &b"{}"[..])
+            .unwrap();
+        builder.into_inner().unwrap();
+        let entries = shard_entries(&Roots::anywhere(), &text_only, "text.tar");
+        assert!(
+            matches!(&entries[..], [Entry::Invalid { id, reason }] if id == "text.tar" && reason.contains("no audio member")),
+            "{entries:?}"
+        );
         // A shard cut short is one invalid entry, the shard's.
         std::fs::write(&tar, &whole[..700]).unwrap();
         let entries = shard_entries(&Roots::anywhere(), &tar, "s.tar");
