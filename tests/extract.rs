@@ -961,6 +961,33 @@ fn a_folder_of_the_flat_features_layout_is_not_resumed() {
     );
 }
 
+/// Whisper features of the same items from two sources: `files` (every item ok) into
+/// `by_file`, and `shards` (with failed items: exit 3) into `by_shard`; both datasets.
+fn extract_both(
+    files: &Path,
+    by_file: &Path,
+    shards: &Path,
+    by_shard: &Path,
+) -> (Dataset, Dataset) {
+    let extract = |source: &Path, out: &Path| {
+        bin()
+            .args(["extract", "--preset", "whisper", "--no-progress", "--out"])
+            .arg(out)
+            .arg(source)
+            .output()
+            .unwrap()
+    };
+    let o = extract(files, by_file);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = extract(shards, by_shard);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let spec_id = report(by_file, "report.json").spec_id;
+    (
+        read_dataset(by_file, &spec_id),
+        read_dataset(by_shard, &spec_id),
+    )
+}
+
 /// WebDataset shards as a source: a folder's `.tar` shards give one item per audio member,
 /// its id the shard's and its sample's key, and the rows the same files give in a folder, with
 /// the sample's text members in the `sample` column; a shard cut short is one failed item,
@@ -998,24 +1025,8 @@ fn webdataset_shards_give_the_rows_of_their_files() {
     let whole = std::fs::read(&shard).unwrap();
     std::fs::write(shards.join("cut.tar"), &whole[..whole.len() / 2]).unwrap();
     std::fs::remove_file(files.join("a.json")).unwrap();
-    let extract = |source: &Path, out: &Path| {
-        bin()
-            .args(["extract", "--preset", "whisper", "--no-progress", "--out"])
-            .arg(out)
-            .arg(source)
-            .output()
-            .unwrap()
-    };
     let (by_file, by_shard) = (tmp.path("by-file"), tmp.path("by-shard"));
-    let o = extract(&files, &by_file);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let o = extract(&shards, &by_shard);
-    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
-    let spec_id = report(&by_file, "report.json").spec_id;
-    let (file_rows, shard_rows) = (
-        read_dataset(&by_file, &spec_id),
-        read_dataset(&by_shard, &spec_id),
-    );
+    let (file_rows, shard_rows) = extract_both(&files, &by_file, &shards, &by_shard);
     let ids = |d: &Dataset| d.keys().map(|k| k.0.clone()).collect::<Vec<_>>();
     assert_eq!(ids(&file_rows), ["a.flac", "b.wav"]);
     assert_eq!(
@@ -1117,24 +1128,9 @@ fn a_nemo_tarred_manifest_reads_its_shards() {
     );
     std::fs::write(&tarred_manifest, tarred_lines).unwrap();
     std::fs::write(&plain_manifest, plain_lines).unwrap();
-    let extract = |source: &Path, out: &Path| {
-        bin()
-            .args(["extract", "--preset", "whisper", "--no-progress", "--out"])
-            .arg(out)
-            .arg(source)
-            .output()
-            .unwrap()
-    };
     let (by_file, by_shard) = (tmp.path("by-file"), tmp.path("by-shard"));
-    let o = extract(&plain_manifest, &by_file);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let o = extract(&tarred_manifest, &by_shard);
-    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
-    let spec_id = report(&by_file, "report.json").spec_id;
-    let (file_rows, shard_rows) = (
-        read_dataset(&by_file, &spec_id),
-        read_dataset(&by_shard, &spec_id),
-    );
+    let (file_rows, shard_rows) =
+        extract_both(&plain_manifest, &by_file, &tarred_manifest, &by_shard);
     let ids = |d: &Dataset| d.keys().map(|k| k.0.clone()).collect::<Vec<_>>();
     assert_eq!(
         ids(&shard_rows),

@@ -1857,6 +1857,25 @@ fn a_synth_iq_job_writes_what_the_cli_writes() {
     );
 }
 
+/// A job record that succeeded with `ok` items and one failed, `id`, whose reason names `file`
+/// and says it is outside the data roots.
+fn assert_one_outside_the_roots(record: &Value, ok: u64, id: &str, file: &str) {
+    assert_eq!(record["state"], "succeeded", "{record:#}");
+    let report = &record["report"];
+    assert_eq!(
+        (&report["items_ok"], &report["items_failed"]),
+        (&json!(ok), &json!(1)),
+        "{record:#}"
+    );
+    assert_eq!(report["failures"][0]["id"], id, "{record:#}");
+    assert!(
+        report["failures"][0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains(file) && r.contains("outside the data roots")),
+        "{record:#}"
+    );
+}
+
 /// An rf-features job through the jobs API: the rows the CLI writes for the same options, its
 /// recordings read beneath the data root (a symlink out of it is one failed recording, which
 /// the CLI, unconfined, reads); a GPU or a limit on recordings larger than the service holds
@@ -1900,20 +1919,7 @@ fn an_rf_features_job_reads_beneath_the_root() {
     let record = server.wait_job(id, "done", |j| {
         !matches!(j["state"].as_str(), Some("queued" | "running"))
     });
-    assert_eq!(record["state"], "succeeded", "{record:#}");
-    let report = &record["report"];
-    assert_eq!(
-        (&report["items_ok"], &report["items_failed"]),
-        (&json!(4), &json!(1)),
-        "{record:#}"
-    );
-    assert_eq!(report["failures"][0]["id"], "sample-outside", "{record:#}");
-    assert!(
-        report["failures"][0]["reason"].as_str().is_some_and(|r| r
-            .contains("sample-outside.sigmf-meta")
-            && r.contains("outside the data roots")),
-        "{record:#}"
-    );
+    assert_one_outside_the_roots(&record, 4, "sample-outside", "sample-outside.sigmf-meta");
     // The CLI reads the symlinked recording too; the four others are the same rows.
     let cli = dir.path("cli");
     let o = crate::common::bin()
@@ -2038,21 +2044,7 @@ fn a_transcribe_job_reads_beneath_the_root() {
             !matches!(j["state"].as_str(), Some("queued" | "running"))
         })
     };
-    let record = finished(&job);
-    assert_eq!(record["state"], "succeeded", "{record:#}");
-    let report = &record["report"];
-    assert_eq!(
-        (&report["items_ok"], &report["items_failed"]),
-        (&json!(2), &json!(1)),
-        "{record:#}"
-    );
-    assert_eq!(report["failures"][0]["id"], "c.wav", "{record:#}");
-    assert!(
-        report["failures"][0]["reason"]
-            .as_str()
-            .is_some_and(|r| r.contains("outside the data roots")),
-        "{record:#}"
-    );
+    assert_one_outside_the_roots(&finished(&job), 2, "c.wav", "c.wav");
     let cli = dir.path("cli");
     let o = crate::common::bin()
         .arg("transcribe")
@@ -2108,18 +2100,6 @@ fn a_transcribe_job_reads_beneath_the_root() {
     fixed.as_object_mut().unwrap().remove("max-speech-s");
     fixed["segment"] = json!("fixed");
     fixed["out"] = json!(dir.path("api-fixed"));
-    let record = finished(&fixed);
-    let report = &record["report"];
-    assert_eq!(
-        (&report["items_ok"], &report["items_failed"]),
-        (&json!(2), &json!(1)),
-        "{record:#}"
-    );
-    assert!(
-        report["failures"][0]["reason"]
-            .as_str()
-            .is_some_and(|r| r.contains("outside the data roots")),
-        "{record:#}"
-    );
+    assert_one_outside_the_roots(&finished(&fixed), 2, "c.wav", "c.wav");
     std::fs::remove_file(&outside).unwrap();
 }

@@ -420,7 +420,7 @@ pub struct PartWriter {
 
 /// A part whose temporary file is complete and synced, waiting to be renamed into place.
 pub struct ClosedPart {
-    pub(crate) synced: Synced,
+    synced: Synced,
     pub bytes: u64,
     pub rows: usize,
 }
@@ -601,17 +601,27 @@ impl PartWriter {
             .file
             .into_inner()
             .map_err(|e| other_error(&path)(e.to_string()))?;
-        let bytes = file.metadata().map_err(io_error(&path))?.len();
-        let synced = self.draft.sync(file).map_err(io_error(&path))?;
-        Ok(ClosedPart {
-            synced,
-            bytes,
-            rows: self.rows,
-        })
+        ClosedPart::sync(self.draft, file, &path, self.rows)
     }
 }
 
 impl ClosedPart {
+    /// `draft`'s finished `file` (the part `path`, of `rows` rows), synced.
+    pub(crate) fn sync(
+        draft: Draft,
+        file: File,
+        path: &Path,
+        rows: usize,
+    ) -> Result<Self, WriteError> {
+        let bytes = file.metadata().map_err(io_error(path))?.len();
+        let synced = draft.sync(file).map_err(io_error(path))?;
+        Ok(ClosedPart {
+            synced,
+            bytes,
+            rows,
+        })
+    }
+
     /// Renames the part into place, durably.
     pub fn publish(self) -> Result<u64, WriteError> {
         let path = self.synced.path().to_path_buf();

@@ -116,13 +116,7 @@ impl TarPartWriter {
             .into_inner()
             .and_then(|w| w.into_inner().map_err(|e| e.into_error()))
             .map_err(io_error(&path))?;
-        let bytes = file.metadata().map_err(io_error(&path))?.len();
-        let synced = self.draft.sync(file).map_err(io_error(&path))?;
-        Ok(ClosedPart {
-            synced,
-            bytes,
-            rows: self.rows,
-        })
+        ClosedPart::sync(self.draft, file, &path, self.rows)
     }
 }
 
