@@ -137,28 +137,7 @@ fn whisper_reflects_where_transformers_pads_with_zeros() {
 #[test]
 fn extract_writes_the_rows_transformers_gives() {
     let tmp = Tmp::new("whisper-hf");
-    let corpus = tmp.path("corpus");
-    std::fs::create_dir_all(&corpus).unwrap();
-    for signal in ["chirp_loud_3s", "noise_31s"] {
-        write_wav(
-            &corpus.join(format!("{signal}.wav")),
-            16_000,
-            &input(signal),
-            true,
-        );
-    }
-    let mut devices = vec!["cpu"];
-    if common::has_gpu_adapter() {
-        devices.push("gpu");
-    }
-    for device in devices {
-        let rows = extract_rows(
-            &corpus,
-            &tmp.path(&format!("out-{device}")),
-            "whisper-hf",
-            device,
-        );
-        assert_eq!(rows.len(), 2, "{device}: one row per file");
+    for (device, rows) in rows_on_each_device(&tmp, &["chirp_loud_3s", "noise_31s"], "whisper-hf") {
         for (row, (signal, seconds)) in rows
             .iter()
             .zip([("chirp_loud_3s", 3.0), ("noise_31s", 30.0)])
@@ -262,30 +241,9 @@ fn band_deviations(spec: &FeatureSpec, x: &[f32]) -> Vec<f64> {
 #[test]
 fn extract_writes_the_speech2text_rows_transformers_gives() {
     let tmp = Tmp::new("speech2text");
-    let corpus = tmp.path("corpus");
-    std::fs::create_dir_all(&corpus).unwrap();
     let signals = ["noise_31s", "speech_2s"];
-    for signal in signals {
-        write_wav(
-            &corpus.join(format!("{signal}.wav")),
-            16_000,
-            &input(signal),
-            true,
-        );
-    }
     let spec = FeatureSpec::preset("speech2text").unwrap();
-    let mut devices = vec!["cpu"];
-    if common::has_gpu_adapter() {
-        devices.push("gpu");
-    }
-    for device in devices {
-        let rows = extract_rows(
-            &corpus,
-            &tmp.path(&format!("out-{device}")),
-            "speech2text",
-            device,
-        );
-        assert_eq!(rows.len(), 2, "{device}: one row per file");
+    for (device, rows) in rows_on_each_device(&tmp, &signals, "speech2text") {
         for (row, signal) in rows.iter().zip(signals) {
             let (shape, expect) = reference(&format!("{signal}.speech2text"));
             assert_eq!(
@@ -306,6 +264,37 @@ fn extract_writes_the_speech2text_rows_transformers_gives() {
             assert!(scaled <= LOG_ATOL, "{device} {signal}: {scaled:e}");
         }
     }
+}
+
+/// The rows `extract --preset PRESET` writes for a corpus of `signals` (16-bit WAVs, one row
+/// each, by id) on the CPU and, where there is one, the GPU: (device, rows) for each.
+fn rows_on_each_device(
+    tmp: &Tmp,
+    signals: &[&str],
+    preset: &str,
+) -> Vec<(&'static str, Vec<sonograph_io::parquet::FeatureRow>)> {
+    let corpus = tmp.path("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    for signal in signals {
+        write_wav(
+            &corpus.join(format!("{signal}.wav")),
+            16_000,
+            &input(signal),
+            true,
+        );
+    }
+    let mut devices = vec!["cpu"];
+    if common::has_gpu_adapter() {
+        devices.push("gpu");
+    }
+    devices
+        .into_iter()
+        .map(|device| {
+            let rows = extract_rows(&corpus, &tmp.path(&format!("out-{device}")), preset, device);
+            assert_eq!(rows.len(), signals.len(), "{device}: one row per file");
+            (device, rows)
+        })
+        .collect()
 }
 
 /// The rows `extract --preset PRESET --device DEVICE` writes for `corpus` into `out`, by id.
