@@ -80,6 +80,7 @@ named_step cargo test --locked -p sonograph --features failpoints --test integra
 named_step cargo test --locked -p sonograph --features failpoints --test integration models::transcribe_after_a_crash_at_any_step
 named_step cargo test --locked -p sonograph --features failpoints --test integration extract_model::
 named_step cargo test --locked -p sonograph --features failpoints --test integration cli::a_device_that_fails_its_probe
+named_step cargo test --locked -p sonograph --features failpoints --test integration storage::a_bucket_output_killed
 named_step cargo test --locked -p sonograph --features failpoints --test integration serve::gpu_faults
 named_step cargo test --locked -p sonograph --features failpoints --test integration serve::a_panicking_job
 named_step cargo test --locked -p sonograph --no-default-features --test integration -- cli:: --skip rf_cli::

@@ -14,7 +14,7 @@ use sonograph_io::{decode_mono, DecodeOptions};
 use sonograph_pipeline::Report;
 
 /// A 16-bit PCM mono WAV of `seconds` of a deterministic tone-and-noise mixture.
-fn write_wav(path: &Path, rate: u32, seconds: f64, seed: u32) {
+pub(crate) fn write_wav(path: &Path, rate: u32, seconds: f64, seed: u32) {
     use std::io::Write;
     let n = (seconds * f64::from(rate)) as u32;
     let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
@@ -88,10 +88,10 @@ fn run(args: &[&str]) -> Output {
     bin().args(args).output().unwrap()
 }
 
-type Dataset = BTreeMap<(String, u64), (u32, u32, Vec<f32>)>;
+pub(crate) type Dataset = BTreeMap<(String, u64), (u32, u32, Vec<f32>)>;
 
 /// Every row of every part under `out`, keyed by (id, offset in µs); panics on a duplicate.
-fn read_dataset(out: &Path, spec_id: &str) -> Dataset {
+pub(crate) fn read_dataset(out: &Path, spec_id: &str) -> Dataset {
     let mut rows = Dataset::new();
     let mut names: Vec<_> = std::fs::read_dir(out)
         .unwrap()

@@ -20,4 +20,5 @@ mod golden;
 mod models;
 mod rf_cli;
 mod serve;
+mod storage;
 mod structure;

@@ -161,7 +161,7 @@ impl AudioReader {
     /// [`open`](Self::open), the file opened beneath `roots`.
     pub fn open_in(roots: &Roots, path: &Path, opts: &DecodeOptions) -> Result<Self, DecodeError> {
         Self::open_span(path, opts, || {
-            let file = roots.open(path).map_err(|source| DecodeError::Open {
+            let file = roots.open_blob(path).map_err(|source| DecodeError::Open {
                 path: path.to_path_buf(),
                 source,
             })?;
@@ -199,7 +199,7 @@ impl AudioReader {
                 path: path.to_path_buf(),
                 source,
             };
-            let file = roots.open(&member.archive).map_err(open)?;
+            let file = roots.open_blob(&member.archive).map_err(open)?;
             // The archive was listed before it is read: it may have changed since.
             Span::range(file, member.offset, member.size).map_err(|e| DecodeError::Corrupt {
                 path: path.to_path_buf(),
@@ -243,6 +243,7 @@ impl AudioReader {
                 path: path.to_path_buf(),
             });
         }
+        let span = file.clone();
         let mss = MediaSourceStream::new(Box::new(file), Default::default());
         let mut hint = Hint::new();
         if let Some(ext) = path.extension().and_then(|e| e.to_str()) {
@@ -303,6 +304,17 @@ impl AudioReader {
                     ),
                 });
             }
+        }
+        if let (Some(duration), Some(frames)) =
+            (opts.duration_s, declared_frames.filter(|&n| n > 0))
+        {
+            // An object read by range fetches the span's bytes in one request, placed by the
+            // file's bytes per frame (exact for PCM WAV, an average for FLAC), with margins
+            // for the header before the data and a seek that lands early.
+            let per_second = span.len() as f64 / frames as f64 * f64::from(sample_rate);
+            let start = opts.offset_s * per_second;
+            let end = start + duration * per_second * 1.02;
+            span.expect((start as u64).saturating_sub(64 << 10)..end as u64 + (16 << 10));
         }
         let codec = symphonia::default::get_codecs()
             .get_codec(params.codec)

@@ -12,6 +12,7 @@ pub mod npy;
 mod ogg_guard;
 pub mod parquet;
 pub mod publish;
+pub mod remote;
 pub mod resample;
 pub mod roots;
 pub mod sigmf;

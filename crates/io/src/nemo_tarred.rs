@@ -75,10 +75,10 @@ impl TarredShards {
         }
         let listed = self
             .roots
-            .open(tar)
+            .open_blob(tar)
             .map_err(|e| format!("{}: cannot open: {e}", tar.display()))
-            .and_then(|mut f| {
-                let members = tar_members(&mut f).map_err(|e| match e {
+            .and_then(|f| {
+                let members = tar_members(&f).map_err(|e| match e {
                     TarListError::Bad(reason) => format!("{}: {reason}", tar.display()),
                     TarListError::Truncated(reason) => {
                         format!("{}: truncated: {reason}", tar.display())

@@ -13,6 +13,9 @@ use std::sync::Arc;
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 
+use crate::remote::RemoteObject;
+use crate::span::Blob;
+
 /// Where files may be opened from. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct Roots(Option<Arc<[Root]>>);
@@ -70,6 +73,24 @@ impl Roots {
             return File::open(path);
         }
         self.resolved(path, |dir, rel| dir.open(rel).map(|f| f.into_std()))
+    }
+
+    /// Opens `path` for reading by offset: a local file, or an object in object storage
+    /// (which no confined job may read: the service reads beneath its data roots only).
+    pub fn open_blob(&self, path: &Path) -> io::Result<Blob> {
+        if crate::remote::is_url(path) {
+            if self.is_confined() {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!(
+                        "{}: object storage is outside the data roots",
+                        path.display()
+                    ),
+                ));
+            }
+            return RemoteObject::open(path).map(|o| Blob::Remote(Arc::new(o)));
+        }
+        self.open(path).map(Blob::from)
     }
 
     /// Whether `path` is a folder (resolved beneath a root when confined).

@@ -624,7 +624,7 @@ fn decode(bytes: &[u8], datatype: DataType, mut push: impl FnMut(f32, f32)) {
 /// The regular files of a tar archive (what `sigmf.archive` writes), every size checked
 /// against the archive's real length before anything is read; a recording's name must stay
 /// under the archive and on one line.
-fn tar_members(f: &mut File, path: &Path) -> Result<Vec<TarMember>, IqError> {
+fn tar_members(f: &crate::span::Blob, path: &Path) -> Result<Vec<TarMember>, IqError> {
     let members = crate::tar_index::tar_members(f).map_err(|e| match e {
         TarListError::Bad(reason) => IqError::BadMeta {
             path: path.to_path_buf(),
@@ -667,8 +667,8 @@ pub fn archive_recordings_in(
     path: &Path,
     id: &str,
 ) -> Result<Vec<IqSource>, IqError> {
-    let mut f = open_file(roots, path)?;
-    let members = tar_members(&mut f, path)?;
+    let f = crate::span::Blob::from(open_file(roots, path)?);
+    let members = tar_members(&f, path)?;
     let out: Vec<IqSource> = members
         .iter()
         .filter(|m| m.name.ends_with(".sigmf-meta"))

@@ -1,13 +1,49 @@
 //! A file, or a range of one (a member of a tar archive), read as a file of its own: the
 //! header guards and symphonia see the range alone, and a member is decoded where it lies,
-//! without a copy.
+//! without a copy. The file is local or an object in object storage ([`Blob`]).
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
+use std::sync::Arc;
+
+use crate::remote::RemoteObject;
+
+/// Bytes to read by offset: a local file, or an object read by byte range.
+#[derive(Debug, Clone)]
+pub enum Blob {
+    File(Arc<File>),
+    Remote(Arc<RemoteObject>),
+}
+
+impl From<File> for Blob {
+    fn from(file: File) -> Blob {
+        Blob::File(Arc::new(file))
+    }
+}
+
+impl Blob {
+    /// Its length in bytes.
+    pub fn size(&self) -> io::Result<u64> {
+        match self {
+            Blob::File(f) => Ok(f.metadata()?.len()),
+            Blob::Remote(r) => Ok(r.len()),
+        }
+    }
+
+    /// Reads into `buf` from byte `at`, as `pread` does.
+    pub fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        match self {
+            Blob::File(f) => f.read_at(buf, at),
+            Blob::Remote(r) => r.read_at(buf, at),
+        }
+    }
+}
 
 /// `len` bytes of a file from byte `start`.
+#[derive(Clone)]
 pub struct Span {
-    file: File,
+    blob: Blob,
     start: u64,
     len: u64,
     /// The read position, from `start`.
@@ -15,21 +51,23 @@ pub struct Span {
 }
 
 impl Span {
-    /// All of `file`.
-    pub fn whole(file: File) -> io::Result<Self> {
-        let len = file.metadata()?.len();
+    /// All of `blob`.
+    pub fn whole(blob: impl Into<Blob>) -> io::Result<Self> {
+        let blob = blob.into();
+        let len = blob.size()?;
         Ok(Span {
-            file,
+            blob,
             start: 0,
             len,
             pos: 0,
         })
     }
 
-    /// `len` bytes of `file` from `start`, refused where they pass its end (an archive that
+    /// `len` bytes of `blob` from `start`, refused where they pass its end (an archive that
     /// changed since it was listed).
-    pub fn range(file: File, start: u64, len: u64) -> io::Result<Self> {
-        let total = file.metadata()?.len();
+    pub fn range(blob: impl Into<Blob>, start: u64, len: u64) -> io::Result<Self> {
+        let blob = blob.into();
+        let total = blob.size()?;
         if start.checked_add(len).is_none_or(|end| end > total) {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -37,7 +75,7 @@ impl Span {
             ));
         }
         Ok(Span {
-            file,
+            blob,
             start,
             len,
             pos: 0,
@@ -48,19 +86,27 @@ impl Span {
         self.len
     }
 
+    /// Says which bytes of the span the reader expects to read (an object then fetches them
+    /// in one request; a local file reads no further ahead than asked anyway).
+    pub fn expect(&self, bytes: std::ops::Range<u64>) {
+        if let Blob::Remote(object) = &self.blob {
+            let end = bytes.end.min(self.len);
+            object.expect(self.start + bytes.start.min(end)..self.start + end);
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// `len` bytes from `at` (fewer at the range's end), leaving the position alone.
     pub(crate) fn read_at(&self, at: u64, len: usize) -> Vec<u8> {
-        use std::os::unix::fs::FileExt;
         let len = len.min(usize::try_from(self.len.saturating_sub(at)).unwrap_or(usize::MAX));
         let mut buf = vec![0u8; len];
         let mut got = 0;
         while got < len {
             match self
-                .file
+                .blob
                 .read_at(&mut buf[got..], self.start + at + got as u64)
             {
                 Ok(0) | Err(_) => break,
@@ -74,13 +120,12 @@ impl Span {
 
 impl Read for Span {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        use std::os::unix::fs::FileExt;
         let left = self.len.saturating_sub(self.pos);
         let n = usize::try_from(left).map_or(buf.len(), |left| left.min(buf.len()));
         if n == 0 {
             return Ok(0);
         }
-        let got = self.file.read_at(&mut buf[..n], self.start + self.pos)?;
+        let got = self.blob.read_at(&mut buf[..n], self.start + self.pos)?;
         self.pos += got as u64;
         Ok(got)
     }

@@ -3,9 +3,9 @@
 //! against the archive's real length before anything is read. Shared by `.sigmf` archives and
 //! WebDataset shards.
 
-use std::fs::File;
-use std::io::{Seek, SeekFrom};
 use std::path::Path;
+
+use crate::span::{Blob, Span};
 
 /// One member of a tar archive: its name, the offset of its bytes, and their count.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,19 +32,15 @@ pub(crate) enum TarListError {
     Truncated(String),
 }
 
-/// The regular files of the archive `f`, in their order.
-pub(crate) fn tar_members(f: &mut File) -> Result<Vec<TarMember>, TarListError> {
+/// The regular files of the archive `f` (a local file or an object), in their order.
+pub(crate) fn tar_members(f: &Blob) -> Result<Vec<TarMember>, TarListError> {
     // The tar crate's messages quote the header's bytes, line breaks included (the fuzzer's
     // `numeric field was not a number: 2.0",\n   when getting cksum`): escaped, so that the
     // error stays one line.
     let bad = |reason: String| TarListError::Bad(escape_controls(&reason));
-    let total = f
-        .metadata()
-        .map_err(|e| bad(format!("cannot read the archive: {e}")))?
-        .len();
-    f.seek(SeekFrom::Start(0))
-        .map_err(|e| bad(format!("cannot read the archive: {e}")))?;
-    let mut archive = tar::Archive::new(&*f);
+    let span = Span::whole(f.clone()).map_err(|e| bad(format!("cannot read the archive: {e}")))?;
+    let total = span.len();
+    let mut archive = tar::Archive::new(span);
     let entries = archive
         .entries_with_seek()
         .map_err(|e| bad(format!("cannot read the tar headers: {e}")))?;

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use crate::item::{is_audio, ArchiveMember, Entry, SampleMember, SourceItem};
 use crate::roots::Roots;
+use crate::span::{Blob, Span};
 use crate::tar_index::{plain_member_name, tar_members, TarListError, TarMember};
 
 /// Whether `path` names a tar shard.
@@ -55,10 +56,10 @@ fn is_text_field(extension: &str) -> bool {
 /// be an id (a control character, `..`) one invalid entry of its own.
 pub fn shard_entries(roots: &Roots, tar: &Path, shard_id: &str) -> Vec<Entry> {
     let listed = roots
-        .open(tar)
+        .open_blob(tar)
         .map_err(|e| format!("cannot open: {e}"))
-        .and_then(|mut f| {
-            let members = tar_members(&mut f).map_err(|e| match e {
+        .and_then(|f| {
+            let members = tar_members(&f).map_err(|e| match e {
                 TarListError::Bad(reason) => reason,
                 TarListError::Truncated(reason) => format!("truncated: {reason}"),
             })?;
@@ -164,12 +165,11 @@ pub fn shard_entries(roots: &Roots, tar: &Path, shard_id: &str) -> Vec<Entry> {
 /// where they are, the others as text; `None` for a sample without any. A member over
 /// [`MAX_SAMPLE_BYTES`] together, or one that cannot be read, is the item's failure.
 pub fn read_sample(roots: &Roots, member: &ArchiveMember) -> Result<Option<String>, String> {
-    use std::os::unix::fs::FileExt;
     if member.sample.is_empty() {
         return Ok(None);
     }
     let file = roots
-        .open(&member.archive)
+        .open_blob(&member.archive)
         .map_err(|e| format!("cannot open the archive: {e}"))?;
     let total: u64 = member.sample.iter().map(|f| f.size).sum();
     if total > MAX_SAMPLE_BYTES {
@@ -180,9 +180,17 @@ pub fn read_sample(roots: &Roots, member: &ArchiveMember) -> Result<Option<Strin
     }
     let mut fields = serde_json::Map::new();
     for field in &member.sample {
-        let mut bytes = vec![0u8; field.size as usize];
-        file.read_exact_at(&mut bytes, field.offset)
+        let bytes = Span::range(file.clone(), field.offset, field.size)
+            .map(|span| span.read_at(0, field.size as usize))
             .map_err(|e| format!("the sample's .{} member: {e}", field.extension))?;
+        if bytes.len() as u64 != field.size {
+            return Err(format!(
+                "the sample's .{} member: {} of its {} bytes could be read",
+                field.extension,
+                bytes.len(),
+                field.size
+            ));
+        }
         let text = String::from_utf8_lossy(&bytes);
         let last = field.extension.rsplit('.').next().unwrap_or_default();
         let value = match last {
@@ -201,8 +209,8 @@ pub fn read_sample(roots: &Roots, member: &ArchiveMember) -> Result<Option<Strin
 /// A shard cut short within its headers reads as one that ends there (the tar crate stops at
 /// the end of the file): a whole archive ends with two zero blocks after its last member
 /// (POSIX; GNU tar and Python's tarfile write them), so one without them lost members.
-pub(crate) fn check_end(f: &std::fs::File, members: &[TarMember]) -> Result<(), String> {
-    let len = f.metadata().map_err(|e| format!("cannot read: {e}"))?.len();
+pub(crate) fn check_end(f: &Blob, members: &[TarMember]) -> Result<(), String> {
+    let len = f.size().map_err(|e| format!("cannot read: {e}"))?;
     let data_end = members
         .last()
         .map_or(0, |m| (m.offset + m.size).div_ceil(512) * 512);

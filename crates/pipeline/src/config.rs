@@ -19,7 +19,10 @@ pub use crate::part_format::PartFormat;
 pub struct JobConfig {
     /// A directory, a NeMo `.jsonl` or a `.csv` manifest.
     pub source: PathBuf,
+    /// A folder, or a folder in object storage (`s3://bucket/prefix`).
     pub out: PathBuf,
+    /// Where an output in object storage is staged (its ledger, parts until uploaded).
+    pub work_dir: Option<PathBuf>,
     pub spec: FeatureSpec,
     pub precision: Precision,
     pub mix: ChannelMix,
@@ -99,6 +102,7 @@ impl JobConfig {
         JobConfig {
             source,
             out,
+            work_dir: None,
             spec,
             precision: Precision::default(),
             mix: ChannelMix::Mean,

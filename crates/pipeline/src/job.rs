@@ -14,6 +14,7 @@ use sonograph_io::ledger::LedgerReader;
 use sonograph_io::manifest::Entry;
 use sonograph_io::parquet::PartMeta;
 
+use crate::bucket::BucketOutput;
 use crate::config::JobConfig;
 use crate::decode::{decode_worker, Computed};
 use crate::error::JobError;
@@ -126,7 +127,18 @@ fn run_stages(
             .check(&model.path)
             .map_err(|e| JobError::Config(format!("model: {e}")))?;
     }
-    let layout = OutputLayout::new(&config.out, config.shard_index, config.shard_count);
+    let bucket = BucketOutput::of(&config.out);
+    if bucket.is_some() && config.roots.is_confined() {
+        return Err(JobError::Config(format!(
+            "out: {}: object storage is outside the data roots",
+            config.out.display()
+        )));
+    }
+    let out = bucket.as_ref().map_or_else(
+        || config.out.clone(),
+        |b| b.work_dir(config.work_dir.as_deref()),
+    );
+    let layout = OutputLayout::new(&out, config.shard_index, config.shard_count);
     let mut shape = feature_job_shape(config, &spec_id)?;
     // Parts with the samples' column (absent without shards, as folders made before recorded
     // it): a run without it would write parts of other columns.
@@ -136,6 +148,10 @@ fn run_stages(
     // Parts of another format (absent for Parquet, as folders made before recorded it).
     if config.part_format != crate::config::PartFormat::Parquet {
         shape["part_format"] = config.part_format.name().into();
+    }
+    if let Some(bucket) = &bucket {
+        bucket.check_resumable(&layout, config.shard_index)?;
+        bucket.claim_shape(&shape)?;
     }
     let (ledger, _lock) = match open_output(
         &layout,
@@ -148,6 +164,9 @@ fn run_stages(
         Opened::Done(report) => return Ok(JobOutcome::AlreadyDone(*report)),
         Opened::Run { ledger, lock } => (ledger, lock),
     };
+    if let Some(bucket) = &bucket {
+        bucket.upload_left_parts(&layout.out, config.shard_index)?;
+    }
     let shard = format!("{}/{}", config.shard_index, config.shard_count);
     let settled_before = ledger.done_count()? + ledger.failed_count()?;
     let todo = (source.len() as u64).saturating_sub(settled_before);
@@ -188,7 +207,8 @@ fn run_stages(
         config.part_mb << 20,
     )?
     .with_encoders(config.workers)
-    .with_format(config.part_format);
+    .with_format(config.part_format)
+    .with_bucket(bucket.clone());
     let bar = progress_bar(config.progress, todo);
     // Opened after the writer's ledger, which created the file and settled its pending parts.
     let ledger_reader = LedgerReader::open(&layout.ledger)?;
@@ -408,7 +428,12 @@ fn run_stages(
         peak_rss_mb: peak_rss_mb(),
         failures,
     };
-    finish_output(&layout, &report, live.is_canceled())?;
+    let finished = finish_output(&layout, &report, live.is_canceled());
+    if let Some(bucket) = &bucket {
+        // The report even of a run left unfinished: what it did, beside its parts.
+        bucket.publish_meta(&layout)?;
+    }
+    finished?;
     Ok(JobOutcome::Finished(report))
 }
 

@@ -139,6 +139,7 @@ pub(crate) fn open_output(
     shard_index: usize,
     shard_count: usize,
 ) -> Result<Opened, JobError> {
+    refuse_bucket(&layout.out)?;
     layout.confine(roots)?;
     std::fs::create_dir_all(&layout.meta_dir).map_err(io_err(&layout.meta_dir))?;
     layout.confine(roots)?;
@@ -159,6 +160,18 @@ pub(crate) fn open_output(
         }
     }
     Ok(Opened::Run { ledger, lock })
+}
+
+/// Refuses an output in object storage to the jobs that write their folder directly (an
+/// extract job stages its bucket output in a local folder: see `bucket`).
+pub(crate) fn refuse_bucket(out: &Path) -> Result<(), JobError> {
+    if sonograph_io::remote::is_url(out) {
+        return Err(JobError::Config(format!(
+            "{}: only extract writes to object storage; write this job to a folder",
+            out.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Records the job's shape in `job.json` the first time, and refuses a run that disagrees:

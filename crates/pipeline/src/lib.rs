@@ -14,6 +14,7 @@ pub mod alerts;
 pub mod augment;
 pub mod batcher;
 pub mod bench;
+mod bucket;
 mod budget;
 mod config;
 mod decode;

@@ -276,6 +276,15 @@ pub struct JobOptions {
     #[cfg_attr(feature = "cli", arg(long, env = "SONOGRAPH_OUT"))]
     #[cfg_attr(feature = "openapi", schema(value_type = String, required = true, min_length = 1))]
     pub out: PathBuf,
+    /// Where a job whose out is in object storage (s3://, gs://, az://) keeps its ledger, and
+    /// each part until it is uploaded: the same folder resumes the job after a crash.
+    /// Default: a folder named after the output under the user's cache folder.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "SONOGRAPH_WORK_DIR", value_name = "DIR")
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub work_dir: Option<PathBuf>,
     /// Named preset (see `sonograph presets`).
     #[cfg_attr(
         feature = "cli",
@@ -449,6 +458,7 @@ impl Default for JobOptions {
         JobOptions {
             source: PathBuf::new(),
             out: PathBuf::new(),
+            work_dir: None,
             preset: None,
             spec: None,
             n_mels: None,
@@ -510,6 +520,7 @@ impl Plan {
         serde_json::json!({
             "source": c.source,
             "out": c.out,
+            "work_dir": c.work_dir,
             "spec_id": c.spec.spec_id(),
             "spec": c.spec,
             "precision": format!("{:?}", c.precision).to_lowercase(),
@@ -602,6 +613,7 @@ impl JobOptions {
         config.dtype = self.dtype.into();
         config.part_mb = self.part_mb;
         config.part_format = self.part_format;
+        config.work_dir = self.work_dir.clone();
         config.iq = IqOptions {
             sample_rate: self.sample_rate,
             raw: self.format.map(IqFormat::datatype),

@@ -130,6 +130,7 @@ fn synth_iq(
         .map_err(|_| JobError::Config(format!("count {} is too large", job.count)))?;
     let range = sonograph_io::manifest::shard_range(count, job.shard_index, job.shard_count);
     let synth = Synth::new(&job.spec).map_err(|e| JobError::Config(e.to_string()))?;
+    crate::layout::refuse_bucket(&job.out)?;
     confine(job)?;
     claim_folder(&job.out, synth.spec(), job.seed, job.count)?;
     let cpu_at_start = crate::host::process_cpu_seconds();

@@ -14,6 +14,7 @@ use sonograph_io::wds_part::TarPartWriter;
 
 use crate::part_format::PartFormat;
 
+use crate::bucket::BucketOutput;
 use crate::error::JobError;
 use crate::live::{LiveJob, Queue, Stage};
 use crate::report::Failure;
@@ -123,6 +124,8 @@ pub(crate) struct Writer {
     /// The part being written, its file name, and its rows as the ledger will record them.
     open: Option<(Part, String)>,
     format: PartFormat,
+    /// Where each part is uploaded before the ledger commits it (an output in object storage).
+    bucket: Option<BucketOutput>,
     records: Vec<PieceRecord>,
     bytes: usize,
     pub stats: WriterStats,
@@ -155,6 +158,13 @@ impl Writer {
         self
     }
 
+    /// Uploads each part to `bucket` before the ledger commits it, and then removes its local
+    /// copy.
+    pub(crate) fn with_bucket(mut self, bucket: Option<BucketOutput>) -> Self {
+        self.bucket = bucket;
+        self
+    }
+
     pub fn new(
         parts_dir: PathBuf,
         shard_index: usize,
@@ -181,6 +191,7 @@ impl Writer {
             samples: HashMap::new(),
             open: None,
             format: PartFormat::Parquet,
+            bucket: None,
             records: Vec::new(),
             bytes: 0,
             stats: WriterStats::default(),
@@ -368,7 +379,15 @@ impl Writer {
         fail::fail_point!("writer-before-rename", |_| crash());
         let size = closed.publish()?;
         fail::fail_point!("writer-before-commit", |_| crash());
+        let local = self.parts_dir.join(&file);
+        if let Some(bucket) = &self.bucket {
+            bucket.upload_part(&local)?;
+            fail::fail_point!("writer-after-upload", |_| crash());
+        }
         self.ledger.commit_part(part, size)?;
+        if self.bucket.is_some() {
+            crate::bucket::remove_uploaded(&local)?;
+        }
         self.next_part += 1;
         self.stats.rows += rows;
         self.stats.parts += 1;

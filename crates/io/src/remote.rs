@@ -1,0 +1,697 @@
+//! Objects in object storage (S3, Google Cloud Storage, Azure Blob Storage, HTTP), through the
+//! `object_store` crate: a prefix listed, an object read as a file by byte range with bounded
+//! read-ahead, a file uploaded whole. A URL stands wherever a path does (`s3://bucket/key`
+//! held in a `PathBuf`); [`is_url`] tells them apart.
+//!
+//! Credentials are found as each cloud's own tools find them in the environment (`AWS_*`,
+//! `GOOGLE_*`, `AZURE_*`: keys, tokens, web identity, container and instance metadata), never
+//! from the command line: nothing here writes them anywhere.
+//!
+//! The stores are asynchronous; sonograph's readers are threads. Each call runs on one small
+//! runtime of its own and the calling thread waits for the answer, so that a reader works the
+//! same from a decode worker, a Python thread or a thread of the service's runtime (where
+//! `block_on` would panic).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::TryStreamExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, RetryConfig};
+
+/// The URL schemes taken for object storage.
+const SCHEMES: &[&str] = &[
+    "s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "http", "https",
+];
+
+/// A read-ahead starts at this many bytes and doubles while reads stay sequential, up to
+/// [`MAX_READ_AHEAD`]: a whole file is read in a few large requests, a header costs one small
+/// one, and one reader holds at most one block. Where the reader says which bytes it expects
+/// to read ([`RemoteObject::expect`]: a span of a long file), a read among them fetches to
+/// their end at once.
+const FIRST_READ_AHEAD: u64 = 32 << 10;
+const MAX_READ_AHEAD: u64 = 8 << 20;
+
+/// Attempts of one read or upload: the store's client retries a request that fails with a
+/// transient status itself; a body cut short or a connection dropped mid-answer is retried
+/// here, after the same backoff.
+const ATTEMPTS: u32 = 5;
+
+/// Uploads in one request up to this size; larger files in parts of it (multipart, visible
+/// only when complete, as a single request is).
+const UPLOAD_PART: usize = 16 << 20;
+
+/// Bytes fetched from object storage by this process: what the benchmarks and tests compare
+/// against the bytes an item needs.
+static BYTES_FETCHED: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes fetched from object storage so far by this process.
+pub fn bytes_fetched() -> u64 {
+    BYTES_FETCHED.load(Ordering::Relaxed)
+}
+
+/// Whether `path` is an object storage URL (`s3://`, `gs://`, `az://`, `http(s)://`, ...)
+/// rather than a local path.
+pub fn is_url(path: &Path) -> bool {
+    path.to_str()
+        .and_then(|s| s.split_once("://"))
+        .is_some_and(|(scheme, _)| SCHEMES.contains(&scheme.to_ascii_lowercase().as_str()))
+}
+
+/// A URL split where the store ends and the key begins.
+struct Location {
+    /// `scheme://authority`, the store's identity (a bucket, a container, a web server).
+    store: String,
+    /// The object's key within the store, without a leading `/`.
+    key: String,
+}
+
+impl Location {
+    fn parse(url: &Path) -> io::Result<Location> {
+        let text = url.to_str().ok_or_else(|| invalid(url, "not UTF-8"))?;
+        let (scheme, rest) = text
+            .split_once("://")
+            .ok_or_else(|| invalid(url, "not a URL"))?;
+        let (authority, key) = rest.split_once('/').unwrap_or((rest, ""));
+        if authority.is_empty() {
+            return Err(invalid(url, "no bucket or host"));
+        }
+        Ok(Location {
+            store: format!("{}://{authority}", scheme.to_ascii_lowercase()),
+            key: key.to_string(),
+        })
+    }
+
+    fn object_path(&self) -> ObjectPath {
+        ObjectPath::from(self.key.as_str())
+    }
+
+    /// The URL of `key` in the same store.
+    fn url_of(&self, key: &str) -> PathBuf {
+        PathBuf::from(format!("{}/{key}", self.store))
+    }
+}
+
+fn invalid(url: &Path, why: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("{}: {why}", url.display()),
+    )
+}
+
+/// An `object_store` error as an I/O error of the same kind, naming the URL.
+fn store_error(url: &Path, e: object_store::Error) -> io::Error {
+    let kind = match &e {
+        object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
+        object_store::Error::NotSupported { .. } => io::ErrorKind::Unsupported,
+        _ => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, format!("{}: {e}", url.display()))
+}
+
+/// Whether an error may pass on a second try (not an object that is absent or forbidden).
+fn is_transient(e: &io::Error) -> bool {
+    !matches!(
+        e.kind(),
+        io::ErrorKind::NotFound
+            | io::ErrorKind::PermissionDenied
+            | io::ErrorKind::InvalidInput
+            | io::ErrorKind::Unsupported
+    )
+}
+
+/// Runs `attempt` until it succeeds, fails for good, or [`ATTEMPTS`] are spent, waiting
+/// between tries (0.2 s, doubling).
+fn with_retries<T>(mut attempt: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    let mut wait = Duration::from_millis(200);
+    let mut tries = 1;
+    loop {
+        match attempt() {
+            Err(e) if tries < ATTEMPTS && is_transient(&e) => {
+                tracing::debug!(error = %e, tries, "object storage: retrying");
+                std::thread::sleep(wait);
+                wait *= 2;
+                tries += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("object-store")
+            .enable_all()
+            .build()
+            .expect("a tokio runtime for object storage (threads and a timer) starts")
+    })
+}
+
+/// Runs `future` on the object storage runtime and waits for it from this thread.
+fn wait<T: Send + 'static>(future: impl Future<Output = T> + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    runtime().spawn(async move {
+        let _ = tx.send(future.await);
+    });
+    rx.recv()
+        .expect("the object storage runtime runs every task it is given to its end")
+}
+
+/// The store of `location` (one client per bucket or host, kept for the process: its
+/// connections and credentials are reused).
+fn store(url: &Path, location: &Location) -> io::Result<Arc<dyn ObjectStore>> {
+    static STORES: OnceLock<Mutex<HashMap<String, Arc<dyn ObjectStore>>>> = OnceLock::new();
+    let stores = STORES.get_or_init(Default::default);
+    let mut stores = stores.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(store) = stores.get(&location.store) {
+        return Ok(store.clone());
+    }
+    let built = build_store(&location.store).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: {e}", url.display()),
+        )
+    })?;
+    stores.insert(location.store.clone(), built.clone());
+    Ok(built)
+}
+
+fn build_store(store_url: &str) -> object_store::Result<Arc<dyn ObjectStore>> {
+    let retry = RetryConfig {
+        max_retries: 8,
+        retry_timeout: Duration::from_secs(120),
+        ..RetryConfig::default()
+    };
+    let scheme = store_url.split_once("://").map_or("", |(s, _)| s);
+    Ok(match scheme {
+        "s3" | "s3a" => Arc::new(
+            object_store::aws::AmazonS3Builder::from_env()
+                .with_url(store_url)
+                .with_retry(retry)
+                .build()?,
+        ),
+        "gs" => Arc::new(
+            object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                .with_url(store_url)
+                .with_retry(retry)
+                .build()?,
+        ),
+        "az" | "azure" | "abfs" | "abfss" => Arc::new(
+            object_store::azure::MicrosoftAzureBuilder::from_env()
+                .with_url(store_url)
+                .with_retry(retry)
+                .build()?,
+        ),
+        _ => Arc::new(
+            object_store::http::HttpBuilder::new()
+                .with_url(store_url)
+                .with_retry(retry)
+                .build()?,
+        ),
+    })
+}
+
+/// An object listed under a prefix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listed {
+    /// Its key after the prefix, as a folder's walk names a file (`a/b.wav`).
+    pub id: String,
+    /// Its URL.
+    pub url: PathBuf,
+    pub size: u64,
+}
+
+/// The objects under `prefix` (a URL; the listing treats it as a folder: `s3://b/corpus`
+/// lists `s3://b/corpus/...`), in id order, less those whose name or folder starts with `.`
+/// or `_` (as a folder's walk leaves them: hidden files, an output's `__sonograph/`).
+pub fn list(prefix: &Path) -> io::Result<Vec<Listed>> {
+    let location = Location::parse(prefix)?;
+    let store = store(prefix, &location)?;
+    let folder = location.key.trim_end_matches('/').to_string();
+    let listed = with_retries(|| {
+        let store = store.clone();
+        let folder = folder.clone();
+        wait(async move {
+            let prefix = (!folder.is_empty()).then(|| ObjectPath::from(folder.as_str()));
+            store.list(prefix.as_ref()).try_collect::<Vec<_>>().await
+        })
+        .map_err(|e| store_error(prefix, e))
+    })?;
+    let mut objects: Vec<Listed> = listed
+        .into_iter()
+        .filter_map(|meta| {
+            let key = meta.location.as_ref();
+            let id = if folder.is_empty() {
+                key
+            } else {
+                key.strip_prefix(folder.as_str())?.strip_prefix('/')?
+            };
+            let hidden = id.split('/').any(|part| part.starts_with(['.', '_']));
+            (!hidden && !id.is_empty()).then(|| Listed {
+                id: id.to_string(),
+                url: location.url_of(key),
+                size: meta.size,
+            })
+        })
+        .collect();
+    objects.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(objects)
+}
+
+/// An object opened for reading by byte range: each read that misses the block held fetches
+/// the next block from that point (read-ahead doubling while reads stay in order).
+pub struct RemoteObject {
+    url: PathBuf,
+    store: Arc<dyn ObjectStore>,
+    location: ObjectPath,
+    len: u64,
+    block: Mutex<Block>,
+}
+
+#[derive(Default)]
+struct Block {
+    start: u64,
+    bytes: Bytes,
+    /// The size of the next fetch.
+    read_ahead: u64,
+    /// The bytes the reader expects to read (see [`RemoteObject::expect`]).
+    expected: Option<Range<u64>>,
+    /// The object's first block, kept when the reader moves on: the header guards and the
+    /// container's probe come back to it after reading on (a seek back within the probe).
+    head: Bytes,
+}
+
+impl std::fmt::Debug for RemoteObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteObject")
+            .field("url", &self.url)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl RemoteObject {
+    /// Opens `url`, asking the store its size (one request).
+    pub fn open(url: &Path) -> io::Result<RemoteObject> {
+        let location = Location::parse(url)?;
+        let store = store(url, &location)?;
+        Self::open_in(store, location.object_path(), url)
+    }
+
+    fn open_in(store: Arc<dyn ObjectStore>, path: ObjectPath, url: &Path) -> io::Result<Self> {
+        let len = with_retries(|| {
+            let (store, path) = (store.clone(), path.clone());
+            wait(async move { store.head(&path).await })
+                .map(|meta| meta.size)
+                .map_err(|e| store_error(url, e))
+        })?;
+        Ok(RemoteObject {
+            url: url.to_path_buf(),
+            store,
+            location: path,
+            len,
+            block: Mutex::new(Block::default()),
+        })
+    }
+
+    pub fn url(&self) -> &Path {
+        &self.url
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Says which bytes the reader expects to read (a span of a long file, which the decoder
+    /// estimates): a read among them fetches to their end in one request, and no further;
+    /// a read elsewhere fetches as before.
+    pub fn expect(&self, bytes: Range<u64>) {
+        let mut block = self.block.lock().unwrap_or_else(|e| e.into_inner());
+        block.expected = Some(bytes);
+    }
+
+    /// Reads into `buf` from byte `at`; fewer bytes only at the object's end.
+    pub fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<usize> {
+        if at >= self.len || buf.is_empty() {
+            return Ok(0);
+        }
+        let mut block = self.block.lock().unwrap_or_else(|e| e.into_inner());
+        if at < block.head.len() as u64 {
+            let from = at as usize;
+            let n = buf.len().min(block.head.len() - from);
+            buf[..n].copy_from_slice(&block.head[from..from + n]);
+            return Ok(n);
+        }
+        let end = block.start + block.bytes.len() as u64;
+        if !(block.start..end).contains(&at) {
+            if block.start == 0
+                && block.head.is_empty()
+                && block.bytes.len() as u64 <= FIRST_READ_AHEAD
+            {
+                block.head = block.bytes.clone();
+            }
+            // In order (the read starts where the block ended): read further ahead next time.
+            block.read_ahead = if at == end && !block.bytes.is_empty() {
+                (block.read_ahead * 2).min(MAX_READ_AHEAD)
+            } else {
+                FIRST_READ_AHEAD
+            };
+            let want = match block.expected.as_ref().filter(|e| e.contains(&at)) {
+                Some(expected) => expected.end - at,
+                None => block.read_ahead,
+            }
+            .max(buf.len() as u64)
+            .min(MAX_READ_AHEAD);
+            let range = at..(at + want).min(self.len);
+            block.bytes = self.fetch(range)?;
+            block.start = at;
+        }
+        let from = (at - block.start) as usize;
+        let n = buf.len().min(block.bytes.len() - from);
+        buf[..n].copy_from_slice(&block.bytes[from..from + n]);
+        Ok(n)
+    }
+
+    fn fetch(&self, range: Range<u64>) -> io::Result<Bytes> {
+        let expected = range.end - range.start;
+        let bytes = with_retries(|| {
+            let (store, path, asked) = (self.store.clone(), self.location.clone(), range.clone());
+            let got = wait(async move { store.get_range(&path, asked).await })
+                .map_err(|e| store_error(&self.url, e))?;
+            BYTES_FETCHED.fetch_add(got.len() as u64, Ordering::Relaxed);
+            if got.len() as u64 != expected {
+                // The object shrank since it was opened, or the answer was cut short.
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "{}: {} bytes at byte {} asked for, {} came",
+                        self.url.display(),
+                        expected,
+                        range.start,
+                        got.len()
+                    ),
+                ));
+            }
+            Ok(got)
+        })?;
+        Ok(bytes)
+    }
+}
+
+/// The whole of a small object (a job's `job.json`), or `None` where there is none.
+pub fn read_small(url: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
+    let object = match RemoteObject::open(url) {
+        Ok(o) => o,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if object.len() > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{}: {} bytes; at most {max} expected",
+                url.display(),
+                object.len()
+            ),
+        ));
+    }
+    let mut bytes = vec![0u8; object.len() as usize];
+    let mut got = 0;
+    while got < bytes.len() {
+        match object.read_at(&mut bytes[got..], got as u64)? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    bytes.truncate(got);
+    Ok(Some(bytes))
+}
+
+/// Uploads the local file `from` to `url` whole: in one request, or in parts of a multipart
+/// upload completed at the end. Either way the object appears only complete, and an upload
+/// that fails leaves the name as it was (an earlier object, or none); it is tried again from
+/// the start where the failure may pass.
+pub fn upload(from: &Path, url: &Path) -> io::Result<()> {
+    let location = Location::parse(url)?;
+    let store = store(url, &location)?;
+    let path = location.object_path();
+    with_retries(|| {
+        let file = std::fs::File::open(from)?;
+        let size = file.metadata()?.len();
+        let (store, path) = (store.clone(), path.clone());
+        let from = from.to_path_buf();
+        wait(async move { upload_file(store, path, file, size).await }).map_err(|e| match e {
+            UploadError::Read(e) => io::Error::new(e.kind(), format!("{}: {e}", from.display())),
+            UploadError::Store(e) => store_error(url, e),
+        })
+    })
+}
+
+/// Uploads `bytes` to `url` in one request (a job's small files).
+pub fn upload_bytes(bytes: Vec<u8>, url: &Path) -> io::Result<()> {
+    let location = Location::parse(url)?;
+    let store = store(url, &location)?;
+    let path = location.object_path();
+    let payload = Bytes::from(bytes);
+    with_retries(|| {
+        let (store, path, payload) = (store.clone(), path.clone(), payload.clone());
+        wait(async move { store.put(&path, payload.into()).await })
+            .map(|_| ())
+            .map_err(|e| store_error(url, e))
+    })
+}
+
+/// The keys under `prefix` whose names start with `start` (`part-00003-` for a shard's parts).
+pub fn names_starting(prefix: &Path, start: &str) -> io::Result<Vec<String>> {
+    Ok(list(prefix)?
+        .into_iter()
+        .filter(|o| o.id.starts_with(start))
+        .map(|o| o.id)
+        .collect())
+}
+
+enum UploadError {
+    Read(io::Error),
+    Store(object_store::Error),
+}
+
+async fn upload_file(
+    store: Arc<dyn ObjectStore>,
+    path: ObjectPath,
+    mut file: std::fs::File,
+    size: u64,
+) -> Result<(), UploadError> {
+    use std::io::Read;
+    let mut read = |n: usize| -> Result<Vec<u8>, UploadError> {
+        let mut buf = vec![0u8; n];
+        file.read_exact(&mut buf).map_err(UploadError::Read)?;
+        Ok(buf)
+    };
+    if size <= UPLOAD_PART as u64 {
+        let bytes = read(size as usize)?;
+        store
+            .put(&path, Bytes::from(bytes).into())
+            .await
+            .map_err(UploadError::Store)?;
+        return Ok(());
+    }
+    let upload = store
+        .put_multipart(&path)
+        .await
+        .map_err(UploadError::Store)?;
+    let mut writer = object_store::WriteMultipart::new_with_chunk_size(upload, UPLOAD_PART);
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(UPLOAD_PART as u64) as usize;
+        // Two parts in flight at most: memory stays at a few parts whatever the file's size.
+        writer
+            .wait_for_capacity(2)
+            .await
+            .map_err(UploadError::Store)?;
+        writer.put(Bytes::from(read(n)?));
+        left -= n as u64;
+    }
+    writer.finish().await.map_err(UploadError::Store)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_told_from_paths() {
+        for url in [
+            "s3://b/k.wav",
+            "gs://b/x",
+            "az://c/x",
+            "https://h/x.wav",
+            "S3://b/k",
+        ] {
+            assert!(is_url(Path::new(url)), "{url}");
+        }
+        for path in [
+            "/data/a.wav",
+            "a.wav",
+            "file.s3://x",
+            "ftp://h/x",
+            "s3:/b/k",
+        ] {
+            assert!(!is_url(Path::new(path)), "{path}");
+        }
+    }
+
+    #[test]
+    fn a_url_splits_into_its_store_and_key() {
+        let l = Location::parse(Path::new("s3://bucket/a/b c.wav")).unwrap();
+        assert_eq!(
+            (l.store.as_str(), l.key.as_str()),
+            ("s3://bucket", "a/b c.wav")
+        );
+        assert_eq!(l.url_of("x/y.wav"), PathBuf::from("s3://bucket/x/y.wav"));
+        let l = Location::parse(Path::new("gs://bucket")).unwrap();
+        assert_eq!((l.store.as_str(), l.key.as_str()), ("gs://bucket", ""));
+        assert!(Location::parse(Path::new("s3:///key")).is_err());
+    }
+
+    /// A store that counts the ranges asked of it.
+    #[derive(Debug, Default)]
+    struct Counted {
+        inner: object_store::memory::InMemory,
+        ranges: Mutex<Vec<Range<u64>>>,
+    }
+
+    impl std::fmt::Display for Counted {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Counted")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for Counted {
+        async fn put_opts(
+            &self,
+            location: &ObjectPath,
+            payload: object_store::PutPayload,
+            opts: object_store::PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            self.inner.put_opts(location, payload, opts).await
+        }
+
+        async fn put_multipart_opts(
+            &self,
+            location: &ObjectPath,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.inner.put_multipart_opts(location, opts).await
+        }
+
+        async fn get_opts(
+            &self,
+            location: &ObjectPath,
+            options: object_store::GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            if let Some(object_store::GetRange::Bounded(r)) = &options.range {
+                self.ranges.lock().unwrap().push(r.clone());
+            }
+            self.inner.get_opts(location, options).await
+        }
+
+        fn delete_stream(
+            &self,
+            locations: futures_util::stream::BoxStream<'static, object_store::Result<ObjectPath>>,
+        ) -> futures_util::stream::BoxStream<'static, object_store::Result<ObjectPath>> {
+            self.inner.delete_stream(locations)
+        }
+
+        fn list(
+            &self,
+            prefix: Option<&ObjectPath>,
+        ) -> futures_util::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>
+        {
+            self.inner.list(prefix)
+        }
+
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&ObjectPath>,
+        ) -> object_store::Result<object_store::ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+
+        async fn copy_opts(
+            &self,
+            from: &ObjectPath,
+            to: &ObjectPath,
+            options: object_store::CopyOptions,
+        ) -> object_store::Result<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+
+    /// Reads in order fetch doubling blocks, the first block is kept for a return to the
+    /// header, and a read among the bytes the reader expects fetches to their end at once:
+    /// every byte read equals the object's.
+    #[test]
+    fn reads_fetch_doubling_blocks_and_an_expected_span_at_once() {
+        let data: Vec<u8> = (0..1_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let store = Arc::new(Counted::default());
+        let path = ObjectPath::from("a.wav");
+        let payload = Bytes::from(data.clone());
+        let put = store.clone();
+        let p = path.clone();
+        wait(async move { put.put(&p, payload.into()).await }).unwrap();
+        let object = RemoteObject::open_in(store.clone(), path, Path::new("mem://a.wav")).unwrap();
+        assert_eq!(object.len(), 1_000_000);
+        let read = |at: u64, n: usize| {
+            let mut buf = vec![0u8; n];
+            let got = object.read_at(&mut buf, at).unwrap();
+            assert_eq!(
+                &buf[..got],
+                &data[at as usize..at as usize + got],
+                "at {at}"
+            );
+            got
+        };
+        let mut at = 0;
+        while at < 200_000 {
+            at += read(at, 4096) as u64;
+        }
+        read(100, 44);
+        object.expect(600_000..700_000);
+        at = 600_000;
+        while at < 700_000 {
+            at += read(at, 8192) as u64;
+        }
+        assert_eq!(read(999_990, 100), 10);
+        assert_eq!(read(1_000_000, 100), 0);
+        let ranges = store.ranges.lock().unwrap().clone();
+        let k = 1u64 << 10;
+        assert_eq!(
+            ranges,
+            [
+                0..32 * k,
+                32 * k..96 * k,
+                96 * k..224 * k,
+                600_000..700_000,
+                999_990..1_000_000
+            ]
+        );
+    }
+}

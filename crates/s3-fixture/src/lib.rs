@@ -1,0 +1,175 @@
+//! A real S3 server for tests: s3s-fs (an S3 implementation over a folder, from crates.io)
+//! served on a loopback port by its own runtime, with faults injected on demand — answers of
+//! 503 Slow Down and connections dropped before an answer, on a fixed pseudo-random share of
+//! requests — and a count of the bytes it served to GETs.
+//!
+//! A bucket is a folder under the server's root: files written there are objects.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder as ConnBuilder;
+
+/// The access key and secret the server takes (and the tests' clients give).
+pub const ACCESS_KEY: &str = "sonograph-test";
+pub const SECRET_KEY: &str = "sonograph-test-secret";
+
+/// An S3 server on loopback, running until dropped.
+pub struct S3Server {
+    addr: SocketAddr,
+    root: PathBuf,
+    state: Arc<State>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+#[derive(Default)]
+struct State {
+    requests: AtomicU64,
+    /// Faults per 1,000 requests (0: none).
+    faults_per_mille: AtomicU64,
+    faults: AtomicU64,
+    get_bytes: AtomicU64,
+}
+
+impl S3Server {
+    /// Serves the folder `root` (created if missing): each folder in it is a bucket.
+    pub fn start(root: &Path) -> S3Server {
+        std::fs::create_dir_all(root).expect("the server's root folder can be created");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime for the test server");
+        let fs = s3s_fs::FileSystem::new(root).expect("s3s-fs opens its root");
+        let service = {
+            let mut b = s3s::service::S3ServiceBuilder::new(fs);
+            b.set_auth(s3s::auth::SimpleAuth::from_single(ACCESS_KEY, SECRET_KEY));
+            b.build()
+        };
+        let state = Arc::new(State::default());
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("a loopback port");
+        let addr = listener.local_addr().expect("the bound address");
+        let serving = state.clone();
+        runtime.spawn(async move {
+            loop {
+                let Ok((socket, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (service, state) = (service.clone(), serving.clone());
+                let handler = hyper::service::service_fn(move |req| {
+                    let (service, state) = (service.clone(), state.clone());
+                    async move { handle(&service, &state, req).await }
+                });
+                tokio::spawn(async move {
+                    let _ = ConnBuilder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(socket), handler)
+                        .await;
+                });
+            }
+        });
+        S3Server {
+            addr,
+            root: root.to_path_buf(),
+            state,
+            _runtime: runtime,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The folder of bucket `name`, created.
+    pub fn bucket(&self, name: &str) -> PathBuf {
+        let dir = self.root.join(name);
+        std::fs::create_dir_all(&dir).expect("a bucket folder");
+        dir
+    }
+
+    /// The environment a client (object_store's `AmazonS3Builder::from_env`, the AWS CLI,
+    /// boto3) needs to reach it.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ACCESS_KEY_ID", ACCESS_KEY.into()),
+            ("AWS_SECRET_ACCESS_KEY", SECRET_KEY.into()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("AWS_ENDPOINT", self.endpoint()),
+            ("AWS_ALLOW_HTTP", "true".into()),
+        ]
+    }
+
+    /// From now on, `per_mille` of every 1,000 requests fail: half answered 503 Slow Down,
+    /// half dropped without an answer.
+    pub fn inject_faults(&self, per_mille: u64) {
+        self.state
+            .faults_per_mille
+            .store(per_mille.min(1000), Ordering::SeqCst);
+    }
+
+    /// Requests answered so far, faults included.
+    pub fn requests(&self) -> u64 {
+        self.state.requests.load(Ordering::SeqCst)
+    }
+
+    /// Requests failed on purpose so far.
+    pub fn faults(&self) -> u64 {
+        self.state.faults.load(Ordering::SeqCst)
+    }
+
+    /// Bytes of the object bodies answered to GETs so far.
+    pub fn get_bytes(&self) -> u64 {
+        self.state.get_bytes.load(Ordering::SeqCst)
+    }
+}
+
+/// A mixing of the request's number (splitmix64): which requests fail is the same on every run.
+fn scramble(n: u64) -> u64 {
+    let mut z = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+async fn handle(
+    service: &s3s::service::S3Service,
+    state: &State,
+    req: http::Request<hyper::body::Incoming>,
+) -> Result<http::Response<s3s::Body>, s3s::HttpError> {
+    let n = state.requests.fetch_add(1, Ordering::SeqCst);
+    let per_mille = state.faults_per_mille.load(Ordering::SeqCst);
+    let draw = scramble(n);
+    if per_mille > 0 && draw % 1000 < per_mille {
+        state.faults.fetch_add(1, Ordering::SeqCst);
+        if draw & (1 << 40) == 0 {
+            let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
+                <Error><Code>SlowDown</Code><Message>injected</Message></Error>";
+            return Ok(http::Response::builder()
+                .status(503)
+                .header("content-type", "application/xml")
+                .body(s3s::Body::from(body.to_string()))
+                .expect("a valid response"));
+        }
+        // An error from the service: hyper closes the connection without an answer.
+        return Err(s3s::HttpError::new(Box::new(std::io::Error::other(
+            "injected: connection dropped",
+        ))));
+    }
+    let is_get = req.method() == http::Method::GET;
+    let response = hyper::service::Service::call(service, req).await?;
+    if is_get && response.status().is_success() {
+        let length = response
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        state.get_bytes.fetch_add(length, Ordering::SeqCst);
+    }
+    Ok(response)
+}

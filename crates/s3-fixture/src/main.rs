@@ -1,0 +1,28 @@
+//! The test S3 server as a process, for the benchmarks (bench/storage.py): serves the folder
+//! ROOT (each folder in it a bucket) on a loopback port, prints `endpoint URL` on its first
+//! line, answers each `stats` line on its standard input with `get_bytes N requests M`, and
+//! stops at the end of its input.
+//!
+//!     sonograph-s3-fixture ROOT
+
+use std::io::BufRead;
+
+fn main() {
+    let Some(root) = std::env::args_os().nth(1) else {
+        eprintln!("usage: sonograph-s3-fixture ROOT");
+        std::process::exit(2);
+    };
+    let server = sonograph_s3_fixture::S3Server::start(std::path::Path::new(&root));
+    println!("endpoint {}", server.endpoint());
+    for line in std::io::stdin().lock().lines() {
+        match line.as_deref().map(str::trim) {
+            Ok("stats") => println!(
+                "get_bytes {} requests {}",
+                server.get_bytes(),
+                server.requests()
+            ),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! Corpora and outputs in object storage, against a real S3 server on loopback (s3s-fs, from
+//! crates.io, started by each test on a port of its own): a prefix, its WebDataset shards, a
+//! manifest in the bucket with offsets into a long file, an output in the bucket, a server
+//! that fails requests, and kill -9 between a part's upload and its commit. A bucket is a
+//! folder of the server's root, so a test reads what the job wrote from the folder itself.
+
+use crate::common;
+use crate::extract::{read_dataset, write_wav, Dataset};
+use common::{bin, repo, stderr, Tmp};
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use sonograph_dsp::FeatureSpec;
+use sonograph_s3_fixture::S3Server;
+
+/// `sonograph` with the server's credentials and endpoint in its environment, and nothing of
+/// the machine's own AWS configuration.
+fn bin_for(server: &S3Server) -> Command {
+    let mut cmd = bin();
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("AWS_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.envs(server.env());
+    cmd
+}
+
+fn extract(server: &S3Server, source: &str, out: &str, more: &[&str]) -> Output {
+    bin_for(server)
+        .args(["extract", source, "--out", out, "--preset", "whisper"])
+        .args(["--no-progress", "--device", "cpu", "--workers", "2"])
+        .args(more)
+        .output()
+        .unwrap()
+}
+
+fn whisper_id() -> String {
+    FeatureSpec::preset("whisper").unwrap().spec_id()
+}
+
+/// A corpus in `dir`: real recordings in four containers, clips in a sub-folder, a WebDataset
+/// shard of two of them, a hidden file, and a file that is not audio.
+fn make_corpus(dir: &Path) {
+    let data = repo("tests/data");
+    std::fs::create_dir_all(dir.join("clips")).unwrap();
+    for name in [
+        "speech_16000_mono_s16.flac",
+        "speech_44100_stereo.mp3",
+        "speech_44100_stereo.ogg",
+        "speech_48000_mono_s16.wav",
+    ] {
+        std::fs::copy(data.join(name), dir.join(name)).unwrap();
+    }
+    for i in 0..4 {
+        write_wav(
+            &dir.join(format!("clips/c{i}.wav")),
+            16_000,
+            1.0 + i as f64,
+            i,
+        );
+    }
+    std::fs::write(dir.join("garbage.wav"), b"RIFF....WAVEnot really").unwrap();
+    std::fs::write(dir.join(".hidden.wav"), b"not listed").unwrap();
+    std::fs::write(dir.join("notes.txt"), b"not audio").unwrap();
+    let shard = dir.join("shards/train-000.tar");
+    std::fs::create_dir_all(shard.parent().unwrap()).unwrap();
+    let o = Command::new("tar")
+        .arg("-cf")
+        .arg(&shard)
+        .arg("-C")
+        .arg(dir.join("clips"))
+        .args(["c0.wav", "c1.wav"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+fn ids(d: &Dataset) -> Vec<String> {
+    d.keys().map(|k| k.0.clone()).collect()
+}
+
+/// A prefix in a bucket is a folder: its files and its shards' members give the rows the
+/// same folder on disk gives, with the same ids, and its broken file the same failure. The
+/// output written to a bucket holds the same rows as one written to disk, and so does one
+/// written while the server fails one request in eight (503s and dropped connections).
+#[test]
+fn a_bucket_prefix_and_an_output_in_a_bucket_give_the_rows_of_a_folder() {
+    let tmp = Tmp::new("s3-prefix");
+    let server = S3Server::start(&tmp.path("s3"));
+    let corpus = server.bucket("corpus").join("audio");
+    make_corpus(&corpus);
+    server.bucket("features");
+
+    let local = tmp.path("local");
+    let o = extract(
+        &server,
+        corpus.to_str().unwrap(),
+        local.to_str().unwrap(),
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let expected = read_dataset(&local, &whisper_id());
+    assert_eq!(expected.len(), 10, "{:?}", ids(&expected));
+
+    // From the bucket to the disk.
+    let from_bucket = tmp.path("from-bucket");
+    let o = extract(
+        &server,
+        "s3://corpus/audio",
+        from_bucket.to_str().unwrap(),
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert_eq!(
+        ids(&read_dataset(&from_bucket, &whisper_id())),
+        ids(&expected)
+    );
+    assert_eq!(read_dataset(&from_bucket, &whisper_id()), expected);
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(from_bucket.join("__sonograph/report.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(report["failures"][0]["id"], "garbage.wav", "{report}");
+    assert!(
+        report["failures"][0]["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("s3://corpus/audio/garbage.wav"),
+        "{report}"
+    );
+
+    // From the bucket to the bucket, staged in a work folder of the test's.
+    let work = tmp.path("work");
+    let o = extract(
+        &server,
+        "s3://corpus/audio/",
+        "s3://features/run1",
+        &["--work-dir", work.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let in_bucket = server.bucket("features").join("run1");
+    assert_eq!(read_dataset(&in_bucket, &whisper_id()), expected);
+    for meta in ["job.json", "report.json", "shard-00000-of-00001.done"] {
+        assert!(in_bucket.join("__sonograph").join(meta).is_file(), "{meta}");
+    }
+    // Every part left the work folder once uploaded; the ledger stays there.
+    let left: Vec<_> = std::fs::read_dir(&work)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".parquet"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(work.join("__sonograph/ledger.sqlite").is_file());
+
+    // The same with one request in eight failing: every item once, the same rows.
+    server.inject_faults(125);
+    let before = server.faults();
+    let o = extract(
+        &server,
+        "s3://corpus/audio",
+        "s3://features/run2",
+        &["--work-dir", tmp.path("work2").to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    server.inject_faults(0);
+    assert!(
+        server.faults() - before >= 3,
+        "{} faults",
+        server.faults() - before
+    );
+    let faulty = server.bucket("features").join("run2");
+    assert_eq!(read_dataset(&faulty, &whisper_id()), expected);
+
+    // Another work folder on the same prefix would write the same part names again.
+    let o = extract(
+        &server,
+        "s3://corpus/audio",
+        "s3://features/run1",
+        &["--work-dir", tmp.path("work3").to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("holds parts of shard 0") && stderr(&o).contains("--work-dir"),
+        "{}",
+        stderr(&o)
+    );
+    // A prefix that holds nothing is said so, as a folder that does not exist is.
+    let o = extract(
+        &server,
+        "s3://corpus/nothing-here",
+        local.to_str().unwrap(),
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no object under this prefix"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// A NeMo manifest in a bucket, its relative paths beside it: spans of a 10-minute file are
+/// read by byte range, fetching at most twice the bytes the spans hold (the server's count of
+/// bytes answered), with the rows the same manifest gives on disk.
+#[test]
+fn offsets_into_a_long_file_in_a_bucket_fetch_little_more_than_they_read() {
+    let tmp = Tmp::new("s3-offsets");
+    let server = S3Server::start(&tmp.path("s3"));
+    let bucket = server.bucket("corpus");
+    let rate = 16_000;
+    write_wav(&bucket.join("long.wav"), rate, 600.0, 7);
+    let spans: Vec<(f64, f64)> = (0..12).map(|i| (17.0 + 45.0 * f64::from(i), 8.0)).collect();
+    let manifest: String = spans
+        .iter()
+        .map(|(offset, duration)| {
+            format!(
+                "{{\"audio_filepath\": \"long.wav\", \"offset\": {offset}, \"duration\": {duration}}}\n"
+            )
+        })
+        .collect();
+    std::fs::write(bucket.join("spans.jsonl"), &manifest).unwrap();
+
+    let local = tmp.path("local");
+    let manifest_path = bucket.join("spans.jsonl");
+    let o = extract(
+        &server,
+        manifest_path.to_str().unwrap(),
+        local.to_str().unwrap(),
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let expected = read_dataset(&local, &whisper_id());
+    assert_eq!(expected.len(), 12);
+
+    let before = server.get_bytes();
+    let from_bucket = tmp.path("from-bucket");
+    let o = extract(
+        &server,
+        "s3://corpus/spans.jsonl",
+        from_bucket.to_str().unwrap(),
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let fetched = server.get_bytes() - before;
+    assert_eq!(read_dataset(&from_bucket, &whisper_id()), expected);
+    let needed: f64 = spans.iter().map(|(_, d)| d * f64::from(rate) * 2.0).sum();
+    eprintln!(
+        "fetched {fetched} bytes for spans of {needed} bytes ({:.2}x; the file is {} bytes)",
+        fetched as f64 / needed,
+        std::fs::metadata(bucket.join("long.wav")).unwrap().len()
+    );
+    assert!(
+        (fetched as f64) < 2.0 * needed,
+        "fetched {fetched} bytes for {needed} bytes of spans"
+    );
+    // A manifest line naming an object that is not there is one failed line.
+    std::fs::write(
+        bucket.join("missing.jsonl"),
+        "{\"audio_filepath\": \"long.wav\", \"duration\": 1.0}\n{\"audio_filepath\": \"gone.wav\"}\n",
+    )
+    .unwrap();
+    let out = tmp.path("missing");
+    let o = extract(
+        &server,
+        "s3://corpus/missing.jsonl",
+        out.to_str().unwrap(),
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("__sonograph/report.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(report["items_ok"], 1, "{report}");
+    let reason = report["failures"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("s3://corpus/gone.wav"), "{reason}");
+}
+
+/// kill -9 of a job writing to a bucket, at the instants that matter (a part written but not
+/// uploaded; uploaded but not committed) and at random, each resumed from the same work
+/// folder: every row exactly once in the bucket, equal to a clean run's.
+/// Needs the failpoints build: `cargo test --features failpoints --test integration storage::`.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_bucket_output_killed_and_resumed_holds_every_row_once() {
+    use std::os::unix::process::ExitStatusExt;
+    let tmp = Tmp::new("s3-kill");
+    let server = S3Server::start(&tmp.path("s3"));
+    let corpus = server.bucket("corpus").join("audio");
+    make_corpus(&corpus);
+    std::fs::create_dir_all(corpus.join("more")).unwrap();
+    for i in 0..40 {
+        write_wav(
+            &corpus.join(format!("more/m{i:02}.wav")).as_path(),
+            16_000,
+            3.0,
+            40 + i,
+        );
+    }
+    server.bucket("features");
+    let job = |out: &str, work: &Path, failpoints: &str| {
+        let mut cmd = bin_for(&server);
+        cmd.args([
+            "extract",
+            "s3://corpus/audio",
+            "--out",
+            out,
+            "--preset",
+            "whisper",
+        ])
+        .args(["--no-progress", "--device", "cpu", "--workers", "2"])
+        .args(["--part-mb", "1", "--batch-items", "2", "--work-dir"])
+        .arg(work)
+        .env("FAILPOINTS", failpoints);
+        cmd
+    };
+    let o = job("s3://features/clean", &tmp.path("w-clean"), "")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let expected = read_dataset(&server.bucket("features").join("clean"), &whisper_id());
+    assert!(expected.len() >= 45, "{}", expected.len());
+
+    let work = tmp.path("w-resumed");
+    for point in ["writer-before-commit", "writer-after-upload"] {
+        let o = job("s3://features/resumed", &work, &format!("{point}=return"))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.signal(), Some(6), "{point}: {}", stderr(&o));
+    }
+    // Each item sleeps 200 ms in its worker: the job is still running when it is killed.
+    let mut child = job("s3://features/resumed", &work, "executor::batch=sleep(200)")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    if let Some(status) = child.try_wait().unwrap() {
+        let mut err = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        panic!("the job ended before the kill ({status}): {err}");
+    }
+    child.kill().unwrap();
+    assert_eq!(child.wait().unwrap().signal(), Some(9));
+    let o = job("s3://features/resumed", &work, "").output().unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert_eq!(
+        read_dataset(&server.bucket("features").join("resumed"), &whisper_id()),
+        expected
+    );
+    let parts_left = std::fs::read_dir(&work)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("part-")
+        })
+        .count();
+    assert_eq!(
+        parts_left, 0,
+        "every part left the work folder once uploaded"
+    );
+}
