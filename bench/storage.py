@@ -67,6 +67,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--long-minutes", type=float, default=60.0)
     ap.add_argument("--spans", type=int, default=120)
+    ap.add_argument("--clip-seconds", type=float, default=None,
+                    help="clips of this many seconds of sox pink noise (16 kHz 16-bit WAV) instead of the FLAC")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="sonograph-storage-") as tmp:
@@ -75,9 +77,15 @@ def main() -> None:
         clips = buckets / "corpus" / "clips"
         clips.mkdir(parents=True)
         (buckets / "features").mkdir()
-        audio = (ROOT / "tests" / "data" / "speech_16000_mono_s16.flac").read_bytes()
+        if args.clip_seconds is None:
+            audio, extension = (ROOT / "tests" / "data" / "speech_16000_mono_s16.flac").read_bytes(), "flac"
+        else:
+            one = root / "one.wav"
+            subprocess.run(["sox", "-n", "-r", "16000", "-b", "16", "-c", "1", str(one), "synth",
+                            str(args.clip_seconds), "pinknoise", "vol", "0.3"], check=True)
+            audio, extension = one.read_bytes(), "wav"
         for i in range(args.clips):
-            (clips / f"clip{i:06}.flac").write_bytes(audio)
+            (clips / f"clip{i:06}.{extension}").write_bytes(audio)
         long_wav = buckets / "corpus" / "long.wav"
         seconds = args.long_minutes * 60
         subprocess.run(["sox", "-n", "-r", "16000", "-b", "16", "-c", "1", str(long_wav), "synth", str(seconds),
@@ -123,7 +131,8 @@ def main() -> None:
 
     load = os.getloadavg()
     print(f"machine: {os.cpu_count()} cores, load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    print(f"{args.clips} clips of {len(audio)} bytes (FLAC, 16 kHz), whisper, {args.runs} runs alternating")
+    kind = "FLAC" if args.clip_seconds is None else f"{args.clip_seconds:g}-s WAV"
+    print(f"{args.clips} clips of {len(audio)} bytes ({kind}, 16 kHz), whisper, {args.runs} runs alternating")
     for kind in ("local", "bucket"):
         print(f"{kind:>7}: wall median {statistics.median(walls[kind]):.2f} s {['%.2f' % w for w in walls[kind]]}, "
               f"peak RSS median {statistics.median(rss[kind]):.0f} MB {['%.0f' % m for m in rss[kind]]}")

@@ -119,7 +119,8 @@ pub(crate) fn print_outcome(out: &std::path::Path, outcome: &JobOutcome, signal:
 
 #[derive(Args)]
 pub struct ManifestArgs {
-    /// The folder (walked recursively, in id order; hidden and `_` entries skipped).
+    /// The folder (walked recursively, in id order; hidden and `_` entries skipped), or a
+    /// prefix in object storage (s3://, gs://, az://; listed, each header read by byte range).
     source: PathBuf,
     /// The manifest to write (NeMo JSON lines); paths in it are relative to its folder where
     /// the files are under it.

@@ -48,8 +48,9 @@ enum Command {
     Bench(BenchArgs),
     /// Turn a corpus (a folder or a manifest) into sharded Parquet; resumable.
     Extract(Box<extract::ExtractArgs>),
-    /// List a folder's audio in a NeMo manifest (path, duration, sample rate, channels), once,
-    /// so that the shards of a job read a slice of it instead of walking the tree.
+    /// List a folder's (or a bucket prefix's) audio in a NeMo manifest (path, duration, sample
+    /// rate, channels), once, so that the shards of a job read a slice of it instead of
+    /// walking the tree.
     Manifest(extract::ManifestArgs),
     /// List the compute devices (GPUs through wgpu, and the CPU) with their scores and health.
     Devices(gpu_cli::DevicesArgs),

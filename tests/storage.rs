@@ -186,6 +186,36 @@ fn a_bucket_prefix_and_an_output_in_a_bucket_give_the_rows_of_a_folder() {
         "{}",
         stderr(&o)
     );
+    // A manifest of the prefix, listed once (each header read by range), gives the same rows
+    // through the URLs it lists.
+    let listed = tmp.path("listed.jsonl");
+    let o = bin_for(&server)
+        .args(["manifest", "s3://corpus/audio", "--out"])
+        .arg(&listed)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let lines = std::fs::read_to_string(&listed).unwrap();
+    assert_eq!(lines.lines().count(), 8, "{lines}");
+    assert!(
+        lines.contains("\"audio_filepath\":\"s3://corpus/audio/clips/c3.wav\",\"duration\":4.0"),
+        "{lines}"
+    );
+    let by_manifest = tmp.path("by-manifest");
+    let o = extract(
+        &server,
+        listed.to_str().unwrap(),
+        by_manifest.to_str().unwrap(),
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = read_dataset(&by_manifest, &whisper_id());
+    let from_files: Vec<_> = expected
+        .iter()
+        .filter(|(k, _)| !k.0.contains(".tar/"))
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(rows.values().collect::<Vec<_>>(), from_files);
     // A prefix that holds nothing is said so, as a folder that does not exist is.
     let o = extract(
         &server,

@@ -161,10 +161,18 @@ impl AudioReader {
     /// [`open`](Self::open), the file opened beneath `roots`.
     pub fn open_in(roots: &Roots, path: &Path, opts: &DecodeOptions) -> Result<Self, DecodeError> {
         Self::open_span(path, opts, || {
-            let file = roots.open_blob(path).map_err(|source| DecodeError::Open {
-                path: path.to_path_buf(),
-                source,
-            })?;
+            // An object is opened by reading its start: all of a clip, or the header of a span.
+            let first = if opts.offset_s > 0.0 || opts.duration_s.is_some() {
+                crate::remote::FIRST_READ_SPAN
+            } else {
+                crate::remote::FIRST_READ_WHOLE
+            };
+            let file = roots
+                .open_blob_reading(path, Some(first))
+                .map_err(|source| DecodeError::Open {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
             Span::whole(file).map_err(|source| DecodeError::Open {
                 path: path.to_path_buf(),
                 source,

@@ -37,6 +37,13 @@ const SCHEMES: &[&str] = &[
 /// to read ([`RemoteObject::expect`]: a span of a long file), a read among them fetches to
 /// their end at once.
 const FIRST_READ_AHEAD: u64 = 32 << 10;
+
+/// The first read of an item opened whole ([`RemoteObject::open_reading`]): a clip of speech
+/// (a few hundred kB) comes in the request that opens it.
+pub const FIRST_READ_WHOLE: u64 = 1 << 20;
+
+/// The first read of an item opened for a span of it: the header, before a seek.
+pub const FIRST_READ_SPAN: u64 = FIRST_READ_AHEAD;
 const MAX_READ_AHEAD: u64 = 8 << 20;
 
 /// Attempts of one read or upload: the store's client retries a request that fails with a
@@ -308,6 +315,53 @@ impl RemoteObject {
         let location = Location::parse(url)?;
         let store = store(url, &location)?;
         Self::open_in(store, location.object_path(), url)
+    }
+
+    /// Opens `url` by reading its first `first` bytes, whose answer gives its size too: a file
+    /// that fits comes in one request, where [`open`](Self::open) asks its size first. (An
+    /// empty object, which answers a range with 416, is opened by its size.)
+    pub fn open_reading(url: &Path, first: u64) -> io::Result<RemoteObject> {
+        let location = Location::parse(url)?;
+        let store = store(url, &location)?;
+        let path = location.object_path();
+        let got = with_retries(|| {
+            let (store, path) = (store.clone(), path.clone());
+            let (size, bytes) = wait(async move {
+                let options = object_store::GetOptions {
+                    range: Some(object_store::GetRange::Bounded(0..first)),
+                    ..Default::default()
+                };
+                let result = store.get_opts(&path, options).await?;
+                let size = result.meta.size;
+                Ok::<_, object_store::Error>((size, result.bytes().await?))
+            })
+            .map_err(|e| store_error(url, e))?;
+            BYTES_FETCHED.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            if bytes.len() as u64 != first.min(size) {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("{}: an answer cut short", url.display()),
+                ));
+            }
+            Ok((size, bytes))
+        });
+        let (len, bytes) = match got {
+            Ok(got) => got,
+            Err(e) if !is_transient(&e) => return Err(e),
+            Err(_) => return Self::open_in(store, path, url),
+        };
+        Ok(RemoteObject {
+            url: url.to_path_buf(),
+            store,
+            location: path,
+            len,
+            block: Mutex::new(Block {
+                start: 0,
+                read_ahead: (bytes.len() as u64).max(FIRST_READ_AHEAD),
+                bytes,
+                ..Block::default()
+            }),
+        })
     }
 
     fn open_in(store: Arc<dyn ObjectStore>, path: ObjectPath, url: &Path) -> io::Result<Self> {

@@ -78,6 +78,12 @@ impl Roots {
     /// Opens `path` for reading by offset: a local file, or an object in object storage
     /// (which no confined job may read: the service reads beneath its data roots only).
     pub fn open_blob(&self, path: &Path) -> io::Result<Blob> {
+        self.open_blob_reading(path, None)
+    }
+
+    /// [`open_blob`](Self::open_blob), an object read from its start at once where `first`
+    /// says how much (see `RemoteObject::open_reading`).
+    pub fn open_blob_reading(&self, path: &Path, first: Option<u64>) -> io::Result<Blob> {
         if crate::remote::is_url(path) {
             if self.is_confined() {
                 return Err(io::Error::new(
@@ -88,7 +94,11 @@ impl Roots {
                     ),
                 ));
             }
-            return RemoteObject::open(path).map(|o| Blob::Remote(Arc::new(o)));
+            let object = match first {
+                Some(first) => RemoteObject::open_reading(path, first)?,
+                None => RemoteObject::open(path)?,
+            };
+            return Ok(Blob::Remote(Arc::new(object)));
         }
         self.open(path).map(Blob::from)
     }
@@ -251,5 +261,26 @@ mod tests {
             io::read_to_string(Roots::anywhere().open(&root.join("link.txt")).unwrap()).unwrap(),
             "secret"
         );
+    }
+
+    /// A confined job reads no object storage: a URL is outside every data root, refused
+    /// before any request is made (no credentials are looked for).
+    #[test]
+    fn object_storage_is_outside_the_data_roots() {
+        let tmp =
+            Tmp(std::env::temp_dir().join(format!("sonograph-roots-url-{}", std::process::id())));
+        std::fs::create_dir_all(&tmp.0).unwrap();
+        let roots = Roots::beneath(std::slice::from_ref(&tmp.0)).unwrap();
+        let e = roots.open_blob(Path::new("s3://bucket/a.wav")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        assert_eq!(
+            e.to_string(),
+            "s3://bucket/a.wav: object storage is outside the data roots"
+        );
+        std::fs::write(tmp.0.join("a.wav"), "x").unwrap();
+        assert!(matches!(
+            roots.open_blob(&tmp.0.join("a.wav")).unwrap(),
+            Blob::File(_)
+        ));
     }
 }

@@ -303,6 +303,13 @@ pub mod defaults {
             .map_or(1, |n| n.get())
             .min(*super::bounds::WORKERS.end())
     }
+
+    /// Workers for a source in object storage: four a core, so that the requests of some
+    /// overlap the decoding of others (each waits a round trip per read). On loopback, 2,000
+    /// clips took 2.20 s with a worker a core, 1.43 s with two, 1.26 s with four (2 cores).
+    pub fn workers_for_remote() -> usize {
+        (4 * workers()).min(*super::bounds::WORKERS.end())
+    }
 }
 
 /// The bounds of every size a job's options set, inclusive. Each is far beyond what a real job

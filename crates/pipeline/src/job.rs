@@ -206,7 +206,9 @@ fn run_stages(
         },
         config.part_mb << 20,
     )?
-    .with_encoders(config.workers)
+    // No more encoders than cores: the extra workers of a source in object storage wait on
+    // the network, and each encoder holds a row group.
+    .with_encoders(config.workers.min(crate::config::defaults::workers()))
     .with_format(config.part_format)
     .with_bucket(bucket.clone());
     let bar = progress_bar(config.progress, todo);

@@ -1,8 +1,9 @@
-//! `sonograph manifest`: a NeMo manifest of a folder (one JSON line per audio file: its path,
-//! duration, sample rate and channels), so that a corpus of millions of files is listed once
-//! and every shard of a job reads its slice of the manifest instead of walking the tree. The
-//! folder is walked as a stream in id order, its files' headers read side by side, the lines
-//! written in that order and published whole.
+//! `sonograph manifest`: a NeMo manifest of a folder or a bucket prefix (one JSON line per
+//! audio file: its path, duration, sample rate and channels), so that a corpus of millions of
+//! files is listed once and every shard of a job reads its slice of the manifest instead of
+//! walking the tree or listing the bucket. The folder is walked as a stream in id order (a
+//! prefix listed, its objects' headers read by byte range), the headers read side by side, the
+//! lines written in that order and published whole.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -55,9 +56,17 @@ struct Line<'a> {
 /// Writes the manifest of `o.source` to `o.out`.
 pub fn write_manifest(o: &ManifestOptions) -> Result<ManifestReport, JobError> {
     let started = Instant::now();
-    if !o.source.is_dir() {
+    let remote = sonograph_io::remote::is_url(&o.source);
+    if remote {
+        if sonograph_io::remote::is_url(&o.out) {
+            return Err(JobError::Config(format!(
+                "{}: a manifest is written to a local file (copy it to the bucket after)",
+                o.out.display()
+            )));
+        }
+    } else if !o.source.is_dir() {
         return Err(JobError::Config(format!(
-            "{}: the source of a manifest is a folder",
+            "{}: the source of a manifest is a folder or a bucket prefix",
             o.source.display()
         )));
     }
@@ -77,16 +86,25 @@ pub fn write_manifest(o: &ManifestOptions) -> Result<ManifestReport, JobError> {
     let (draft, file) = Draft::create(&o.out).map_err(io_err(&o.out))?;
     let mut w = std::io::BufWriter::new(file);
     let mut report = ManifestReport::default();
-    let mut walk = walk_sorted(&o.source, is_audio);
+    let mut walk: Box<dyn Iterator<Item = Result<(String, PathBuf), JobError>>> = if remote {
+        let listed = sonograph_io::remote::list(&o.source).map_err(io_err(&o.source))?;
+        Box::new(
+            listed
+                .into_iter()
+                .filter(|object| is_audio(&object.url))
+                .map(|object| Ok((object.id, object.url))),
+        )
+    } else {
+        Box::new(walk_sorted(&o.source, is_audio).map(|r| {
+            r.map_err(|e| JobError::Io {
+                path: e.path,
+                source: e.source,
+            })
+        }))
+    };
     loop {
-        let window: Vec<(String, PathBuf)> = walk
-            .by_ref()
-            .take(WINDOW)
-            .collect::<Result<_, _>>()
-            .map_err(|e| JobError::Io {
-            path: e.path,
-            source: e.source,
-        })?;
+        let window: Vec<(String, PathBuf)> =
+            walk.by_ref().take(WINDOW).collect::<Result<_, _>>()?;
         if window.is_empty() {
             break;
         }
@@ -134,8 +152,11 @@ pub fn write_manifest(o: &ManifestOptions) -> Result<ManifestReport, JobError> {
     Ok(report)
 }
 
-/// `path` relative to `base` where it is under it, else as it is (absolute).
+/// `path` relative to `base` where it is under it, else as it is (absolute, or a URL).
 fn shown_path(path: &Path, base: &Path) -> String {
+    if sonograph_io::remote::is_url(path) {
+        return path.to_string_lossy().into_owned();
+    }
     let full = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     full.strip_prefix(base)
         .map(Path::to_path_buf)

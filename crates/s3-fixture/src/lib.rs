@@ -60,6 +60,9 @@ impl S3Server {
                 let Ok((socket, _)) = listener.accept().await else {
                     continue;
                 };
+                // As servers do: without it, an answer's head and body wait on the client's
+                // delayed acknowledgement (40 ms a request).
+                let _ = socket.set_nodelay(true);
                 let (service, state) = (service.clone(), serving.clone());
                 let handler = hyper::service::service_fn(move |req| {
                     let (service, state) = (service.clone(), state.clone());
@@ -90,6 +93,58 @@ impl S3Server {
         let dir = self.root.join(name);
         std::fs::create_dir_all(&dir).expect("a bucket folder");
         dir
+    }
+
+    /// Records the ETag of every file put in a bucket folder directly, as s3s-fs records it
+    /// for an object uploaded through it; otherwise it hashes the whole file at every HEAD and
+    /// GET, ranged ones included (0.2 s a request for a 115 MB file), which no S3 server does.
+    pub fn seal(&self) {
+        use md5::Digest;
+        use std::io::Read;
+        let encode = |s: &str| {
+            base64::engine::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, s)
+        };
+        let buckets = std::fs::read_dir(&self.root).expect("the server's root");
+        for bucket in buckets.filter_map(Result::ok).filter(|e| e.path().is_dir()) {
+            let name = bucket.file_name().to_string_lossy().into_owned();
+            let mut folders = vec![bucket.path()];
+            while let Some(folder) = folders.pop() {
+                for entry in std::fs::read_dir(&folder)
+                    .expect("a bucket's folder")
+                    .filter_map(Result::ok)
+                {
+                    let path = entry.path();
+                    if path.is_dir() {
+                        folders.push(path);
+                        continue;
+                    }
+                    let key = path
+                        .strip_prefix(bucket.path())
+                        .expect("under its bucket")
+                        .to_string_lossy()
+                        .into_owned();
+                    let mut hash = md5::Md5::new();
+                    let mut file = std::fs::File::open(&path).expect("a bucket's file");
+                    let mut buf = vec![0u8; 1 << 20];
+                    loop {
+                        let n = file.read(&mut buf).expect("a bucket's file reads");
+                        if n == 0 {
+                            break;
+                        }
+                        hash.update(&buf[..n]);
+                    }
+                    let e_tag: String =
+                        hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+                    let info = format!(
+                        ".bucket-{}.object-{}.internal.json",
+                        encode(&name),
+                        encode(&key)
+                    );
+                    std::fs::write(self.root.join(info), format!("{{\"e_tag\":\"{e_tag}\"}}"))
+                        .expect("the server's root is writable");
+                }
+            }
+        }
     }
 
     /// The environment a client (object_store's `AmazonS3Builder::from_env`, the AWS CLI,

@@ -1,5 +1,6 @@
 //! The test S3 server as a process, for the benchmarks (bench/storage.py): serves the folder
-//! ROOT (each folder in it a bucket) on a loopback port, prints `endpoint URL` on its first
+//! ROOT (each folder in it a bucket; the files there sealed, see `S3Server::seal`) on a
+//! loopback port, prints `endpoint URL` on its first
 //! line, answers each `stats` line on its standard input with `get_bytes N requests M`, and
 //! stops at the end of its input.
 //!
@@ -13,6 +14,7 @@ fn main() {
         std::process::exit(2);
     };
     let server = sonograph_s3_fixture::S3Server::start(std::path::Path::new(&root));
+    server.seal();
     println!("endpoint {}", server.endpoint());
     for line in std::io::stdin().lock().lines() {
         match line.as_deref().map(str::trim) {
