@@ -52,8 +52,9 @@ const MAX_READ_AHEAD: u64 = 8 << 20;
 const ATTEMPTS: u32 = 5;
 
 /// Uploads in one request up to this size; larger files in parts of it (multipart, visible
-/// only when complete, as a single request is).
-const UPLOAD_PART: usize = 16 << 20;
+/// only when complete, as a single request is), two in flight: an upload holds about three
+/// parts in memory whatever the file's size (S3 takes parts of 5 MiB and more).
+const UPLOAD_PART: usize = 8 << 20;
 
 /// Bytes fetched from object storage by this process: what the benchmarks and tests compare
 /// against the bytes an item needs.
@@ -166,14 +167,34 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// Runs `future` on the object storage runtime and waits for it from this thread.
-fn wait<T: Send + 'static>(future: impl Future<Output = T> + Send + 'static) -> T {
+/// Runs `future` on the object storage runtime and waits for it from this thread; a task
+/// that ended without an answer (a panic in the client) is an error, not a panic here.
+fn wait<T: Send + 'static, E: From<Lost> + Send + 'static>(
+    future: impl Future<Output = Result<T, E>> + Send + 'static,
+) -> Result<T, E> {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     runtime().spawn(async move {
         let _ = tx.send(future.await);
     });
-    rx.recv()
-        .expect("the object storage runtime runs every task it is given to its end")
+    rx.recv().unwrap_or_else(|_| Err(Lost.into()))
+}
+
+/// A request whose task ended without an answer.
+struct Lost;
+
+impl From<Lost> for object_store::Error {
+    fn from(_: Lost) -> Self {
+        object_store::Error::Generic {
+            store: "sonograph",
+            source: "the request's task ended without an answer".into(),
+        }
+    }
+}
+
+impl From<Lost> for UploadError {
+    fn from(lost: Lost) -> Self {
+        UploadError::Store(lost.into())
+    }
 }
 
 /// The store of `location` (one client per bucket or host, kept for the process: its
