@@ -1177,3 +1177,117 @@ fn a_nemo_tarred_manifest_reads_its_shards() {
         "{reasons:?}"
     );
 }
+
+/// `extract --augment`: a gain gives the rows of the same audio scaled by it, bit for bit (the
+/// same f64 product rounded to f32); speed perturbation by 1.25 leaves 0.8 of an item; noise
+/// from a folder, a drawn gain and a drawn speed are a function of the seed and the item's id:
+/// the same rows with 1 worker or 3, other rows with another seed. SpecAugment (a training
+/// batch's masks) and an augmentation of IQ are refused, each in one line.
+#[test]
+fn augmented_rows_are_drawn_by_id_and_equal_their_reference() {
+    let tmp = Tmp::new("augment");
+    let (plain, scaled, noise) = (tmp.path("plain"), tmp.path("scaled"), tmp.path("noise"));
+    for dir in [&plain, &scaled, &noise] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    for (i, name) in ["a.wav", "b.wav", "c.wav"].iter().enumerate() {
+        write_wav(&plain.join(name), 16_000, 3.0, i as u32 + 1);
+    }
+    write_wav(&noise.join("n.wav"), 16_000, 5.0, 9);
+    let gain_db: f64 = 6.0;
+    let k = 10f64.powf(gain_db / 20.0);
+    let x = decode_mono(&plain.join("a.wav"), &DecodeOptions::default(), 16_000).unwrap();
+    let y: Vec<f32> = x.iter().map(|&v| (f64::from(v) * k) as f32).collect();
+    common::write_wav(&scaled.join("a.wav"), 16_000, &y, true);
+
+    let spec_id = FeatureSpec::preset("nemo").unwrap().spec_id();
+    let extract = |source: &Path, out: &Path, more: &[&str]| {
+        let o = bin()
+            .args([
+                "extract",
+                "--preset",
+                "nemo",
+                "--no-progress",
+                "--device",
+                "cpu",
+            ])
+            .arg(source)
+            .arg("--out")
+            .arg(out)
+            .args(more)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        read_dataset(out, &spec_id)
+    };
+    let row = |d: &Dataset, id: &str| {
+        d.iter()
+            .find(|(k, _)| k.0 == id)
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    let volume = format!("{{\"volume_db\": [{gain_db}, {gain_db}]}}");
+    let gained = extract(&plain, &tmp.path("gained"), &["--augment", &volume]);
+    let reference = extract(&scaled, &tmp.path("reference"), &[]);
+    let original = extract(&plain, &tmp.path("original"), &[]);
+    assert_eq!(row(&gained, "a.wav"), row(&reference, "a.wav"));
+    assert_ne!(row(&gained, "a.wav"), row(&original, "a.wav"));
+
+    let faster = extract(
+        &plain,
+        &tmp.path("faster"),
+        &["--augment", "{\"speed\": [1.25]}"],
+    );
+    let (frames, _, _) = row(&original, "a.wav");
+    let (fast_frames, _, _) = row(&faster, "a.wav");
+    assert!(
+        (f64::from(fast_frames) - 0.8 * f64::from(frames)).abs() <= 2.0,
+        "{fast_frames} frames at 1.25x speed, {frames} without"
+    );
+
+    let mixed = format!(
+        "{{\"speed\": [0.9, 1.0, 1.1], \"volume_db\": [-6, 6], \"noise\": {{\"source\": {:?}, \"snr_db\": [5, 15]}}}}",
+        noise.display().to_string()
+    );
+    let one = extract(
+        &plain,
+        &tmp.path("one"),
+        &["--augment", &mixed, "--augment-seed", "7", "--workers", "1"],
+    );
+    let three = extract(
+        &plain,
+        &tmp.path("three"),
+        &["--augment", &mixed, "--augment-seed", "7", "--workers", "3"],
+    );
+    let other = extract(
+        &plain,
+        &tmp.path("other"),
+        &["--augment", &mixed, "--augment-seed", "8", "--workers", "3"],
+    );
+    assert_eq!(one, three);
+    assert_ne!(one, other);
+    assert!(one.keys().all(|k| row(&one, &k.0) != row(&original, &k.0)));
+
+    for (args, expect) in [
+        (
+            vec!["--augment", "{\"spec_augment\": {\"freq_masks\": 2}}"],
+            "spec_augment masks a training batch",
+        ),
+        (
+            vec!["--augment", "{\"speed\": [1.0], \"echo\": 1}"],
+            "unknown field `echo`",
+        ),
+    ] {
+        let o = bin()
+            .args(["extract", "--preset", "nemo", "--no-progress"])
+            .arg(&plain)
+            .arg("--out")
+            .arg(tmp.path("refused"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains(expect), "{}", stderr(&o));
+        assert_eq!(stderr(&o).trim().lines().count(), 1, "{}", stderr(&o));
+    }
+}

@@ -7,7 +7,7 @@ mod errors;
 mod jobs;
 mod loader;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use numpy::{AllowTypeChange, IntoPyArray, PyArray2, PyArrayLike1, PyArrayMethods};
 use pyo3::prelude::*;
@@ -324,15 +324,7 @@ fn check_rate(sample_rate: u32) -> PyResult<()> {
     }
 }
 
-/// `reason`, starting with the file's name unless it does already.
-pub(crate) fn named_error(path: &Path, reason: String) -> String {
-    let name = path.display().to_string();
-    if reason.contains(&name) {
-        reason
-    } else {
-        format!("{name}: {reason}")
-    }
-}
+pub(crate) use sonograph_pipeline::named_error;
 
 #[pymodule]
 fn sonograph(m: &Bound<'_, PyModule>) -> PyResult<()> {

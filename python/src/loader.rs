@@ -19,14 +19,12 @@ use numpy::{IntoPyArray, PyArrayMethods};
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use rayon::prelude::*;
 use sonograph_dsp::{AudioBatch, CpuExtractor, Extractor, FeatureBatch, FeatureSpec, Precision};
 use sonograph_io::decode::DecodeOptions;
-use sonograph_io::manifest::{Entry, SourceItem};
-use sonograph_pipeline::augment::{
-    apply_speed, apply_to_features, apply_to_waveform, AugmentOptions, Augmenter, Clip,
-};
+use sonograph_io::manifest::SourceItem;
+use sonograph_pipeline::augment::{apply_speed, apply_to_features, AugmentOptions, Augmenter};
 use sonograph_pipeline::bounds;
+use sonograph_pipeline::listing::{durations, list, Listed};
 use sonograph_pipeline::sampler::{plan_epoch, SamplerOptions};
 
 use crate::{input_error, options_error, spec_of};
@@ -34,9 +32,6 @@ use crate::{input_error, options_error, spec_of};
 /// An item's features (rows of `bins` values) or, where a GPU computes them, its samples ready
 /// for it; or why it has neither.
 type Features = Result<Vec<f32>, String>;
-
-/// A source's entry by id: an audio item, or why it cannot be one.
-type Listed = (String, Result<SourceItem, String>);
 
 /// The GPU a Loader computes features on.
 type Device = Mutex<Box<dyn Extractor>>;
@@ -228,7 +223,10 @@ impl Loader {
                 options
                     .check()
                     .map_err(|e| options_error(format!("augment: {e}")))?;
-                Some(Arc::new(py.detach(|| augmenter(options, seed, threads))?))
+                Some(Arc::new(
+                    py.detach(|| Augmenter::load(options, seed, threads))
+                        .map_err(input_error)?,
+                ))
             }
         };
         let (device, device_name) = open_device(py, device, &spec, precision)?;
@@ -697,39 +695,6 @@ fn distributed(rank: Option<usize>, world_size: Option<usize>) -> PyResult<(usiz
     Ok((rank, world_size))
 }
 
-/// Each entry's duration in seconds: the manifest's, else the file's (less the offset), read
-/// on `threads` threads; 0 for an entry that cannot be read (it fails when loaded).
-fn durations(listed: &[Listed], threads: usize) -> Vec<f64> {
-    let of = |entry: &Listed| -> f64 {
-        let Ok(item) = &entry.1 else { return 0.0 };
-        if let Some(d) = item.duration_s {
-            return d;
-        }
-        sonograph_pipeline::manifest::describe(&item.path, &Default::default())
-            .map_or(0.0, |(_, _, d)| (d - item.offset_s).max(0.0))
-    };
-    match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
-        Ok(pool) => pool.install(|| listed.par_iter().map(of).collect()),
-        Err(_) => listed.iter().map(of).collect(),
-    }
-}
-
-/// The source's entries: audio items, or why an entry cannot be one.
-fn list(source: &std::path::Path) -> Result<Vec<Listed>, String> {
-    let source = sonograph_io::manifest::Source::open(source).map_err(|e| e.to_string())?;
-    let entries = source.entries().map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| e.to_string())?;
-        out.push(match entry {
-            Entry::Item(item) => (item.id.clone(), Ok(item)),
-            Entry::Iq { id, .. } => (id, Err("an IQ recording: run extract on it".into())),
-            Entry::Invalid { id, reason } => (id, Err(reason)),
-        });
-    }
-    Ok(out)
-}
-
 /// What a worker computes: the spec, the items, and the augmentation of the epoch.
 struct Job<'a> {
     spec: &'a FeatureSpec,
@@ -793,32 +758,20 @@ fn features_of(
 ) -> Features {
     let rate = job.spec.sample_rate;
     let mut samples = decoded(item, rate)?;
-    if let Some(factor) = job
-        .augment
-        .and_then(|(a, epoch)| a.speed(epoch, index as u64))
-    {
-        samples =
-            apply_speed(samples, rate, factor).map_err(|e| crate::named_error(&item.path, e))?;
-    }
     let bins = job.spec.n_bins();
-    let drawn = job.augment.map(|(a, epoch)| {
-        let seconds = samples.len() as f64 / f64::from(rate);
-        let frames = job.spec.n_frames(samples.len());
-        (
-            a,
-            a.draw(epoch, index as u64, seconds, Some((frames, bins))),
-        )
-    });
-    if let Some((a, drawn)) = &drawn {
-        let noise = match &drawn.noise {
-            Some(n) => Some(noise_samples(a, n, samples.len(), rate)?),
-            None => None,
-        };
-        let rir = match drawn.rir {
-            Some(k) => Some(rir_samples(&a.rir_clips[k], rate)?),
-            None => None,
-        };
-        apply_to_waveform(drawn, &mut samples, rir.as_deref(), noise.as_deref());
+    let frames_of = |n: usize| job.spec.n_frames(n);
+    let mut drawn = None;
+    if let Some((a, epoch)) = job.augment {
+        let (augmented, draws) = a.waveform(
+            epoch,
+            index as u64,
+            samples,
+            rate,
+            &item.path,
+            Some((bins, &frames_of)),
+        )?;
+        samples = augmented;
+        drawn = Some((a, draws));
     }
     if !job.features_on_cpu {
         // The GPU computes the features of the batch, and the masks after them.
@@ -837,90 +790,6 @@ fn features_of(
         apply_to_features(drawn, &mut out, bins, mask_value);
     }
     Ok(out)
-}
-
-/// `len` samples of the drawn noise clip from the drawn offset, the clip repeated where it is
-/// shorter.
-fn noise_samples(
-    a: &Augmenter,
-    n: &sonograph_pipeline::augment::NoiseDraw,
-    len: usize,
-    rate: u32,
-) -> Result<Vec<f32>, String> {
-    let clip = &a.noise_clips[n.clip];
-    let path = &clip.path;
-    let opts = DecodeOptions {
-        offset_s: clip.offset_s + n.offset_s,
-        // Never past the clip's end (a manifest's entry may be a part of a long file).
-        duration_s: Some((len as f64 / f64::from(rate)).min(clip.seconds - n.offset_s)),
-        ..Default::default()
-    };
-    let clip = sonograph_io::decode_mono(path, &opts, rate)
-        .map_err(|e| crate::named_error(path, format!("noise: {e}")))?;
-    if clip.is_empty() {
-        return Err(crate::named_error(path, "noise: the clip is empty".into()));
-    }
-    Ok(clip.iter().copied().cycle().take(len).collect())
-}
-
-/// An impulse response's samples at `rate`.
-fn rir_samples(clip: &Clip, rate: u32) -> Result<Vec<f32>, String> {
-    let opts = DecodeOptions {
-        offset_s: clip.offset_s,
-        duration_s: Some(clip.seconds),
-        ..Default::default()
-    };
-    sonograph_io::decode_mono(&clip.path, &opts, rate)
-        .map_err(|e| crate::named_error(&clip.path, format!("impulse response: {e}")))
-}
-
-/// The clips of a corpus (a folder or a manifest), their durations read; `what` names it in
-/// errors. A clip that cannot be read, or holds no audio, is refused now rather than failing
-/// the items it would be drawn for.
-fn clips(source: &std::path::Path, what: &str, threads: usize) -> PyResult<Vec<Clip>> {
-    let listed = list(source).map_err(input_error)?;
-    let seconds = durations(&listed, threads);
-    let mut clips = Vec::new();
-    for ((id, item), d) in listed.into_iter().zip(seconds) {
-        let item = item.map_err(|e| input_error(format!("{what} {id}: {e}")))?;
-        if d <= 0.0 {
-            return Err(input_error(format!(
-                "{what} {}: no audio in it",
-                item.path.display()
-            )));
-        }
-        clips.push(Clip {
-            path: item.path,
-            offset_s: item.offset_s,
-            seconds: d,
-        });
-    }
-    if clips.is_empty() {
-        return Err(input_error(format!(
-            "{what} {}: no audio files in it",
-            source.display()
-        )));
-    }
-    Ok(clips)
-}
-
-/// The augmenter of `options`: the noise and impulse-response corpora listed and their
-/// clips' durations read.
-fn augmenter(options: AugmentOptions, seed: u64, threads: usize) -> PyResult<Augmenter> {
-    let noise_clips = match &options.noise {
-        Some(n) => clips(&n.source, "noise", threads)?,
-        None => Vec::new(),
-    };
-    let rir_clips = match &options.reverb {
-        Some(r) => clips(&r.source, "reverb", threads)?,
-        None => Vec::new(),
-    };
-    Ok(Augmenter {
-        options,
-        seed,
-        noise_clips,
-        rir_clips,
-    })
 }
 
 /// The GPU of a Loader's `device` ("cpu": none; "auto": a hardware GPU where it measures

@@ -7,10 +7,13 @@
 //! draws of an item without applying them, so that a test (or a user) can apply them
 //! independently.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use sonograph_io::decode::DecodeOptions;
 use sonograph_rf::philox::philox4x32_10;
+
+use crate::report::named_error;
 
 /// What to apply, as the Loader's `augment` takes it (every part optional).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -265,6 +268,77 @@ pub struct Clip {
 }
 
 impl Augmenter {
+    /// The augmenter of `options` and `seed`: the noise and impulse-response corpora listed
+    /// (a folder, a manifest or a bucket prefix) and their clips' durations read on `threads`
+    /// threads. A corpus that is empty, or a clip of it that cannot be read, is refused now
+    /// rather than failing the items it would be drawn for.
+    pub fn load(options: AugmentOptions, seed: u64, threads: usize) -> Result<Augmenter, String> {
+        options.check()?;
+        let noise_clips = match &options.noise {
+            Some(n) => corpus_clips(&n.source, "noise", threads)?,
+            None => Vec::new(),
+        };
+        let rir_clips = match &options.reverb {
+            Some(r) => corpus_clips(&r.source, "reverb", threads)?,
+            None => Vec::new(),
+        };
+        Ok(Augmenter {
+            options,
+            seed,
+            noise_clips,
+            rir_clips,
+        })
+    }
+
+    /// `samples` (at `rate`, of the file `path`) as item `item` gets them in `epoch`: speed
+    /// perturbed, then the gain, the impulse response and the noise; with the draws, whose
+    /// masks are drawn for the features of `bins` bins and `frames_of` the samples' frames.
+    pub fn waveform(
+        &self,
+        epoch: u64,
+        item: u64,
+        mut samples: Vec<f32>,
+        rate: u32,
+        path: &Path,
+        features: Option<(usize, &dyn Fn(usize) -> usize)>,
+    ) -> Result<(Vec<f32>, Drawn), String> {
+        if let Some(factor) = self.speed(epoch, item) {
+            samples = apply_speed(samples, rate, factor).map_err(|e| named_error(path, e))?;
+        }
+        let seconds = samples.len() as f64 / f64::from(rate);
+        let shape = features.map(|(bins, frames_of)| (frames_of(samples.len()), bins));
+        let drawn = self.draw(epoch, item, seconds, shape);
+        let noise = match &drawn.noise {
+            Some(n) => Some(self.noise_samples(n, samples.len(), rate)?),
+            None => None,
+        };
+        let rir = match drawn.rir {
+            Some(k) => Some(rir_samples(&self.rir_clips[k], rate)?),
+            None => None,
+        };
+        apply_to_waveform(&drawn, &mut samples, rir.as_deref(), noise.as_deref());
+        Ok((samples, drawn))
+    }
+
+    /// `len` samples of the drawn noise clip from the drawn offset, the clip repeated where it
+    /// is shorter.
+    fn noise_samples(&self, n: &NoiseDraw, len: usize, rate: u32) -> Result<Vec<f32>, String> {
+        let clip = &self.noise_clips[n.clip];
+        let path = &clip.path;
+        let opts = DecodeOptions {
+            offset_s: clip.offset_s + n.offset_s,
+            // Never past the clip's end (a manifest's entry may be a part of a long file).
+            duration_s: Some((len as f64 / f64::from(rate)).min(clip.seconds - n.offset_s)),
+            ..Default::default()
+        };
+        let clip = sonograph_io::decode_mono(path, &opts, rate)
+            .map_err(|e| named_error(path, format!("noise: {e}")))?;
+        if clip.is_empty() {
+            return Err(named_error(path, "noise: the clip is empty".into()));
+        }
+        Ok(clip.iter().copied().cycle().take(len).collect())
+    }
+
     /// The speed factor of item `item` in `epoch`, where speed perturbation is asked for: the
     /// first step, which sets the length the others see.
     pub fn speed(&self, epoch: u64, item: u64) -> Option<f64> {
@@ -326,6 +400,40 @@ impl Augmenter {
         }
         drawn
     }
+}
+
+/// An impulse response's samples at `rate`.
+fn rir_samples(clip: &Clip, rate: u32) -> Result<Vec<f32>, String> {
+    let opts = DecodeOptions {
+        offset_s: clip.offset_s,
+        duration_s: Some(clip.seconds),
+        ..Default::default()
+    };
+    sonograph_io::decode_mono(&clip.path, &opts, rate)
+        .map_err(|e| named_error(&clip.path, format!("impulse response: {e}")))
+}
+
+/// The clips of a corpus (a folder, a manifest or a bucket prefix), their durations read;
+/// `what` names it in errors.
+fn corpus_clips(source: &Path, what: &str, threads: usize) -> Result<Vec<Clip>, String> {
+    let listed = crate::listing::list(source)?;
+    let seconds = crate::listing::durations(&listed, threads);
+    let mut clips = Vec::new();
+    for ((id, item), d) in listed.into_iter().zip(seconds) {
+        let item = item.map_err(|e| format!("{what} {id}: {e}"))?;
+        if d <= 0.0 {
+            return Err(format!("{what} {}: no audio in it", item.path.display()));
+        }
+        clips.push(Clip {
+            path: item.path,
+            offset_s: item.offset_s,
+            seconds: d,
+        });
+    }
+    if clips.is_empty() {
+        return Err(format!("{what} {}: no audio files in it", source.display()));
+    }
+    Ok(clips)
 }
 
 thread_local! {

@@ -14,6 +14,13 @@ use sonograph_model::{VadParams, VadSegmenter};
 use crate::error::JobError;
 pub use crate::part_format::PartFormat;
 
+/// A job's augmentation: what, and the seed of its draws.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AugmentConfig {
+    pub options: crate::augment::AugmentOptions,
+    pub seed: u64,
+}
+
 /// Everything a job needs to know.
 #[derive(Debug, Clone)]
 pub struct JobConfig {
@@ -53,6 +60,8 @@ pub struct JobConfig {
     /// Cut items at their speech segments (Silero VAD) instead of fixed pieces: one row per
     /// segment (`extract --vad`).
     pub vad: Option<VadParams>,
+    /// Augment every item before its features (`extract --augment`).
+    pub augment: Option<AugmentConfig>,
     /// The onnxruntime library (for a model or VAD), where it is not found by itself.
     pub ort_lib: Option<PathBuf>,
     /// Where the job may open files (the source, what it lists, every item) and write its
@@ -121,6 +130,7 @@ impl JobConfig {
             iq: IqOptions::default(),
             model: None,
             vad: None,
+            augment: None,
             ort_lib: None,
             roots: Roots::anywhere(),
             device_choice: None,
@@ -142,6 +152,9 @@ impl JobConfig {
         let config = self;
         let bad = |m: &str| Err(JobError::Config(m.to_string()));
         within("workers", config.workers, bounds::WORKERS)?;
+        if config.augment.is_some() && config.spec.is_complex() {
+            return bad("augment: audio only (this spec reads IQ recordings)");
+        }
         within("prefetch", config.prefetch, bounds::PREFETCH)?;
         within("batch-items", config.batch_items, bounds::BATCH_ITEMS)?;
         // Queues are sized from these and allocated whole.

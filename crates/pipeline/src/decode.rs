@@ -15,6 +15,7 @@ use sonograph_io::{ItemReader, StreamError};
 use sonograph_model::{Runtime, Segment, VadSegmenter};
 use thiserror::Error;
 
+use crate::augment::Augmenter;
 use crate::budget::{BytesHeld, MemoryBudget};
 use crate::config::JobConfig;
 use crate::error::panic_text;
@@ -38,6 +39,7 @@ pub(crate) struct WorkerStats {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn decode_worker(
     config: &JobConfig,
+    augmenter: Option<&Augmenter>,
     work: Receiver<Entry>,
     units: Sender<Unit>,
     writer: Sender<WriterMsg>,
@@ -97,6 +99,7 @@ pub(crate) fn decode_worker(
                 let run = std::panic::AssertUnwindSafe(|| {
                     decode_item(
                         config,
+                        augmenter,
                         &work,
                         ex,
                         vad,
@@ -168,9 +171,28 @@ impl Outputs<'_> {
     }
 }
 
+/// Why an item over max-seconds is not augmented: it is streamed in pieces, and speed
+/// perturbation, reverberation and noise are drawn for a whole item.
+fn long_augmented(config: &JobConfig) -> String {
+    format!(
+        "augmentation applies to items of up to --max-seconds ({} s); this one is longer \
+         (cut it in a manifest, or raise --max-seconds)",
+        config.max_seconds
+    )
+}
+
+/// The key of an item's augmentation draws: the first 8 bytes of the SHA-256 of its id, the
+/// same on every run, worker count and shard.
+pub(crate) fn augment_key(id: &str) -> u64 {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(id.as_bytes());
+    u64::from_le_bytes(digest[..8].try_into().expect("8 bytes of 32"))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn decode_item(
     config: &JobConfig,
+    augmenter: Option<&Augmenter>,
     work: &WorkItem,
     extractor: &mut CpuExtractor,
     vad: Option<&mut Result<VadSegmenter, String>>,
@@ -243,6 +265,14 @@ fn decode_item(
         match reader.read_up_to(rate, most) {
             Err(e) => return Err(fail(e.to_string())),
             Ok(Some(samples)) => {
+                let samples = match augmenter {
+                    Some(a) => {
+                        a.waveform(0, augment_key(&item.id), samples, rate, &item.path, None)
+                            .map_err(fail)?
+                            .0
+                    }
+                    None => samples,
+                };
                 if let Computed::Here(cpu) = computed {
                     return compute_here(
                         config, item, source, &samples, extractor, outputs, cpu, blocked, stats,
@@ -270,11 +300,15 @@ fn decode_item(
                     Flow::Stop
                 });
             }
+            Ok(None) if augmenter.is_some() => return Err(fail(long_augmented(config))),
             Ok(None) => {
                 tracing::debug!(id = %item.id, "its header said under max-seconds; streamed in pieces");
                 reader = open_item(config, item, work.iq.as_ref(), &opts).map_err(fail)?;
             }
         }
+    }
+    if augmenter.is_some() {
+        return Err(fail(long_augmented(config)));
     }
     if let (Computed::OnExecutors(live_executors), false) =
         (computed, config.spec.output == OutputKind::Psd)

@@ -103,6 +103,22 @@ fn run_stages(
             )
         })
         .transpose()?;
+    // The augmentation's corpora are listed and read now: one that cannot be is the job's
+    // error. The service reads beneath its data roots only, which a corpus does not.
+    let augmenter = match &config.augment {
+        Some(_) if config.roots.is_confined() => {
+            return Err(JobError::Config(
+                "augment: not in the service (its noise and impulse responses would be read \
+                 outside the data roots)"
+                    .into(),
+            ))
+        }
+        Some(a) => Some(
+            crate::augment::Augmenter::load(a.options.clone(), a.seed, config.workers)
+                .map_err(|e| JobError::Config(format!("augment: {e}")))?,
+        ),
+        None => None,
+    };
     let start = Instant::now();
     let cpu_at_start = crate::host::process_cpu_seconds();
     let spec_id = config.spec.spec_id();
@@ -313,6 +329,7 @@ fn run_stages(
     };
     let budget =
         crate::budget::MemoryBudget::new(config.memory_budget(crate::host::memory_bytes()));
+    let augmenter = augmenter.map(Arc::new);
     let worker_handles: Vec<_> = (0..config.workers)
         .map(|i| {
             let budget = budget.clone();
@@ -321,6 +338,7 @@ fn run_stages(
             let running = executors_running.clone();
             let live = live.clone();
             let cpu_here = cpu_here.clone();
+            let augmenter = augmenter.clone();
             std::thread::Builder::new()
                 .name(format!("decode-{i}"))
                 .spawn(move || {
@@ -329,7 +347,15 @@ fn run_stages(
                         None => Computed::OnExecutors(&running),
                     };
                     decode_worker(
-                        &config, work, units, writer_tx, computed, &budget, &running, &live,
+                        &config,
+                        augmenter.as_deref(),
+                        work,
+                        units,
+                        writer_tx,
+                        computed,
+                        &budget,
+                        &running,
+                        &live,
                     )
                 })
         })

@@ -106,6 +106,10 @@ pub(crate) fn feature_job_shape(
         let path = std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone());
         shape["model"] = path.display().to_string().into();
     }
+    // Augmented rows are other rows (absent without, as folders made before recorded it).
+    if let Some(a) = &config.augment {
+        shape["augment"] = serde_json::json!({"options": a.options, "seed": a.seed});
+    }
     // Segments instead of pieces: other rows. Which rows exist follows from floating-point
     // probabilities, so the onnxruntime that computes them is part of the job too: a resume
     // with another one could cut an item differently from the rows already written.

@@ -23,6 +23,7 @@ mod executor;
 pub mod host;
 mod job;
 mod layout;
+pub mod listing;
 pub mod live;
 pub mod manifest;
 pub mod model;
@@ -50,7 +51,7 @@ mod writer;
 pub use batcher::{
     AdaptiveBatcher, BatchDevice, BatchError, BatchInput, BatchOutput, BatchStats, BatcherConfig,
 };
-pub use config::{bounds, defaults, IqOptions, JobConfig, ModelConfig, PartFormat};
+pub use config::{bounds, defaults, AugmentConfig, IqOptions, JobConfig, ModelConfig, PartFormat};
 pub use error::{panic_text, JobError};
 pub use executor::Unit;
 pub use job::{run, run_live, run_with, JobOutcome};
@@ -60,7 +61,9 @@ pub use model::{FeatureRows, ModelStage, NoFallback};
 pub use options::{
     DtypeChoice, IqFormat, JobOptions, LimitOptions, Plan, PrecisionChoice, SpecChoice, SpecSource,
 };
-pub use report::{DepthSample, DeviceReport, Failure, ModelReport, Report, StageTimes};
+pub use report::{
+    named_error, DepthSample, DeviceReport, Failure, ModelReport, Report, StageTimes,
+};
 pub use stage::{RowOut, RowStage, Stages, UnitStage};
 pub use writer::RowMsg;
 

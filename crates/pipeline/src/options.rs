@@ -13,7 +13,8 @@ use sonograph_io::parquet::Dtype;
 use sonograph_io::sigmf::DataType;
 use sonograph_model::{ModelDevice, VadParams};
 
-use crate::config::{defaults, IqOptions, JobConfig, ModelConfig, PartFormat};
+use crate::augment::AugmentOptions;
+use crate::config::{defaults, AugmentConfig, IqOptions, JobConfig, ModelConfig, PartFormat};
 use crate::error::JobError;
 
 /// The arithmetic of the spectral core.
@@ -452,6 +453,28 @@ pub struct JobOptions {
     /// its last one.
     #[cfg_attr(feature = "cli", arg(long))]
     pub use_max_poss_sil_at_max_speech: Option<bool>,
+    /// Augment every item before its features, as the Loader's `augment` does (JSON: `speed`
+    /// factors, `volume_db` [low, high], `reverb` {source, prob}, `noise` {source, snr_db,
+    /// prob}); each item's draws are a function of the seed and its id, whatever the workers,
+    /// shards or resumes. SpecAugment's masks are the Loader's alone (drawn anew each epoch).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "SONOGRAPH_AUGMENT", value_name = "JSON", value_parser = parse_augment)
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub augment: Option<AugmentOptions>,
+    /// The augmentation's seed.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "SONOGRAPH_AUGMENT_SEED", default_value_t = 0)
+    )]
+    pub augment_seed: u64,
+}
+
+/// `--augment`'s JSON, checked.
+#[cfg(feature = "cli")]
+fn parse_augment(text: &str) -> Result<AugmentOptions, String> {
+    serde_json::from_str(text).map_err(|e| e.to_string())
 }
 
 impl Default for JobOptions {
@@ -460,6 +483,8 @@ impl Default for JobOptions {
             source: PathBuf::new(),
             out: PathBuf::new(),
             work_dir: None,
+            augment: None,
+            augment_seed: 0,
             preset: None,
             spec: None,
             n_mels: None,
@@ -522,6 +547,10 @@ impl Plan {
             "source": c.source,
             "out": c.out,
             "work_dir": c.work_dir,
+            "augment": c.augment.as_ref().map(|a| serde_json::json!({
+                "options": a.options,
+                "seed": a.seed,
+            })),
             "spec_id": c.spec.spec_id(),
             "spec": c.spec,
             "precision": format!("{:?}", c.precision).to_lowercase(),
@@ -621,6 +650,7 @@ impl JobOptions {
         config.part_mb = self.part_mb;
         config.part_format = self.part_format;
         config.work_dir = self.work_dir.clone();
+        config.augment = self.augment_config()?;
         config.iq = IqOptions {
             sample_rate: self.sample_rate,
             raw: self.format.map(IqFormat::datatype),
@@ -665,6 +695,37 @@ impl JobOptions {
             device,
             batch: self.model_batch.unwrap_or(defaults::MODEL_BATCH),
             threads: self.model_threads.unwrap_or(defaults::MODEL_THREADS),
+        }))
+    }
+
+    /// The augmentation, checked: SpecAugment is refused (its masks are drawn anew each epoch
+    /// of a training run), and so is its seed without it.
+    fn augment_config(&self) -> Result<Option<AugmentConfig>, JobError> {
+        let bad = |m: String| JobError::Config(format!("augment: {m}"));
+        let Some(options) = &self.augment else {
+            if self.augment_seed != 0 {
+                return Err(JobError::Config(
+                    "augment-seed is given without augment".into(),
+                ));
+            }
+            return Ok(None);
+        };
+        options.check().map_err(bad)?;
+        if options.spec_augment.is_some() {
+            return Err(bad(
+                "spec_augment masks a training batch's features anew each epoch: the Loader \
+                 applies it; extract writes features unmasked"
+                    .into(),
+            ));
+        }
+        if self.vad {
+            return Err(bad(
+                "not with vad (segments are cut from the audio as it is)".into(),
+            ));
+        }
+        Ok(Some(AugmentConfig {
+            options: options.clone(),
+            seed: self.augment_seed,
         }))
     }
 

@@ -2,6 +2,17 @@
 
 use serde::{Deserialize, Serialize};
 
+/// `reason` about the file `path`, naming it once (a reason that names it already stays as
+/// it is).
+pub fn named_error(path: &std::path::Path, reason: String) -> String {
+    let name = path.display().to_string();
+    if reason.contains(&name) {
+        reason
+    } else {
+        format!("{name}: {reason}")
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Failure {
     pub id: String,
