@@ -323,7 +323,7 @@ fn a_bucket_output_killed_and_resumed_holds_every_row_once() {
     std::fs::create_dir_all(corpus.join("more")).unwrap();
     for i in 0..40 {
         write_wav(
-            &corpus.join(format!("more/m{i:02}.wav")).as_path(),
+            &corpus.join(format!("more/m{i:02}.wav")),
             16_000,
             3.0,
             40 + i,
