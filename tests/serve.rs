@@ -206,8 +206,11 @@ fn schemathesis_finds_nothing_in_the_jobs_api() {
         .args([
             "--checks",
             "all",
+            // DELETE cancels a job, which stays listed as canceled with its report and error
+            // (documented in the description's responses): a GET after it answers 200 by
+            // design, where `use_after_free` (ST301) expects the job gone.
             "--exclude-checks",
-            "positive_data_acceptance",
+            "positive_data_acceptance,use_after_free",
             "--max-time",
             "45",
             "--workers",

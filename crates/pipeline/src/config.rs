@@ -14,6 +14,9 @@ use sonograph_model::{VadParams, VadSegmenter};
 use crate::error::JobError;
 pub use crate::part_format::PartFormat;
 
+/// Messages the writer's queue holds (the memory budget counts the rows in it).
+pub(crate) const WRITER_QUEUE: usize = 8;
+
 /// A job's augmentation: what, and the seed of its draws.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AugmentConfig {
@@ -245,7 +248,7 @@ impl JobConfig {
     /// executors are held to [`memory_budget`](Self::memory_budget).)
     pub fn memory_in_flight(&self) -> u64 {
         self.item_bytes(self.max_seconds)
-            .saturating_mul(self.workers as u64 + crate::writer::QUEUE as u64)
+            .saturating_mul(self.workers as u64 + WRITER_QUEUE as u64)
     }
 
     /// The bytes the items between the decoders and the writer may hold at once: a quarter

@@ -234,7 +234,7 @@ fn run_stages(
     let (unit_tx, unit_rx) = bounded::<Unit>(config.prefetch * config.batch_items);
     // Rows are up to a piece of features each (about 1 MB for 30 s of Whisper): a short queue
     // keeps a fast producer from holding many of them while a part is being written.
-    let (writer_tx, writer_rx) = bounded::<WriterMsg>(crate::writer::QUEUE);
+    let (writer_tx, writer_rx) = bounded::<WriterMsg>(crate::config::WRITER_QUEUE);
     live.set_capacity(Queue::Work, config.workers * 2);
     live.set_capacity(Queue::Prefetch, config.prefetch * config.batch_items);
     live.set_capacity(Queue::Writer, 8);

@@ -1,9 +1,11 @@
-//! A source listed whole with its items' durations: what the training loader samples from,
-//! and what the augmentation's noise and impulse-response corpora are drawn from.
+//! A source listed whole with its items' durations (from a manifest, else from each file's
+//! header): what the training loader samples from, what the augmentation's noise and
+//! impulse-response corpora are drawn from, and what `sonograph manifest` writes.
 
 use std::path::Path;
 
 use rayon::prelude::*;
+use sonograph_io::decode::{AudioReader, DecodeOptions, Limits};
 use sonograph_io::manifest::{Entry, Source, SourceItem};
 
 /// An entry of a source: its id, and its item or why it cannot be one.
@@ -33,11 +35,34 @@ pub fn durations(listed: &[Listed], threads: usize) -> Vec<f64> {
         if let Some(d) = item.duration_s {
             return d;
         }
-        crate::manifest::describe(&item.path, &Default::default())
+        describe(&item.path, &Default::default())
             .map_or(0.0, |(_, _, d)| (d - item.offset_s).max(0.0))
     };
     match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
         Ok(pool) => pool.install(|| listed.par_iter().map(of).collect()),
         Err(_) => listed.iter().map(of).collect(),
     }
+}
+
+/// A file's sample rate, channels and duration in seconds: the header's length where it
+/// declares one, else the frames of a decode (under the limits).
+pub fn describe(path: &Path, limits: &Limits) -> Result<(u32, usize, f64), String> {
+    let opts = DecodeOptions {
+        limits: *limits,
+        ..Default::default()
+    };
+    let mut reader = AudioReader::open(path, &opts).map_err(|e| e.to_string())?;
+    let info = reader.info().clone();
+    let frames = match info.declared_frames {
+        Some(n) => n,
+        None => {
+            while reader.next_chunk().map_err(|e| e.to_string())?.is_some() {}
+            reader.frames_read()
+        }
+    };
+    Ok((
+        info.sample_rate,
+        info.channels,
+        frames as f64 / f64::from(info.sample_rate),
+    ))
 }

@@ -11,13 +11,14 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 use serde::Serialize;
-use sonograph_io::decode::{AudioReader, DecodeOptions, Limits};
+use sonograph_io::decode::Limits;
 use sonograph_io::manifest::is_audio;
 use sonograph_io::publish::Draft;
 use sonograph_io::walk::walk_sorted;
 
 use crate::error::JobError;
 use crate::layout::io_err;
+use crate::listing::describe;
 use crate::report::Failure;
 
 /// Files whose headers are read at once (a window of the walk).
@@ -163,27 +164,4 @@ fn shown_path(path: &Path, base: &Path) -> String {
         .unwrap_or(full)
         .to_string_lossy()
         .into_owned()
-}
-
-/// A file's sample rate, channels and duration in seconds: the header's length where it
-/// declares one, else the frames of a decode (under the limits).
-pub fn describe(path: &Path, limits: &Limits) -> Result<(u32, usize, f64), String> {
-    let opts = DecodeOptions {
-        limits: *limits,
-        ..Default::default()
-    };
-    let mut reader = AudioReader::open(path, &opts).map_err(|e| e.to_string())?;
-    let info = reader.info().clone();
-    let frames = match info.declared_frames {
-        Some(n) => n,
-        None => {
-            while reader.next_chunk().map_err(|e| e.to_string())?.is_some() {}
-            reader.frames_read()
-        }
-    };
-    Ok((
-        info.sample_rate,
-        info.channels,
-        frames as f64 / f64::from(info.sample_rate),
-    ))
 }

@@ -22,9 +22,6 @@ use crate::report::Failure;
 /// Failures recorded in the ledger per transaction.
 const FAILURES_PER_TRANSACTION: usize = 256;
 
-/// Messages the writer's queue holds.
-pub(crate) const QUEUE: usize = 8;
-
 /// What an item done without a row counts for towards closing a part: 1,024 such items fill
 /// a part of the default 64 MiB.
 const EMPTY_ITEM_BYTES: usize = 64 << 10;
