@@ -82,11 +82,16 @@ pub(crate) fn print_outcome(out: &std::path::Path, outcome: &JobOutcome, signal:
             if r.items_failed > SHOWN as u64 {
                 let layout =
                     sonograph_pipeline::OutputLayout::new(out, r.shard_index, r.shard_count);
+                // An output in object storage keeps its ledger in its work folder.
+                let ledger = if sonograph_io::remote::is_url(out) {
+                    "the ledger of its work folder (--work-dir)".to_string()
+                } else {
+                    layout.ledger.display().to_string()
+                };
                 eprintln!(
-                    "sonograph: … and {} more failures (the first 1,000 in {}, all in {})",
+                    "sonograph: … and {} more failures (the first 1,000 in {}, all in {ledger})",
                     r.items_failed - SHOWN as u64,
                     layout.report.display(),
-                    layout.ledger.display()
                 );
             }
             eprintln!(

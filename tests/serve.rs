@@ -505,6 +505,34 @@ fn hostile_requests_get_clear_4xx_answers() {
         400,
         "does not exist",
     );
+    // Object storage is outside every data root (a URL was once taken for a relative path and
+    // written to a folder named `s3:` beneath the root); so are a work folder and the
+    // augmentation's corpora.
+    for body in [
+        json!({"source": "s3://corpus/audio", "out": o}),
+        json!({"source": s, "out": "s3://features/run"}),
+        json!({"kind": "rf-features", "source": s, "out": "gs://features/rf"}),
+    ] {
+        expect(
+            post(&body.to_string()),
+            403,
+            "object storage is outside the data roots",
+        );
+    }
+    expect(
+        post(&json!({"source": s, "out": o, "work-dir": root.join("w")}).to_string()),
+        403,
+        "work-dir: not in the service",
+    );
+    expect(
+        post(&json!({"source": s, "out": o, "augment": {"volume_db": [1.0, 2.0]}}).to_string()),
+        403,
+        "augment: not in the service",
+    );
+    assert!(
+        !root.join("s3:").exists(),
+        "a URL became a folder beneath the root"
+    );
     let (code, _) = server.call("GET", "/api/v1/jobs/abc", None);
     assert_eq!(code, 400);
     expect(

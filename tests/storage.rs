@@ -186,6 +186,19 @@ fn a_bucket_prefix_and_an_output_in_a_bucket_give_the_rows_of_a_folder() {
         "{}",
         stderr(&o)
     );
+    // A work folder belongs to its prefix: given another, its ledger would be taken for it.
+    let o = extract(
+        &server,
+        "s3://corpus/audio",
+        "s3://features/run9",
+        &["--work-dir", work.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("belongs to another job"),
+        "{}",
+        stderr(&o)
+    );
     // A manifest of the prefix, listed once (each header read by range), gives the same rows
     // through the URLs it lists.
     let listed = tmp.path("listed.jsonl");

@@ -322,7 +322,9 @@ impl AudioReader {
             let per_second = span.len() as f64 / frames as f64 * f64::from(sample_rate);
             let start = opts.offset_s * per_second;
             let end = start + duration * per_second * 1.02;
-            span.expect((start as u64).saturating_sub(64 << 10)..end as u64 + (16 << 10));
+            span.expect(
+                (start as u64).saturating_sub(64 << 10)..(end as u64).saturating_add(16 << 10),
+            );
         }
         let codec = symphonia::default::get_codecs()
             .get_codec(params.codec)

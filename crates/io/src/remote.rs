@@ -91,14 +91,30 @@ impl Location {
         if authority.is_empty() {
             return Err(invalid(url, "no bucket or host"));
         }
+        // A URL is shown in rows, reports and errors: credentials have no place in it (they
+        // come from the environment), and a query would be taken for a part of the key.
+        if authority.contains('@') {
+            return Err(invalid(
+                url,
+                "credentials in a URL are refused; give them in the environment",
+            ));
+        }
+        if key.contains(['?', '#']) {
+            return Err(invalid(
+                url,
+                "a query or fragment in a URL is not supported",
+            ));
+        }
         Ok(Location {
             store: format!("{}://{authority}", scheme.to_ascii_lowercase()),
             key: key.to_string(),
         })
     }
 
-    fn object_path(&self) -> ObjectPath {
-        ObjectPath::from(self.key.as_str())
+    /// The key as the store names it: as given, never re-encoded (a listing gives keys so,
+    /// and `100%.wav` must stay `100%.wav`).
+    fn object_path(&self, url: &Path) -> io::Result<ObjectPath> {
+        ObjectPath::parse(self.key.trim_end_matches('/')).map_err(|e| invalid(url, &e.to_string()))
     }
 
     /// The URL of `key` in the same store.
@@ -272,7 +288,9 @@ pub fn list(prefix: &Path) -> io::Result<Vec<Listed>> {
         let store = store.clone();
         let folder = folder.clone();
         wait(async move {
-            let prefix = (!folder.is_empty()).then(|| ObjectPath::from(folder.as_str()));
+            let prefix = (!folder.is_empty())
+                .then(|| ObjectPath::parse(folder.as_str()))
+                .transpose()?;
             store.list(prefix.as_ref()).try_collect::<Vec<_>>().await
         })
         .map_err(|e| store_error(prefix, e))
@@ -335,7 +353,7 @@ impl RemoteObject {
     pub fn open(url: &Path) -> io::Result<RemoteObject> {
         let location = Location::parse(url)?;
         let store = store(url, &location)?;
-        Self::open_in(store, location.object_path(), url)
+        Self::open_in(store, location.object_path(url)?, url)
     }
 
     /// Opens `url` by reading its first `first` bytes, whose answer gives its size too: a file
@@ -344,8 +362,10 @@ impl RemoteObject {
     pub fn open_reading(url: &Path, first: u64) -> io::Result<RemoteObject> {
         let location = Location::parse(url)?;
         let store = store(url, &location)?;
-        let path = location.object_path();
-        let got = with_retries(|| {
+        let path = location.object_path(url)?;
+        // One attempt: an empty object answers a range with 416, a server may not take ranges,
+        // and a transient failure is retried by the open by size that follows any failure.
+        let got = (|| {
             let (store, path) = (store.clone(), path.clone());
             let (size, bytes) = wait(async move {
                 let options = object_store::GetOptions {
@@ -365,10 +385,17 @@ impl RemoteObject {
                 ));
             }
             Ok((size, bytes))
-        });
+        })();
         let (len, bytes) = match got {
             Ok(got) => got,
-            Err(e) if !is_transient(&e) => return Err(e),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied
+                ) =>
+            {
+                return Err(e)
+            }
             Err(_) => return Self::open_in(store, path, url),
         };
         Ok(RemoteObject {
@@ -525,7 +552,7 @@ pub fn read_small(url: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
 pub fn upload(from: &Path, url: &Path) -> io::Result<()> {
     let location = Location::parse(url)?;
     let store = store(url, &location)?;
-    let path = location.object_path();
+    let path = location.object_path(url)?;
     with_retries(|| {
         let file = std::fs::File::open(from)?;
         let size = file.metadata()?.len();
@@ -542,7 +569,7 @@ pub fn upload(from: &Path, url: &Path) -> io::Result<()> {
 pub fn upload_bytes(bytes: Vec<u8>, url: &Path) -> io::Result<()> {
     let location = Location::parse(url)?;
     let store = store(url, &location)?;
-    let path = location.object_path();
+    let path = location.object_path(url)?;
     let payload = Bytes::from(bytes);
     with_retries(|| {
         let (store, path, payload) = (store.clone(), path.clone(), payload.clone());
@@ -592,18 +619,35 @@ async fn upload_file(
         .map_err(UploadError::Store)?;
     let mut writer = object_store::WriteMultipart::new_with_chunk_size(upload, UPLOAD_PART);
     let mut left = size;
+    let mut failed = None;
     while left > 0 {
         let n = left.min(UPLOAD_PART as u64) as usize;
         // Two parts in flight at most: memory stays at a few parts whatever the file's size.
-        writer
-            .wait_for_capacity(2)
-            .await
-            .map_err(UploadError::Store)?;
-        writer.put(Bytes::from(read(n)?));
+        if let Err(e) = writer.wait_for_capacity(2).await {
+            failed = Some(UploadError::Store(e));
+            break;
+        }
+        match read(n) {
+            Ok(bytes) => writer.put(Bytes::from(bytes)),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
         left -= n as u64;
     }
-    writer.finish().await.map_err(UploadError::Store)?;
-    Ok(())
+    match failed {
+        None => writer
+            .finish()
+            .await
+            .map(|_| ())
+            .map_err(UploadError::Store),
+        Some(e) => {
+            // The parts sent so far are dropped (a store bills for parts never completed).
+            let _ = writer.abort().await;
+            Err(e)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -643,6 +687,19 @@ mod tests {
         let l = Location::parse(Path::new("gs://bucket")).unwrap();
         assert_eq!((l.store.as_str(), l.key.as_str()), ("gs://bucket", ""));
         assert!(Location::parse(Path::new("s3:///key")).is_err());
+        for refused in [
+            "https://user:secret@host/a.wav",
+            "https://host/a.wav?X-Amz-Signature=1",
+        ] {
+            assert!(Location::parse(Path::new(refused)).is_err(), "{refused}");
+        }
+        let l = Location::parse(Path::new("s3://b/100%.wav")).unwrap();
+        assert_eq!(
+            l.object_path(Path::new("s3://b/100%.wav"))
+                .unwrap()
+                .as_ref(),
+            "100%.wav"
+        );
     }
 
     /// A store that counts the ranges asked of it.

@@ -145,7 +145,15 @@ impl JobConfig {
     pub(crate) fn decoded_seconds(&self, item: &SourceItem) -> Option<f64> {
         match self.vad {
             Some(_) => item.duration_s,
-            None => decoded_seconds(&self.spec, item.duration_s),
+            None => {
+                // Sped up by a factor, an item's fixed length is reached that much further in.
+                let fastest = self
+                    .augment
+                    .as_ref()
+                    .and_then(|a| a.options.speed.as_ref())
+                    .map_or(1.0, |s| s.iter().copied().fold(1.0, f64::max));
+                decoded_seconds(&self.spec, item.duration_s, fastest)
+            }
         }
     }
 
@@ -390,11 +398,15 @@ pub(crate) fn within<T: PartialOrd + std::fmt::Display>(
 /// How much of an item of `duration_s` (all of it: `None`) is decoded for `spec`: all of it,
 /// except under a fixed item length, which cuts the rest: then up to a second past that length,
 /// so that a resampler's output is whole up to the cut (as when the whole file is resampled).
-pub(crate) fn decoded_seconds(spec: &FeatureSpec, duration_s: Option<f64>) -> Option<f64> {
+pub(crate) fn decoded_seconds(
+    spec: &FeatureSpec,
+    duration_s: Option<f64>,
+    speed: f64,
+) -> Option<f64> {
     let Some(fixed) = spec.fixed_seconds() else {
         return duration_s;
     };
-    let most = fixed + 1.0;
+    let most = fixed * speed + 1.0;
     Some(duration_s.map_or(most, |d| d.min(most)))
 }
 

@@ -165,6 +165,11 @@ fn run_stages(
     if config.part_format != crate::config::PartFormat::Parquet {
         shape["part_format"] = config.part_format.name().into();
     }
+    if bucket.is_some() {
+        // The work folder's ledger belongs to this prefix: another --out with the same
+        // --work-dir is refused, where it would take the ledger's parts for its own.
+        shape["out"] = config.out.to_string_lossy().trim_end_matches('/').into();
+    }
     if let Some(bucket) = &bucket {
         bucket.check_resumable(&layout, config.shard_index)?;
         bucket.claim_shape(&shape)?;
@@ -177,7 +182,13 @@ fn run_stages(
         config.shard_index,
         config.shard_count,
     )? {
-        Opened::Done(report) => return Ok(JobOutcome::AlreadyDone(*report)),
+        Opened::Done(report) => {
+            if let Some(bucket) = &bucket {
+                // A run that died after marking the shard done may not have published it.
+                bucket.publish_meta(&layout)?;
+            }
+            return Ok(JobOutcome::AlreadyDone(*report));
+        }
         Opened::Run { ledger, lock } => (ledger, lock),
     };
     if let Some(bucket) = &bucket {

@@ -37,7 +37,7 @@ pub fn file_features(
 ) -> Result<FileFeatures, JobError> {
     // A fixed item length reads no further than it needs, as `extract` reads.
     let opts = &DecodeOptions {
-        duration_s: crate::config::decoded_seconds(spec, opts.duration_s),
+        duration_s: crate::config::decoded_seconds(spec, opts.duration_s, 1.0),
         ..opts.clone()
     };
     let mut warnings = Vec::new();

@@ -441,8 +441,18 @@ fn accept(app: &App, body: &[u8]) -> Result<(JobRequest, PlannedJob), ApiError> 
             ),
         )
     };
-    let under =
-        |what: &str, p: &std::path::Path| resolve_under(p, roots).ok_or_else(|| forbidden(what, p));
+    let under = |what: &str, p: &std::path::Path| {
+        if sonograph_io::remote::is_url(p) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "{what} {}: object storage is outside the data roots",
+                    p.display()
+                ),
+            ));
+        }
+        resolve_under(p, roots).ok_or_else(|| forbidden(what, p))
+    };
     let existing = |what: &str, p: &std::path::Path| {
         let resolved = under(what, p)?;
         if !resolved.exists() {
@@ -455,6 +465,19 @@ fn accept(app: &App, body: &[u8]) -> Result<(JobRequest, PlannedJob), ApiError> 
     };
     match &mut request {
         JobRequest::Extract(o) => {
+            // Both read or write outside the data roots: a work folder serves an output in
+            // object storage, and the augmentation reads its own corpora.
+            for (given, what) in [
+                (o.work_dir.is_some(), "work-dir"),
+                (o.augment.is_some(), "augment"),
+            ] {
+                if given {
+                    return Err(ApiError::new(
+                        StatusCode::FORBIDDEN,
+                        format!("{what}: not in the service (it reads and writes beneath its data roots only)"),
+                    ));
+                }
+            }
             o.source = existing("source", &o.source)?;
             o.out = under("out", &o.out)?;
             if let Some(model) = &o.model {
