@@ -269,7 +269,7 @@ fn build_store(store_url: &str) -> object_store::Result<Arc<dyn ObjectStore>> {
 
 /// An object listed under a prefix.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Listed {
+pub struct ListedObject {
     /// Its key after the prefix, as a folder's walk names a file (`a/b.wav`).
     pub id: String,
     /// Its URL.
@@ -280,7 +280,7 @@ pub struct Listed {
 /// The objects under `prefix` (a URL; the listing treats it as a folder: `s3://b/corpus`
 /// lists `s3://b/corpus/...`), in id order, less those whose name or folder starts with `.`
 /// or `_` (as a folder's walk leaves them: hidden files, an output's `__sonograph/`).
-pub fn list(prefix: &Path) -> io::Result<Vec<Listed>> {
+pub fn list(prefix: &Path) -> io::Result<Vec<ListedObject>> {
     let location = Location::parse(prefix)?;
     let store = store(prefix, &location)?;
     let folder = location.key.trim_end_matches('/').to_string();
@@ -295,7 +295,7 @@ pub fn list(prefix: &Path) -> io::Result<Vec<Listed>> {
         })
         .map_err(|e| store_error(prefix, e))
     })?;
-    let mut objects: Vec<Listed> = listed
+    let mut objects: Vec<ListedObject> = listed
         .into_iter()
         .filter_map(|meta| {
             let key = meta.location.as_ref();
@@ -305,7 +305,7 @@ pub fn list(prefix: &Path) -> io::Result<Vec<Listed>> {
                 key.strip_prefix(folder.as_str())?.strip_prefix('/')?
             };
             let hidden = id.split('/').any(|part| part.starts_with(['.', '_']));
-            (!hidden && !id.is_empty()).then(|| Listed {
+            (!hidden && !id.is_empty()).then(|| ListedObject {
                 id: id.to_string(),
                 url: location.url_of(key),
                 size: meta.size,
@@ -426,10 +426,6 @@ impl RemoteObject {
             len,
             block: Mutex::new(Block::default()),
         })
-    }
-
-    pub fn url(&self) -> &Path {
-        &self.url
     }
 
     pub fn len(&self) -> u64 {
@@ -577,15 +573,6 @@ pub fn upload_bytes(bytes: Vec<u8>, url: &Path) -> io::Result<()> {
             .map(|_| ())
             .map_err(|e| store_error(url, e))
     })
-}
-
-/// The keys under `prefix` whose names start with `start` (`part-00003-` for a shard's parts).
-pub fn names_starting(prefix: &Path, start: &str) -> io::Result<Vec<String>> {
-    Ok(list(prefix)?
-        .into_iter()
-        .filter(|o| o.id.starts_with(start))
-        .map(|o| o.id)
-        .collect())
 }
 
 enum UploadError {

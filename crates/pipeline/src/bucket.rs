@@ -81,12 +81,13 @@ impl BucketOutput {
         if layout.ledger.exists() {
             return Ok(());
         }
-        let ours = remote::names_starting(&self.url, &format!("part-{shard_index:05}-"))
-            .or_else(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => Ok(Vec::new()),
-                _ => Err(e),
-            })
-            .map_err(|e| self.io(e))?;
+        let start = format!("part-{shard_index:05}-");
+        let ours: Vec<String> = remote::list(&self.url)
+            .map_err(|e| self.io(e))?
+            .into_iter()
+            .filter(|o| o.id.starts_with(&start))
+            .map(|o| o.id)
+            .collect();
         if let Some(first) = ours.first() {
             return Err(JobError::Config(format!(
                 "{}: holds parts of shard {shard_index} ({first}, {} in all), and the work \
