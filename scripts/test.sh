@@ -51,8 +51,9 @@ export SONOGRAPH_SKIP_LOG
 log="$(mktemp)"
 failed_steps=()
 
+# Each step says when it started (seconds into the run): where CI's time goes.
 step() {
-  echo "+ $*"
+  echo "+ [${SECONDS}s] $*"
   if ! "$@" 2>&1 | tee -a "$log"; then
     failed_steps+=("$*")
   fi
@@ -92,6 +93,7 @@ skipped=$(wc -l < "$SONOGRAPH_SKIP_LOG")
 echo
 echo "=================================================================="
 echo " tests: $passed passed, $failed failed, $ignored ignored, $skipped SKIPPED"
+echo " in ${SECONDS}s"
 if [ "$skipped" -gt 0 ]; then
   echo " skipped (no device, onnxruntime or package here; SONOGRAPH_REQUIRE_GPU=1, _ORT=1 or"
   echo " _PYTHON=1 fail them):"

@@ -233,6 +233,9 @@ fn store(url: &Path, location: &Location) -> io::Result<Arc<dyn ObjectStore>> {
 }
 
 fn build_store(store_url: &str) -> object_store::Result<Arc<dyn ObjectStore>> {
+    // reqwest is built without a TLS provider of its own (see the workspace's Cargo.toml):
+    // ring is the process's, unless the embedding program installed one first.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let retry = RetryConfig {
         max_retries: 8,
         retry_timeout: Duration::from_secs(120),
@@ -661,6 +664,16 @@ mod tests {
         ] {
             assert!(!is_url(Path::new(path)), "{path}");
         }
+    }
+
+    /// reqwest is built without a TLS provider of its own: a store whose client speaks HTTPS
+    /// builds (reqwest panics at a client's build when rustls has no provider).
+    #[test]
+    fn https_stores_build_with_ring_as_the_tls_provider() {
+        for url in ["https://example.com", "s3://bucket", "gs://bucket"] {
+            build_store(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        }
+        assert!(rustls::crypto::CryptoProvider::get_default().is_some());
     }
 
     #[test]

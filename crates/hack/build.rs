@@ -1,0 +1,2 @@
+// Empty: a build script makes cargo resolve the [build-dependencies] named in Cargo.toml.
+fn main() {}
