@@ -12,6 +12,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use sonograph_dsp::FeatureSpec;
+use sonograph_io::remote;
 use sonograph_s3_fixture::S3Server;
 
 /// `sonograph` with the server's credentials and endpoint in its environment, and nothing of
@@ -319,6 +320,27 @@ fn offsets_into_a_long_file_in_a_bucket_fetch_little_more_than_they_read() {
     assert_eq!(report["items_ok"], 1, "{report}");
     let reason = report["failures"][0]["reason"].as_str().unwrap();
     assert!(reason.contains("s3://corpus/gone.wav"), "{reason}");
+    // A listing's durations read each header, not the first MiB a clip opened whole gets.
+    let before = server.get_bytes();
+    let listed = tmp.path("listed.jsonl");
+    let o = bin_for(&server)
+        .args(["manifest", "s3://corpus", "--out"])
+        .arg(&listed)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let fetched = server.get_bytes() - before;
+    let lines = std::fs::read_to_string(&listed).unwrap();
+    assert!(
+        lines.contains("\"audio_filepath\":\"s3://corpus/long.wav\",\"duration\":600.0"),
+        "{lines}"
+    );
+    // (98,304 bytes: its 32 KiB header read, then the decoder's buffer reading ahead as it
+    // opens the stream.)
+    assert!(
+        fetched < remote::FIRST_READ_WHOLE / 4,
+        "{fetched} bytes fetched to list one header: {lines}"
+    );
 }
 
 /// kill -9 of a job writing to a bucket, at the instants that matter (a part written but not

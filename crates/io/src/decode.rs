@@ -160,13 +160,33 @@ impl AudioReader {
 
     /// [`open`](Self::open), the file opened beneath `roots`.
     pub fn open_in(roots: &Roots, path: &Path, opts: &DecodeOptions) -> Result<Self, DecodeError> {
+        // An object is opened by reading its start: all of a clip, or the header of a span.
+        let first = if opts.offset_s > 0.0 || opts.duration_s.is_some() {
+            crate::remote::FIRST_READ_SPAN
+        } else {
+            crate::remote::FIRST_READ_WHOLE
+        };
+        Self::open_reading(roots, path, opts, first)
+    }
+
+    /// [`open`](Self::open) for a reader after the header (a listing's durations): an object
+    /// is opened by a read of its header's size, not of a whole clip's.
+    pub fn open_for_header(path: &Path, opts: &DecodeOptions) -> Result<Self, DecodeError> {
+        Self::open_reading(
+            &Roots::anywhere(),
+            path,
+            opts,
+            crate::remote::FIRST_READ_SPAN,
+        )
+    }
+
+    fn open_reading(
+        roots: &Roots,
+        path: &Path,
+        opts: &DecodeOptions,
+        first: u64,
+    ) -> Result<Self, DecodeError> {
         Self::open_span(path, opts, || {
-            // An object is opened by reading its start: all of a clip, or the header of a span.
-            let first = if opts.offset_s > 0.0 || opts.duration_s.is_some() {
-                crate::remote::FIRST_READ_SPAN
-            } else {
-                crate::remote::FIRST_READ_WHOLE
-            };
             let file = roots
                 .open_blob_reading(path, Some(first))
                 .map_err(|source| DecodeError::Open {

@@ -131,25 +131,44 @@ fn invalid(url: &Path, why: &str) -> io::Error {
 }
 
 /// An `object_store` error as an I/O error of the same kind, naming the URL.
+///
+/// A request that never got its whole answer (a connection refused or dropped, a timeout, a
+/// body cut off) is `Interrupted`, and may pass on a second try. Any other error is the
+/// store's answer (a status the store's client does not retry, or one it retried to the end
+/// of its own budget: 8 tries over up to 2 minutes), and asking again gets the same answer.
 fn store_error(url: &Path, e: object_store::Error) -> io::Error {
     let kind = match &e {
         object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
         object_store::Error::PermissionDenied { .. }
         | object_store::Error::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
-        object_store::Error::NotSupported { .. } => io::ErrorKind::Unsupported,
+        object_store::Error::NotSupported { .. } | object_store::Error::NotImplemented { .. } => {
+            io::ErrorKind::Unsupported
+        }
+        object_store::Error::AlreadyExists { .. } => io::ErrorKind::AlreadyExists,
+        _ if cut_off(&e) => io::ErrorKind::Interrupted,
         _ => io::ErrorKind::Other,
     };
     io::Error::new(kind, format!("{}: {e}", url.display()))
 }
 
-/// Whether an error may pass on a second try (not an object that is absent or forbidden).
+/// Whether `e` comes from the HTTP exchange itself (object_store's `HttpError`: connecting,
+/// sending, a timeout, the body), rather than from a status the store answered.
+fn cut_off(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if e.is::<object_store::client::HttpError>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// Whether an error may pass on a second try: a request cut off, or an answer cut short.
 fn is_transient(e: &io::Error) -> bool {
-    !matches!(
+    matches!(
         e.kind(),
-        io::ErrorKind::NotFound
-            | io::ErrorKind::PermissionDenied
-            | io::ErrorKind::InvalidInput
-            | io::ErrorKind::Unsupported
+        io::ErrorKind::Interrupted | io::ErrorKind::UnexpectedEof | io::ErrorKind::TimedOut
     )
 }
 
@@ -326,6 +345,9 @@ pub struct RemoteObject {
     store: Arc<dyn ObjectStore>,
     location: ObjectPath,
     len: u64,
+    /// The object's ETag when it was opened: every later answer must carry the same, so that
+    /// an item is never read from two versions of an object replaced while it was read.
+    version: Option<String>,
     block: Mutex<Block>,
 }
 
@@ -370,14 +392,14 @@ impl RemoteObject {
         // and a transient failure is retried by the open by size that follows any failure.
         let got = (|| {
             let (store, path) = (store.clone(), path.clone());
-            let (size, bytes) = wait(async move {
+            let (size, version, bytes) = wait(async move {
                 let options = object_store::GetOptions {
                     range: Some(object_store::GetRange::Bounded(0..first)),
                     ..Default::default()
                 };
                 let result = store.get_opts(&path, options).await?;
-                let size = result.meta.size;
-                Ok::<_, object_store::Error>((size, result.bytes().await?))
+                let (size, version) = (result.meta.size, result.meta.e_tag.clone());
+                Ok::<_, object_store::Error>((size, version, result.bytes().await?))
             })
             .map_err(|e| store_error(url, e))?;
             BYTES_FETCHED.fetch_add(bytes.len() as u64, Ordering::Relaxed);
@@ -387,9 +409,9 @@ impl RemoteObject {
                     format!("{}: an answer cut short", url.display()),
                 ));
             }
-            Ok((size, bytes))
+            Ok((size, version, bytes))
         })();
-        let (len, bytes) = match got {
+        let (len, version, bytes) = match got {
             Ok(got) => got,
             Err(e)
                 if matches!(
@@ -406,6 +428,7 @@ impl RemoteObject {
             store,
             location: path,
             len,
+            version,
             block: Mutex::new(Block {
                 start: 0,
                 read_ahead: (bytes.len() as u64).max(FIRST_READ_AHEAD),
@@ -416,17 +439,16 @@ impl RemoteObject {
     }
 
     fn open_in(store: Arc<dyn ObjectStore>, path: ObjectPath, url: &Path) -> io::Result<Self> {
-        let len = with_retries(|| {
+        let meta = with_retries(|| {
             let (store, path) = (store.clone(), path.clone());
-            wait(async move { store.head(&path).await })
-                .map(|meta| meta.size)
-                .map_err(|e| store_error(url, e))
+            wait(async move { store.head(&path).await }).map_err(|e| store_error(url, e))
         })?;
         Ok(RemoteObject {
             url: url.to_path_buf(),
             store,
             location: path,
-            len,
+            len: meta.size,
+            version: meta.e_tag,
             block: Mutex::new(Block::default()),
         })
     }
@@ -493,9 +515,33 @@ impl RemoteObject {
         let expected = range.end - range.start;
         let bytes = with_retries(|| {
             let (store, path, asked) = (self.store.clone(), self.location.clone(), range.clone());
-            let got = wait(async move { store.get_range(&path, asked).await })
-                .map_err(|e| store_error(&self.url, e))?;
+            let (version, got) = wait(async move {
+                let options = object_store::GetOptions {
+                    range: Some(object_store::GetRange::Bounded(asked)),
+                    ..Default::default()
+                };
+                let result = store.get_opts(&path, options).await?;
+                let version = result.meta.e_tag.clone();
+                Ok::<_, object_store::Error>((version, result.bytes().await?))
+            })
+            .map_err(|e| store_error(&self.url, e))?;
             BYTES_FETCHED.fetch_add(got.len() as u64, Ordering::Relaxed);
+            // The ETag is compared here rather than sent as If-Match: a server whose ETags are
+            // weak (W/"...", common on web servers) fails every If-Match.
+            if let (Some(opened), Some(now)) = (&self.version, &version) {
+                if opened != now {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "{}: the object changed while it was read (ETag {opened} when \
+                             opened, {now} at byte {}); read it again when it is no longer \
+                             being written",
+                            self.url.display(),
+                            range.start
+                        ),
+                    ));
+                }
+            }
             if got.len() as u64 != expected {
                 // The object shrank since it was opened, or the answer was cut short.
                 return Err(io::Error::new(
@@ -576,6 +622,44 @@ pub fn upload_bytes(bytes: Vec<u8>, url: &Path) -> io::Result<()> {
             .map(|_| ())
             .map_err(|e| store_error(url, e))
     })
+}
+
+/// Whether [`create_bytes`] made the object or found one there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// This call made it.
+    Made,
+    /// An object of that name was there already (this call changed nothing).
+    Found,
+}
+
+/// Puts `bytes` at `url` only where no object of that name is (S3's, GCS's and Azure's
+/// conditional create), in one request: of several processes creating one name at once,
+/// exactly one makes it. A store that cannot create conditionally (a plain web server) is
+/// an `Unsupported` error.
+pub fn create_bytes(bytes: Vec<u8>, url: &Path) -> io::Result<Created> {
+    let location = Location::parse(url)?;
+    let store = store(url, &location)?;
+    let path = location.object_path(url)?;
+    let payload = Bytes::from(bytes);
+    let put = with_retries(|| {
+        let (store, path, payload) = (store.clone(), path.clone(), payload.clone());
+        wait(async move {
+            let options = object_store::PutOptions {
+                mode: object_store::PutMode::Create,
+                ..Default::default()
+            };
+            store.put_opts(&path, payload.into(), options).await
+        })
+        .map_err(|e| store_error(url, e))
+    });
+    match put {
+        Ok(_) => Ok(Created::Made),
+        // Also where an earlier try of this call made it and its answer was lost: the
+        // caller reads what is there, which is what it put.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(Created::Found),
+        Err(e) => Err(e),
+    }
 }
 
 enum UploadError {

@@ -1,7 +1,11 @@
 //! `sonograph_io::remote` against a real S3 server on loopback (s3s-fs, crates/s3-fixture): a
 //! file uploaded in one request and one in a multipart upload come back byte for byte, also
 //! while the server fails one request in ten; a prefix lists its objects by id; an object
-//! opened by its first read and one opened by its size read the same bytes.
+//! opened by its first read and one opened by its size read the same bytes; a store's answer
+//! is not asked again; an object replaced while it is read fails its reader; of threads
+//! creating one name at once, one makes it.
+//!
+//! One test runs the parts in turn: the server's faults and the environment are the process's.
 
 use std::path::{Path, PathBuf};
 
@@ -34,7 +38,7 @@ fn read_all(object: &RemoteObject) -> Vec<u8> {
 }
 
 #[test]
-fn uploads_and_reads_come_back_byte_for_byte() {
+fn object_storage_against_a_real_s3_server() {
     let tmp = std::env::temp_dir().join(format!("sonograph-remote-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     let server = S3Server::start(&tmp.join("s3"));
@@ -42,6 +46,15 @@ fn uploads_and_reads_come_back_byte_for_byte() {
     for (key, value) in server.env() {
         std::env::set_var(key, value);
     }
+    uploads_and_reads_come_back_byte_for_byte(&server, &tmp);
+    a_store_answer_is_not_asked_again(&server);
+    an_object_replaced_while_it_is_read_fails_its_reader(&server);
+    of_threads_creating_one_name_one_makes_it(&server);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+fn uploads_and_reads_come_back_byte_for_byte(server: &S3Server, tmp: &Path) {
     let bucket = server.bucket("remote-test");
     let local = tmp.join("local");
     std::fs::create_dir_all(&local).unwrap();
@@ -90,6 +103,97 @@ fn uploads_and_reads_come_back_byte_for_byte() {
             .starts_with("s3://remote-test/out/missing.wav: "),
         "{e}"
     );
-    drop(server);
-    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// A status the store's client does not retry (400 here) is its answer: the object is asked
+/// for once, the error names the URL and the status. (A retry loop around every error asked
+/// five times, waiting 3 s in all.)
+fn a_store_answer_is_not_asked_again(server: &S3Server) {
+    let url = PathBuf::from("s3://remote-test/out/small.bin");
+    server.answer_all_with(Some(400));
+    let before = server.requests();
+    let opened = RemoteObject::open(&url);
+    let asked = server.requests() - before;
+    let before = server.requests();
+    let first_read = RemoteObject::open_reading(&url, 1 << 20);
+    let asked_reading = server.requests() - before;
+    server.answer_all_with(None);
+    let e = opened.unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("s3://remote-test/out/small.bin: ")
+            && e.to_string().contains("400"),
+        "{e}"
+    );
+    assert_eq!(asked, 1, "{e}");
+    // Its first read, then its size (what it falls back to where a read of a range fails).
+    assert!(first_read.is_err());
+    assert_eq!(asked_reading, 2);
+}
+
+/// An object replaced between two reads of one reader (a corpus being rewritten while a job
+/// reads it): the read after the change fails, naming both versions, and no bytes of two
+/// versions are mixed into one item.
+fn an_object_replaced_while_it_is_read_fails_its_reader(server: &S3Server) {
+    let bucket = server.bucket("remote-test");
+    let url = PathBuf::from("s3://remote-test/changing.bin");
+    let (old, new) = (bytes(3 << 20, 7), bytes(3 << 20, 8));
+    for open_reading in [false, true] {
+        remote::upload_bytes(old.clone(), &url).unwrap();
+        let object = if open_reading {
+            RemoteObject::open_reading(&url, remote::FIRST_READ_SPAN).unwrap()
+        } else {
+            RemoteObject::open(&url).unwrap()
+        };
+        let mut buf = vec![0u8; 1000];
+        assert_eq!(object.read_at(&mut buf, 0).unwrap(), 1000);
+        assert_eq!(buf, old[..1000]);
+        remote::upload_bytes(new.clone(), &url).unwrap();
+        assert_eq!(std::fs::read(bucket.join("changing.bin")).unwrap(), new);
+        let e = object.read_at(&mut buf, 2 << 20).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("s3://remote-test/changing.bin: the object changed while it was read"),
+            "{e}"
+        );
+        // Opened again, it reads the new bytes.
+        let again = RemoteObject::open(&url).unwrap();
+        assert_eq!(again.read_at(&mut buf, 2 << 20).unwrap(), 1000);
+        assert_eq!(buf, new[2 << 20..(2 << 20) + 1000]);
+    }
+}
+
+/// Of two threads creating one name at the same moment, exactly one makes it, and the object
+/// holds what that one put (a job's claim on an output prefix).
+fn of_threads_creating_one_name_one_makes_it(server: &S3Server) {
+    let bucket = server.bucket("remote-test");
+    for round in 0..10 {
+        let url = PathBuf::from(format!("s3://remote-test/claims/{round}.json"));
+        let barrier = std::sync::Barrier::new(2);
+        let outcomes: Vec<(remote::Created, Vec<u8>)> = std::thread::scope(|scope| {
+            let racers: Vec<_> = (0..2u8)
+                .map(|who| {
+                    let (url, barrier) = (&url, &barrier);
+                    scope.spawn(move || {
+                        let mine = vec![b'a' + who; 100];
+                        barrier.wait();
+                        (remote::create_bytes(mine.clone(), url).unwrap(), mine)
+                    })
+                })
+                .collect();
+            racers.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        let made: Vec<_> = outcomes
+            .iter()
+            .filter(|(c, _)| *c == remote::Created::Made)
+            .collect();
+        assert_eq!(made.len(), 1, "round {round}: {outcomes:?}");
+        let stored = std::fs::read(bucket.join(format!("claims/{round}.json"))).unwrap();
+        assert_eq!(stored, made[0].1, "round {round}");
+        // And once made, it is found.
+        assert_eq!(
+            remote::create_bytes(b"late".to_vec(), &url).unwrap(),
+            remote::Created::Found
+        );
+    }
 }

@@ -105,6 +105,20 @@ impl BucketOutput {
     /// machines share it), or refuses a run that disagrees with the one there.
     pub fn claim_shape(&self, shape: &serde_json::Value) -> Result<(), JobError> {
         let url = self.url_of(&format!("{META_DIR}/job.json"));
+        let mine = format!("{shape}\n").into_bytes();
+        // Created only where none is, so that of two shards of different jobs starting at once
+        // on one prefix, one claims it and the other reads the claim and is refused.
+        match remote::create_bytes(mine.clone(), &url) {
+            Ok(remote::Created::Made) => return Ok(()),
+            Ok(remote::Created::Found) => {}
+            // A store without conditional puts (a web server): read, then put where none
+            // is; two jobs starting in the same instant can both pass here.
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                tracing::warn!(url = %url.display(), "the store cannot create an object only \
+                    where none is: the job's claim on this output is read, then written");
+            }
+            Err(e) => return Err(self.io(e)),
+        }
         match remote::read_small(&url, MAX_META_BYTES).map_err(|e| self.io(e))? {
             Some(found) => {
                 let found: serde_json::Value = serde_json::from_slice(&found)
@@ -118,8 +132,7 @@ impl BucketOutput {
                 }
                 Ok(())
             }
-            None => remote::upload_bytes(format!("{shape}\n").into_bytes(), &url)
-                .map_err(|e| self.io(e)),
+            None => remote::upload_bytes(mine, &url).map_err(|e| self.io(e)),
         }
     }
 

@@ -51,7 +51,7 @@ pub fn describe(path: &Path, limits: &Limits) -> Result<(u32, usize, f64), Strin
         limits: *limits,
         ..Default::default()
     };
-    let mut reader = AudioReader::open(path, &opts).map_err(|e| e.to_string())?;
+    let mut reader = AudioReader::open_for_header(path, &opts).map_err(|e| e.to_string())?;
     let info = reader.info().clone();
     let frames = match info.declared_frames {
         Some(n) => n,

@@ -32,6 +32,11 @@ struct State {
     faults_per_mille: AtomicU64,
     faults: AtomicU64,
     get_bytes: AtomicU64,
+    /// A status every request is answered with (0: none).
+    answer_status: AtomicU64,
+    /// Held through each conditional put: S3 makes "create only where none is" atomic, and
+    /// s3s-fs looks, then writes.
+    conditional_puts: tokio::sync::Mutex<()>,
 }
 
 impl S3Server {
@@ -167,6 +172,14 @@ impl S3Server {
             .store(per_mille.min(1000), Ordering::SeqCst);
     }
 
+    /// From now on, every request is answered with `status` (an S3 error of that status), or
+    /// served again (`None`).
+    pub fn answer_all_with(&self, status: Option<u16>) {
+        self.state
+            .answer_status
+            .store(status.map_or(0, u64::from), Ordering::SeqCst);
+    }
+
     /// Requests answered so far, faults included.
     pub fn requests(&self) -> u64 {
         self.state.requests.load(Ordering::SeqCst)
@@ -197,6 +210,16 @@ async fn handle(
     req: http::Request<hyper::body::Incoming>,
 ) -> Result<http::Response<s3s::Body>, s3s::HttpError> {
     let n = state.requests.fetch_add(1, Ordering::SeqCst);
+    let status = state.answer_status.load(Ordering::SeqCst);
+    if status != 0 {
+        let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
+            <Error><Code>InvalidRequest</Code><Message>answered by the test</Message></Error>";
+        return Ok(http::Response::builder()
+            .status(status as u16)
+            .header("content-type", "application/xml")
+            .body(s3s::Body::from(body.to_string()))
+            .expect("a valid response"));
+    }
     let per_mille = state.faults_per_mille.load(Ordering::SeqCst);
     let draw = scramble(n);
     if per_mille > 0 && draw % 1000 < per_mille {
@@ -216,6 +239,13 @@ async fn handle(
         ))));
     }
     let is_get = req.method() == http::Method::GET;
+    let conditional = req.method() == http::Method::PUT
+        && req.headers().contains_key(http::header::IF_NONE_MATCH);
+    let _serialised = if conditional {
+        Some(state.conditional_puts.lock().await)
+    } else {
+        None
+    };
     let response = hyper::service::Service::call(service, req).await?;
     if is_get && response.status().is_success() {
         let length = response
