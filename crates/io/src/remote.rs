@@ -135,7 +135,7 @@ fn invalid(url: &Path, why: &str) -> io::Error {
 /// A request that never got its whole answer (a connection refused or dropped, a timeout, a
 /// body cut off) is `Interrupted`, and may pass on a second try. Any other error is the
 /// store's answer (a status the store's client does not retry, or one it retried to the end
-/// of its own budget: 8 tries over up to 2 minutes), and asking again gets the same answer.
+/// of its own budget: up to 20 tries over 2 minutes), and asking again gets the same answer.
 fn store_error(url: &Path, e: object_store::Error) -> io::Error {
     let kind = match &e {
         object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
@@ -255,10 +255,17 @@ fn build_store(store_url: &str) -> object_store::Result<Arc<dyn ObjectStore>> {
     // reqwest is built without a TLS provider of its own (see the workspace's Cargo.toml):
     // ring is the process's, unless the embedding program installed one first.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    // The client's default backoff (100 ms, jittered) spends 8 retries in a few seconds: a
+    // burst of 503 Slow Down would outlast it. Backing off from 250 ms by up to 3x a step,
+    // to 15 s, 20 retries reach the 2-minute limit, which is what ends the retrying.
     let retry = RetryConfig {
-        max_retries: 8,
+        max_retries: 20,
         retry_timeout: Duration::from_secs(120),
-        ..RetryConfig::default()
+        backoff: object_store::BackoffConfig {
+            init_backoff: Duration::from_millis(250),
+            max_backoff: Duration::from_secs(15),
+            base: 3.0,
+        },
     };
     let scheme = store_url.split_once("://").map_or("", |(s, _)| s);
     Ok(match scheme {
@@ -428,13 +435,27 @@ impl RemoteObject {
             store,
             location: path,
             len,
-            version,
+            version: Self::pinnable(url, version),
             block: Mutex::new(Block {
                 start: 0,
                 read_ahead: (bytes.len() as u64).max(FIRST_READ_AHEAD),
                 bytes,
                 ..Block::default()
             }),
+        })
+    }
+
+    /// The object's ETag where its store keeps one per version (S3, GCS, Azure). A web server's
+    /// may differ between two answers for the same bytes (servers behind a balancer, inode
+    /// ETags), so an HTTP object is read unpinned.
+    fn pinnable(url: &Path, etag: Option<String>) -> Option<String> {
+        let scheme = url
+            .to_str()
+            .and_then(|u| u.split_once("://"))
+            .map(|(s, _)| s);
+        etag.filter(|_| {
+            !scheme
+                .is_some_and(|s| s.eq_ignore_ascii_case("http") || s.eq_ignore_ascii_case("https"))
         })
     }
 
@@ -448,7 +469,7 @@ impl RemoteObject {
             store,
             location: path,
             len: meta.size,
-            version: meta.e_tag,
+            version: Self::pinnable(url, meta.e_tag),
             block: Mutex::new(Block::default()),
         })
     }
@@ -529,7 +550,7 @@ impl RemoteObject {
             // The ETag is compared here rather than sent as If-Match: a server whose ETags are
             // weak (W/"...", common on web servers) fails every If-Match.
             if let (Some(opened), Some(now)) = (&self.version, &version) {
-                if opened != now {
+                if strong(opened) != strong(now) {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
                         format!(
@@ -559,6 +580,11 @@ impl RemoteObject {
         })?;
         Ok(bytes)
     }
+}
+
+/// An ETag without the weak mark (`W/"x"` and `"x"` name the same version).
+fn strong(etag: &str) -> &str {
+    etag.strip_prefix("W/").unwrap_or(etag)
 }
 
 /// The whole of a small object (a job's `job.json`), or `None` where there is none.

@@ -24,6 +24,8 @@ pub(crate) struct BucketOutput {
 
 /// The largest job.json or report read back from a bucket.
 const MAX_META_BYTES: u64 = 16 << 20;
+/// Tries to claim an output whose claim is found, then gone when read.
+const CLAIM_ATTEMPTS: usize = 5;
 
 impl BucketOutput {
     /// The output `out`, where it is in object storage.
@@ -107,33 +109,53 @@ impl BucketOutput {
         let url = self.url_of(&format!("{META_DIR}/job.json"));
         let mine = format!("{shape}\n").into_bytes();
         // Created only where none is, so that of two shards of different jobs starting at once
-        // on one prefix, one claims it and the other reads the claim and is refused.
-        match remote::create_bytes(mine.clone(), &url) {
-            Ok(remote::Created::Made) => return Ok(()),
-            Ok(remote::Created::Found) => {}
-            // A store without conditional puts (a web server): read, then put where none
-            // is; two jobs starting in the same instant can both pass here.
-            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
-                tracing::warn!(url = %url.display(), "the store cannot create an object only \
-                    where none is: the job's claim on this output is read, then written");
-            }
-            Err(e) => return Err(self.io(e)),
-        }
-        match remote::read_small(&url, MAX_META_BYTES).map_err(|e| self.io(e))? {
-            Some(found) => {
-                let found: serde_json::Value = serde_json::from_slice(&found)
-                    .map_err(|e| JobError::Config(format!("{}: unreadable: {e}", url.display())))?;
-                if &found != shape {
-                    return Err(JobError::Config(format!(
-                        "{}: this output belongs to another job ({found}); this run is \
-                         {shape}; use another prefix or the same settings",
-                        self.url.display()
-                    )));
+        // on one prefix, one claims it and the other reads the claim and is refused. A claim
+        // found but gone when read (deleted, or a racing create that failed) is created again,
+        // never put over whatever may be there by then.
+        for _ in 0..CLAIM_ATTEMPTS {
+            match remote::create_bytes(mine.clone(), &url) {
+                Ok(remote::Created::Made) => return Ok(()),
+                Ok(remote::Created::Found) => {}
+                // A store without conditional puts (a web server): read, then put where none
+                // is; two jobs starting in the same instant can both pass here.
+                Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                    tracing::warn!(url = %url.display(), "the store cannot create an object \
+                        only where none is: the job's claim on this output is read, then written");
+                    if self.read_claim(&url, shape)? {
+                        return Ok(());
+                    }
+                    return remote::upload_bytes(mine, &url).map_err(|e| self.io(e));
                 }
-                Ok(())
+                Err(e) => return Err(self.io(e)),
             }
-            None => remote::upload_bytes(mine, &url).map_err(|e| self.io(e)),
+            if self.read_claim(&url, shape)? {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
         }
+        Err(JobError::Config(format!(
+            "{}: the job's claim was there, then gone, {CLAIM_ATTEMPTS} times: another job is \
+             creating and removing it; try again when it has stopped",
+            url.display()
+        )))
+    }
+
+    /// The claim at `url` held against `shape`: true where it is this job's, an error where
+    /// it is another's, false where there is none.
+    fn read_claim(&self, url: &Path, shape: &serde_json::Value) -> Result<bool, JobError> {
+        let Some(found) = remote::read_small(url, MAX_META_BYTES).map_err(|e| self.io(e))? else {
+            return Ok(false);
+        };
+        let found: serde_json::Value = serde_json::from_slice(&found)
+            .map_err(|e| JobError::Config(format!("{}: unreadable: {e}", url.display())))?;
+        if &found != shape {
+            return Err(JobError::Config(format!(
+                "{}: this output belongs to another job ({found}); this run is {shape}; use \
+                 another prefix or the same settings",
+                self.url.display()
+            )));
+        }
+        Ok(true)
     }
 
     /// Uploads the part at `local` under its name.
