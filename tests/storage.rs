@@ -37,6 +37,14 @@ fn extract(server: &S3Server, source: &str, out: &str, more: &[&str]) -> Output 
         .unwrap()
 }
 
+fn list_to_manifest(server: &S3Server, source: &str, out: &Path) -> Output {
+    bin_for(server)
+        .args(["manifest", source, "--out"])
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
 fn whisper_id() -> String {
     FeatureSpec::preset("whisper").unwrap().spec_id()
 }
@@ -203,11 +211,7 @@ fn a_bucket_prefix_and_an_output_in_a_bucket_give_the_rows_of_a_folder() {
     // A manifest of the prefix, listed once (each header read by range), gives the same rows
     // through the URLs it lists.
     let listed = tmp.path("listed.jsonl");
-    let o = bin_for(&server)
-        .args(["manifest", "s3://corpus/audio", "--out"])
-        .arg(&listed)
-        .output()
-        .unwrap();
+    let o = list_to_manifest(&server, "s3://corpus/audio", &listed);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     let lines = std::fs::read_to_string(&listed).unwrap();
     assert_eq!(lines.lines().count(), 8, "{lines}");
@@ -323,11 +327,7 @@ fn offsets_into_a_long_file_in_a_bucket_fetch_little_more_than_they_read() {
     // A listing's durations read each header, not the first MiB a clip opened whole gets.
     let before = server.get_bytes();
     let listed = tmp.path("listed.jsonl");
-    let o = bin_for(&server)
-        .args(["manifest", "s3://corpus", "--out"])
-        .arg(&listed)
-        .output()
-        .unwrap();
+    let o = list_to_manifest(&server, "s3://corpus", &listed);
     assert!(o.status.success(), "{}", stderr(&o));
     let fetched = server.get_bytes() - before;
     let lines = std::fs::read_to_string(&listed).unwrap();

@@ -449,14 +449,7 @@ impl RemoteObject {
     /// may differ between two answers for the same bytes (servers behind a balancer, inode
     /// ETags), so an HTTP object is read unpinned.
     fn pinnable(url: &Path, etag: Option<String>) -> Option<String> {
-        let scheme = url
-            .to_str()
-            .and_then(|u| u.split_once("://"))
-            .map(|(s, _)| s);
-        etag.filter(|_| {
-            !scheme
-                .is_some_and(|s| s.eq_ignore_ascii_case("http") || s.eq_ignore_ascii_case("https"))
-        })
+        etag.filter(|_| !Location::parse(url).is_ok_and(|l| l.store.starts_with("http")))
     }
 
     fn open_in(store: Arc<dyn ObjectStore>, path: ObjectPath, url: &Path) -> io::Result<Self> {
@@ -638,13 +631,22 @@ pub fn upload(from: &Path, url: &Path) -> io::Result<()> {
 
 /// Uploads `bytes` to `url` in one request (a job's small files).
 pub fn upload_bytes(bytes: Vec<u8>, url: &Path) -> io::Result<()> {
+    put_bytes(bytes, url, object_store::PutMode::Overwrite)
+}
+
+/// `bytes` put at `url` in one request, in `mode`.
+fn put_bytes(bytes: Vec<u8>, url: &Path, mode: object_store::PutMode) -> io::Result<()> {
     let location = Location::parse(url)?;
     let store = store(url, &location)?;
     let path = location.object_path(url)?;
     let payload = Bytes::from(bytes);
     with_retries(|| {
         let (store, path, payload) = (store.clone(), path.clone(), payload.clone());
-        wait(async move { store.put(&path, payload.into()).await })
+        let options = object_store::PutOptions {
+            mode: mode.clone(),
+            ..Default::default()
+        };
+        wait(async move { store.put_opts(&path, payload.into(), options).await })
             .map(|_| ())
             .map_err(|e| store_error(url, e))
     })
@@ -664,23 +666,8 @@ pub enum Created {
 /// exactly one makes it. A store that cannot create conditionally (a plain web server) is
 /// an `Unsupported` error.
 pub fn create_bytes(bytes: Vec<u8>, url: &Path) -> io::Result<Created> {
-    let location = Location::parse(url)?;
-    let store = store(url, &location)?;
-    let path = location.object_path(url)?;
-    let payload = Bytes::from(bytes);
-    let put = with_retries(|| {
-        let (store, path, payload) = (store.clone(), path.clone(), payload.clone());
-        wait(async move {
-            let options = object_store::PutOptions {
-                mode: object_store::PutMode::Create,
-                ..Default::default()
-            };
-            store.put_opts(&path, payload.into(), options).await
-        })
-        .map_err(|e| store_error(url, e))
-    });
-    match put {
-        Ok(_) => Ok(Created::Made),
+    match put_bytes(bytes, url, object_store::PutMode::Create) {
+        Ok(()) => Ok(Created::Made),
         // Also where an earlier try of this call made it and its answer was lost: the
         // caller reads what is there, which is what it put.
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(Created::Found),
