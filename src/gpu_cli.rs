@@ -194,7 +194,12 @@ fn selected_id(s: Selected) -> String {
 pub fn bench(args: &BenchArgs, device: &str) -> Result<()> {
     let spec = load_spec(&args.spec)?;
     let clips = if args.inputs.is_empty() {
-        bench::generated_clips(&spec, args.clips, args.seconds)
+        bench::generated_clips(&spec, args.clips, args.seconds).map(|mut clips| {
+            if args.pcm16 {
+                bench::round_to_pcm16(&mut clips);
+            }
+            clips
+        })
     } else {
         bench::decode_clips(
             &args.inputs,

@@ -132,6 +132,10 @@ struct BenchArgs {
     /// Seconds per generated clip.
     #[arg(long, env = "SONOGRAPH_SECONDS", default_value_t = 10.0)]
     seconds: f64,
+    /// Rounds the generated clips to 16-bit samples, as a 16-bit WAV or FLAC corpus decodes
+    /// (a GPU is then sent them as 16-bit integers, half the bytes).
+    #[arg(long, env = "SONOGRAPH_PCM16")]
+    pcm16: bool,
     #[command(flatten)]
     limits: LimitArgs,
 }

@@ -101,6 +101,39 @@ fn features_on_the_gpu_match_the_cpu() {
     assert!(worst <= 1e-4, "worst {worst:e}");
 }
 
+/// `bench --pcm16` rounds its generated clips to 16-bit samples, and the GPU is sent them as
+/// such: every chunk, half the bytes of the same clips as f32.
+#[cfg(feature = "gpu")]
+#[test]
+fn bench_pcm16_sends_the_gpu_half_the_bytes() {
+    if !common::has_gpu_adapter() {
+        return;
+    }
+    let transfer = |pcm16: bool| {
+        let o = bin()
+            .args(["bench", "--device", "gpu", "--preset", "whisper"])
+            .args(["--clips", "3", "--seconds", "2", "--repeat", "1"])
+            .args(pcm16.then_some("--pcm16"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let line: serde_json::Value =
+            serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).unwrap();
+        assert_eq!(line["failed_items"], 0, "{line}");
+        line["transfer"].clone()
+    };
+    let (f32s, pcm16) = (transfer(false), transfer(true));
+    assert_eq!(f32s["pcm16_chunks_per_run"], 0.0, "{f32s}");
+    assert!(pcm16["chunks_per_run"].as_f64().unwrap() >= 1.0, "{pcm16}");
+    assert_eq!(
+        pcm16["pcm16_chunks_per_run"], pcm16["chunks_per_run"],
+        "{pcm16}"
+    );
+    // 3 clips of 32,000 samples: 4 bytes each as f32, 2 as 16-bit.
+    assert_eq!(f32s["sample_bytes_per_run"], 4.0 * 96_000.0, "{f32s}");
+    assert_eq!(pcm16["sample_bytes_per_run"], 2.0 * 96_000.0, "{pcm16}");
+}
+
 /// A file over the GPU's memory budget is computed on the CPU (same array), with a warning
 /// that says why.
 #[cfg(feature = "gpu")]

@@ -633,6 +633,83 @@ fn gpu_device_gives_the_cpu_dataset_within_tolerance() {
     assert_eq!(r.devices[0].moved_to_cpu, 0, "{:?}", r.devices);
 }
 
+#[cfg(feature = "gpu")]
+#[test]
+fn sixteen_bit_wavs_go_to_the_gpu_as_16_bit_samples_and_give_the_cpu_rows() {
+    if !common::has_gpu_adapter() {
+        return;
+    }
+    // 16-bit WAVs at Whisper's rate decode onto the 16-bit grid: the decode workers find it,
+    // and the GPU is sent every chunk as 16-bit integers (half the bytes), pieces of the long
+    // item included. A 44.1 kHz file is resampled off the grid and goes as f32.
+    let tmp = Tmp::new("gpu16");
+    let corpus = tmp.path("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    for i in 0..3 {
+        write_wav(
+            &corpus.join(format!("clip{i}.wav")),
+            16_000,
+            2.0 + i as f64,
+            i,
+        );
+    }
+    write_wav(&corpus.join("long.wav"), 16_000, 45.0, 9);
+    let spec_id = FeatureSpec::preset("whisper").unwrap().spec_id();
+    let extract = |corpus: &Path, out: &Path, device: &str| {
+        let o = run(&[
+            "extract",
+            corpus.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--preset",
+            "whisper",
+            "--device",
+            device,
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{device}: {}", stderr(&o));
+    };
+    let (cpu_out, gpu_out) = (tmp.path("cpu"), tmp.path("gpu"));
+    extract(&corpus, &cpu_out, "cpu");
+    extract(&corpus, &gpu_out, "gpu");
+    let (a, b) = (
+        read_dataset(&cpu_out, &spec_id),
+        read_dataset(&gpu_out, &spec_id),
+    );
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    for (key, (frames, bins, x)) in &a {
+        let (gf, gb, y) = &b[key];
+        assert_eq!((frames, bins), (gf, gb), "{key:?}");
+        let worst = x
+            .iter()
+            .zip(y)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0.0, f32::max);
+        assert!(worst <= 1e-4, "{key:?}: worst {worst}");
+    }
+    let r = report(&gpu_out, "report.json");
+    let t = r.devices[0].transfer.expect("a GPU reports its data path");
+    assert!(t.chunks > 0 && t.pcm16_chunks == t.chunks, "{t:?}");
+    // 54 s of samples at 16 kHz (the kernels pad Whisper's items to 30 s themselves), 2 bytes
+    // a sample; a later piece also carries the window's overlap with the piece before.
+    let samples = 54 * 16_000;
+    assert!(
+        (2 * samples..2 * samples + 2 * 16_000).contains(&t.sample_bytes_sent),
+        "{t:?}"
+    );
+    // Resampled, off the grid: as f32.
+    let resampled = tmp.path("resampled");
+    std::fs::create_dir_all(&resampled).unwrap();
+    write_wav(&resampled.join("clip.wav"), 44_100, 2.0, 3);
+    let out = tmp.path("gpu44");
+    extract(&resampled, &out, "gpu");
+    let t = report(&out, "report.json").devices[0].transfer.unwrap();
+    assert_eq!(
+        (t.chunks, t.pcm16_chunks, t.sample_bytes_sent),
+        (1, 0, 4 * 32_000),
+        "{t:?}"
+    );
+}
+
 #[test]
 fn long_items_are_cut_into_pieces_that_concatenate_to_the_whole() {
     let tmp = Tmp::new("pieces");

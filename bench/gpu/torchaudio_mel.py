@@ -5,6 +5,9 @@ by the three paths a torchaudio user has:
 - pageable: from a pageable CPU tensor and back (`.to(dev)`, `.cpu()`), what a plain loop does;
 - pinned: from pinned host memory with non-blocking copies and back into pinned memory, the
   best host-to-host path torchaudio offers;
+- pinned int16: the same from the clips' 16-bit samples (what a 16-bit WAV holds; torchaudio
+  loads them with `normalize=False`), converted on the GPU: the peer of sonograph's
+  `bench --pcm16`;
 
 and the host-to-device bandwidth from pageable and from pinned memory. Prints one JSON line.
 
@@ -93,8 +96,18 @@ def main():
         torch.cuda.synchronize()
         return time.perf_counter() - t0
 
+    pinned_int16 = (host * 32768).round().clamp(-32768, 32767).to(torch.int16).pin_memory()
+
+    def pinned_16():
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        x = pinned_int16.to(dev, non_blocking=True).to(dtype) / 32768
+        pinned_out.copy_(features(x), non_blocking=True)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
     audio_seconds = a.clips * a.seconds
-    r, pg, pn = median(resident), median(pageable), median(pinned)
+    r, pg, pn, p16 = median(resident), median(pageable), median(pinned), median(pinned_16)
     print(json.dumps({
         "tool": "torchaudio " + torchaudio.__version__, "torch": torch.__version__,
         "device": torch.cuda.get_device_name(0), "preset": a.preset, "precision": a.precision,
@@ -102,6 +115,7 @@ def main():
         "resident_audio_seconds_per_second": audio_seconds / r,
         "pageable_audio_seconds_per_second": audio_seconds / pg,
         "pinned_audio_seconds_per_second": audio_seconds / pn,
+        "pinned_int16_audio_seconds_per_second": audio_seconds / p16,
         "resident_median_seconds": r, "pageable_median_seconds": pg, "pinned_median_seconds": pn,
         "h2d_pageable_bytes_per_second": h2d(dev, pinned=False),
         "h2d_pinned_bytes_per_second": h2d(dev, pinned=True),

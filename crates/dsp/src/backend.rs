@@ -16,6 +16,9 @@ pub struct AudioBatch {
     samples: Vec<f32>,
     offsets: Vec<usize>,
     spans: Vec<Option<Span>>,
+    /// Per item: every sample is on the 16-bit grid ([`crate::pcm16`]), so a GPU may be sent
+    /// its 16-bit integers.
+    pcm16: Vec<bool>,
 }
 
 impl Default for AudioBatch {
@@ -24,6 +27,7 @@ impl Default for AudioBatch {
             samples: Vec::new(),
             offsets: vec![0],
             spans: Vec::new(),
+            pcm16: Vec::new(),
         }
     }
 }
@@ -48,15 +52,38 @@ impl AudioBatch {
 
     /// Adds a piece of an item (`Some(span)`, with the span's window) or a whole item.
     pub fn push_piece(&mut self, window: &[f32], span: Option<Span>) {
+        self.push_known_piece(window, span, false);
+    }
+
+    /// [`push_piece`](Self::push_piece) with what the caller found (`pcm16::is_pcm16`, where
+    /// the samples were made, on its own thread): `pcm16` is true only where every sample of
+    /// `window` is on the 16-bit grid. (A GPU checks each sample again as it converts it.)
+    pub fn push_known_piece(&mut self, window: &[f32], span: Option<Span>, pcm16: bool) {
         self.samples.extend_from_slice(window);
         self.offsets.push(self.samples.len());
         self.spans.push(span);
+        self.pcm16.push(pcm16);
+    }
+
+    /// Finds which items are 16-bit PCM (a scan of every sample, items side by side).
+    pub fn find_pcm16(&mut self) {
+        let found: Vec<bool> = (0..self.len())
+            .into_par_iter()
+            .map(|i| crate::pcm16::is_pcm16(self.item(i)))
+            .collect();
+        self.pcm16 = found;
+    }
+
+    /// True when item `i` is known to be 16-bit PCM.
+    pub fn is_pcm16(&self, i: usize) -> bool {
+        self.pcm16[i]
     }
 
     pub fn clear(&mut self) {
         self.samples.clear();
         self.offsets.truncate(1);
         self.spans.clear();
+        self.pcm16.clear();
     }
 
     /// Item `i`'s span: `None` for a whole item.
@@ -103,10 +130,11 @@ impl AudioBatch {
             let item = self.item(i);
             match self.spans[i] {
                 // A whole item, or one given with its whole span (a voice segment).
+                // Cut, or padded with zeros: still on the grid where the item was.
                 Some(span) if span != Span::whole(spec, item.len()) => {
-                    b.push_piece(item, Some(span))
+                    b.push_known_piece(item, Some(span), self.pcm16[i])
                 }
-                _ => b.push(&spec.fixed_length(item)),
+                _ => b.push_known_piece(&spec.fixed_length(item), None, self.pcm16[i]),
             }
         }
         Some(b)
@@ -116,7 +144,7 @@ impl AudioBatch {
     pub fn slice(&self, range: std::ops::Range<usize>) -> AudioBatch {
         let mut b = AudioBatch::new();
         for i in range {
-            b.push_piece(self.item(i), self.spans[i]);
+            b.push_known_piece(self.item(i), self.spans[i], self.pcm16[i]);
         }
         b
     }
@@ -239,7 +267,8 @@ pub trait Extractor: Send {
 /// What a device's data path has done since it opened: its staging memory, the chunks it
 /// sent, how often the host filled a chunk while the device ran the one before, and the
 /// kernels' own time where the device has timestamp queries.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct TransferStats {
     /// Staging buffers made (a ring's slots at first; more only where a chunk outgrew them).
     pub staging_allocations: u64,
@@ -247,6 +276,9 @@ pub struct TransferStats {
     pub staging_bytes: u64,
     /// Chunks sent to the device.
     pub chunks: u64,
+    /// Bytes of samples sent to the device, and the chunks that went as 16-bit samples.
+    pub sample_bytes_sent: u64,
+    pub pcm16_chunks: u64,
     /// Chunks the host finished filling while the device was still running the chunk before:
     /// the transfers and the kernels overlapped.
     pub chunks_filled_while_busy: u64,

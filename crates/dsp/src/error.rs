@@ -30,6 +30,10 @@ pub enum ItemError {
     /// A piece of an item whose window does not hold what its frames read (a caller's bug).
     #[error("bad piece: {0}")]
     BadSpan(String),
+    /// An item its batch marked 16-bit PCM (`AudioBatch::push_known_piece`) with a sample
+    /// off the 16-bit grid (a caller's bug): failed, never sent changed.
+    #[error("sample {index} is not 16-bit PCM, though its batch said the item was")]
+    NotPcm16 { index: usize },
     /// Every device that could compute it failed, the CPU fallback included.
     #[error("no device could compute the item: {0}")]
     NoDevice(String),

@@ -12,6 +12,7 @@ pub mod extractor;
 pub mod fastlog;
 pub mod float;
 pub mod mel;
+pub mod pcm16;
 pub mod signal;
 pub mod span;
 pub mod spec;

@@ -5,7 +5,7 @@
 // the same order as the CPU path, so the two agree to the last bit on the frame.
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> samples: array<f32>;
+@SAMPLES@
 @group(0) @binding(2) var<storage, read> items: array<Item>;
 @group(0) @binding(3) var<storage, read> frame_item: array<u32>;
 @group(0) @binding(4) var<storage, read> win: array<real>;

@@ -1,5 +1,6 @@
 // Framing helpers of the two kernels that read samples (fused.wgsl and frame.wgsl, which both
-// declare `samples`): where a frame's window starts, and its padded, dithered samples.
+// declare `samples` and `load_sample`, as f32 or as packed 16-bit PCM: src/extractor.rs):
+// where a frame's window starts, and its padded, dithered samples.
 
 // numpy's "reflect" index for any i, periodic beyond one reflection (as the CPU path).
 fn reflect_index(i: i32, n: i32) -> i32 {
@@ -37,7 +38,7 @@ fn frame_sample(it: Item, start: i32, j: u32, m: u32) -> real {
         }
         idx = reflect_index(idx, n);
     }
-    v = real(samples[it.sample_offset + u32(idx)]);
+    v = real(load_sample(it.sample_offset + u32(idx)));
     return dithered(v, j, m);
 }
 

@@ -18,7 +18,7 @@ const N: u32 = @N@u;
 const WG: u32 = 64u;
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> samples: array<f32>;
+@SAMPLES@
 @group(0) @binding(2) var<storage, read> items: array<Item>;
 @group(0) @binding(3) var<storage, read> frame_item: array<u32>;
 @group(0) @binding(4) var<storage, read> win: array<real>;

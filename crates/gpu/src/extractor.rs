@@ -3,7 +3,9 @@
 //! Stockham FFT can take n_fft, one fused kernel frames (padding, dither, Kaldi's per-frame
 //! steps, the window), transforms, and projects onto mel bands with the log, in workgroup
 //! memory; elsewhere three passes (framing, direct DFT, mel) go through device memory. The
-//! spectral core is f64 where the adapter allows. Item-level steps that need the whole item
+//! spectral core is f64 where the adapter allows. Samples go as f32, or as their 16-bit
+//! integers where every item of a chunk is on the 16-bit grid and the spec sends samples as
+//! they are (`SampleFormat`). Item-level steps that need the whole item
 //! (drop last frame, dynamic range, DCT, affine, normalisation, Welch averaging) run on the
 //! host after readback, in the CPU path's own arithmetic (`plan::finish_item`).
 
@@ -14,6 +16,7 @@ use bytemuck::{Pod, Zeroable};
 use rayon::prelude::*;
 use sonograph_dsp::dct::Dct;
 use sonograph_dsp::mel::MelBank;
+use sonograph_dsp::pcm16::to_pcm16_into;
 use sonograph_dsp::span::{
     check_finite, prepare_piece_into, prepared_as_is, prepared_layout, Span,
 };
@@ -58,9 +61,57 @@ fn chunk_bytes_from_env() -> usize {
     }
 }
 
-/// Samples per piece of an item copied into the staging memory by one task: 1 MiB, a
-/// multiple of 2 so that every piece starts where a mapped range may (8 bytes).
+/// Samples per piece of an item copied into the staging memory by one task: 1 MiB of f32, a
+/// multiple of 4 so that every piece starts where a mapped range may (8 bytes) in either
+/// sample format.
 const FILL_PIECE_SAMPLES: usize = 1 << 18;
+
+/// How a chunk's samples travel to the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SampleFormat {
+    F32,
+    /// Their 16-bit integers, half the bytes: where the spec sends samples as they are and
+    /// every item of the chunk is on the 16-bit grid (`sonograph_dsp::pcm16`).
+    Pcm16,
+}
+
+impl SampleFormat {
+    fn bytes(self) -> usize {
+        match self {
+            SampleFormat::F32 => 4,
+            SampleFormat::Pcm16 => 2,
+        }
+    }
+
+    /// An item's place in the staging memory is a multiple of this many samples, so that
+    /// every item starts 8-byte aligned (where a mapped range may start).
+    fn align(self) -> usize {
+        8 / self.bytes()
+    }
+
+    /// The kernels' `samples` binding and its `load_sample` (kernels/framing.wgsl).
+    fn wgsl(self) -> &'static str {
+        match self {
+            SampleFormat::F32 => SAMPLES_F32,
+            SampleFormat::Pcm16 => SAMPLES_PCM16,
+        }
+    }
+}
+
+const SAMPLES_F32: &str = "@group(0) @binding(1) var<storage, read> samples: array<f32>;
+fn load_sample(i: u32) -> f32 {
+    return samples[i];
+}";
+
+// Two samples to a word, the first in its low half (the staging memory is little-endian),
+// sign-extended by an arithmetic shift. k · 2^-15 is exact (a multiplication by a power of
+// two, where WGSL's division promises only 2.5 ULP): the f32 the CPU path decoded.
+const SAMPLES_PCM16: &str = "@group(0) @binding(1) var<storage, read> samples: array<u32>;
+fn load_sample(i: u32) -> f32 {
+    let word = samples[i >> 1u];
+    let k = bitcast<i32>(word << (16u - 16u * (i & 1u))) >> 16u;
+    return f32(k) * 3.0517578125e-5;
+}";
 
 /// The two kernel timestamps read back after a chunk's rows.
 const TIMESTAMP_BYTES: u64 = 16;
@@ -175,6 +226,10 @@ pub struct GpuBackend {
     gpu: GpuDevice,
     label: String,
     kernels: Kernels,
+    /// The same kernels reading 16-bit samples, made when a chunk first needs them.
+    kernels_pcm16: Pcm16Kernels,
+    /// The fused kernel's FFT radices (`None`: the three passes).
+    radices: Option<Vec<u32>>,
     /// The spectral core's scalar (`real` in the kernels).
     precision: Precision,
     window_buf: wgpu::Buffer,
@@ -205,6 +260,14 @@ enum Kernels {
         dft: wgpu::ComputePipeline,
         mel: Option<wgpu::ComputePipeline>,
     },
+}
+
+/// The kernels that read 16-bit samples, made at first need.
+enum Pcm16Kernels {
+    NotYet,
+    Ready(Kernels),
+    /// The adapter would not build them (logged once): chunks go as f32.
+    Refused,
 }
 
 fn unavailable(msg: impl Into<String>) -> DeviceError {
@@ -243,14 +306,8 @@ impl GpuBackend {
             }
             p => p,
         };
-        // The WGSL scalar type of the spectral core.
-        let real = precision.name();
         let d = &gpu.device;
         let scope = d.push_error_scope(wgpu::ErrorFilter::Validation);
-        let pipeline = |name: &str, body: &str, entry: &str| {
-            let source = kernel_source(real, body);
-            context::compute_pipeline(d, name, &source, entry)
-        };
         let radices = fft_radices(spec.n_fft)
             .filter(|_| !options.force_dft)
             .filter(|_| {
@@ -258,28 +315,7 @@ impl GpuBackend {
                 4 * spec.n_fft as u64 * scalar_bytes(precision)
                     <= u64::from(gpu.limits.max_compute_workgroup_storage_size)
             });
-        let kernels = match radices {
-            Some(radices) => {
-                let body = FUSED
-                    .replace("@N@", &spec.n_fft.to_string())
-                    .replace("@TWO_N@", &(2 * spec.n_fft).to_string())
-                    .replace(
-                        "@FFT@",
-                        &crate::fft_wgsl::fft_function(spec.n_fft as u32, &radices),
-                    );
-                let entry = if uses_mel(spec) {
-                    "main_mel"
-                } else {
-                    "main_power"
-                };
-                Kernels::Fused(pipeline("fused", &format!("{FRAMING}\n{body}"), entry))
-            }
-            None => Kernels::Passes {
-                frame: pipeline("frame", &format!("{FRAMING}\n{FRAME}"), "main"),
-                dft: pipeline("dft", DFT, "main"),
-                mel: uses_mel(spec).then(|| pipeline("mel", MEL, "main")),
-            },
-        };
+        let kernels = build_kernels(&gpu, spec, precision, radices.as_deref(), SampleFormat::F32);
         let init = |label: &str, contents: &[u8]| {
             d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
@@ -328,8 +364,10 @@ impl GpuBackend {
             )));
         }
         let label = format!(
-            "gpu:{index} {} ({:?}, {real})",
-            gpu.info.name, gpu.info.backend
+            "gpu:{index} {} ({:?}, {})",
+            gpu.info.name,
+            gpu.info.backend,
+            precision.name()
         );
         let allocator = WgpuAllocator {
             device: gpu.device.clone(),
@@ -341,6 +379,8 @@ impl GpuBackend {
             spec: spec.clone(),
             label,
             kernels,
+            kernels_pcm16: Pcm16Kernels::NotYet,
+            radices,
             precision,
             window_buf,
             twiddle_buf,
@@ -393,6 +433,50 @@ impl GpuBackend {
     /// How long a batch may run before the device counts as lost (default 60 s).
     pub fn set_deadline(&mut self, deadline: Duration) {
         self.deadline = deadline;
+    }
+
+    /// How chunk `items` travels: as 16-bit samples where the spec sends samples as they are
+    /// and every item is on the 16-bit grid (and the kernels for them build), else as f32.
+    fn chunk_format(&mut self, batch: &AudioBatch, items: &[Laid]) -> SampleFormat {
+        if !prepared_as_is(&self.spec) || !items.iter().all(|l| batch.is_pcm16(l.item)) {
+            return SampleFormat::F32;
+        }
+        if let Pcm16Kernels::NotYet = self.kernels_pcm16 {
+            let scope = self
+                .gpu
+                .device
+                .push_error_scope(wgpu::ErrorFilter::Validation);
+            let kernels = build_kernels(
+                &self.gpu,
+                &self.spec,
+                self.precision,
+                self.radices.as_deref(),
+                SampleFormat::Pcm16,
+            );
+            self.kernels_pcm16 = match pollster::block_on(scope.pop()) {
+                None => Pcm16Kernels::Ready(kernels),
+                Some(e) => {
+                    tracing::warn!(
+                        device = %self.label,
+                        "the kernels for 16-bit samples did not build; samples go as f32: {e}"
+                    );
+                    Pcm16Kernels::Refused
+                }
+            };
+        }
+        match self.kernels_pcm16 {
+            Pcm16Kernels::Ready(_) => SampleFormat::Pcm16,
+            _ => SampleFormat::F32,
+        }
+    }
+
+    /// The kernels that read `format`.
+    fn kernels(&self, format: SampleFormat) -> &Kernels {
+        match (&self.kernels_pcm16, format) {
+            (Pcm16Kernels::Ready(k), SampleFormat::Pcm16) => k,
+            // `chunk_format` chooses 16-bit samples only once their kernels are ready.
+            _ => &self.kernels,
+        }
     }
 
     fn params(&self, total_frames: usize, grid_y: u32, frame_row: u32) -> Params {
@@ -587,6 +671,7 @@ impl GpuBackend {
         chunk: &Chunk,
         k: usize,
     ) -> Result<Staged, DeviceError> {
+        let format = self.chunk_format(batch, items);
         let spec = &self.spec;
         let frames = chunk.frames;
         let max_dim = self.gpu.limits.max_compute_workgroups_per_dimension.max(1);
@@ -631,7 +716,7 @@ impl GpuBackend {
                 _pad: 0,
             });
             // Each item starts 8-byte aligned (see the staging layout below).
-            next_sample += l.len.next_multiple_of(2);
+            next_sample += l.len.next_multiple_of(format.align());
             next_frame += l.frames;
         }
         // The slot's staging layout: params, item records, frame table, then each item's
@@ -641,7 +726,7 @@ impl GpuBackend {
         let records_bytes = std::mem::size_of_val(records.as_slice());
         let table_bytes = 4 * frames;
         let samples_at = (params_bytes + records_bytes + table_bytes).next_multiple_of(8);
-        let samples_bytes = 4 * chunk.samples;
+        let samples_bytes = format.bytes() * next_sample;
         let upload = (samples_at + samples_bytes) as u64;
         let result_bytes = self.result_bytes(frames);
         self.ring
@@ -649,10 +734,11 @@ impl GpuBackend {
             .map_err(|e| DeviceError::OutOfMemory(format!("staging memory: {e}")))?;
         let starts = records
             .iter()
-            .map(|r| (samples_at + 4 * r.sample_offset as usize) as u64)
+            .map(|r| (samples_at + format.bytes() * r.sample_offset as usize) as u64)
             .collect();
         Ok(Staged {
             params,
+            format,
             records,
             starts,
             offsets: UploadOffsets {
@@ -707,6 +793,8 @@ impl GpuBackend {
             );
         }
         let as_is = prepared_as_is(spec);
+        let format = staged.format;
+        let bytes = format.bytes() as u64;
         items
             .par_iter()
             .zip(&staged.starts)
@@ -718,25 +806,43 @@ impl GpuBackend {
                 let refused = check_finite(&raw[..context], first, 1).err();
                 let pieces = (0..l.len.div_ceil(FILL_PIECE_SAMPLES))
                     .into_par_iter()
-                    .map_init(Vec::new, |scratch, i| {
+                    .map_init(Scratch::default, |scratch, i| {
                         let start = i * FILL_PIECE_SAMPLES;
                         let len = FILL_PIECE_SAMPLES.min(l.len - start);
                         let offset = context + start;
                         let samples = &raw[offset..offset + len];
-                        let refused = check_finite(samples, first + offset, 1);
-                        let from = at + 4 * start as u64;
-                        let mut view = mapped(from..from + 4 * len as u64)?;
-                        if as_is {
-                            view.copy_from_slice(bytemuck::cast_slice(samples));
-                        } else {
-                            // Scaled and pre-emphasised a piece at a time, in the cache,
-                            // instead of the whole window in memory first.
-                            scratch.clear();
-                            scratch.resize(len, 0.0f32);
-                            prepare_piece_into(spec, raw, &l.span, start, scratch);
-                            view.copy_from_slice(bytemuck::cast_slice(scratch));
+                        let mut refused = check_finite(samples, first + offset, 1).err();
+                        let from = at + bytes * start as u64;
+                        match format {
+                            SampleFormat::Pcm16 => {
+                                // Whole words (a mapped range is a multiple of 4 bytes): an
+                                // odd last piece takes a zero more, inside its item's place.
+                                let words = len.next_multiple_of(2);
+                                scratch.pcm16.clear();
+                                scratch.pcm16.resize(words, 0);
+                                if let Err(at) = to_pcm16_into(samples, &mut scratch.pcm16[..len]) {
+                                    refused = refused.or(Some(ItemError::NotPcm16 {
+                                        index: first + offset + at,
+                                    }));
+                                }
+                                mapped(from..from + 2 * words as u64)?
+                                    .copy_from_slice(bytemuck::cast_slice(&scratch.pcm16));
+                            }
+                            SampleFormat::F32 if as_is => {
+                                mapped(from..from + 4 * len as u64)?
+                                    .copy_from_slice(bytemuck::cast_slice(samples));
+                            }
+                            SampleFormat::F32 => {
+                                // Scaled and pre-emphasised a piece at a time, in the cache,
+                                // instead of the whole window in memory first.
+                                scratch.f32.clear();
+                                scratch.f32.resize(len, 0.0f32);
+                                prepare_piece_into(spec, raw, &l.span, start, &mut scratch.f32);
+                                mapped(from..from + 4 * len as u64)?
+                                    .copy_from_slice(bytemuck::cast_slice(&scratch.f32));
+                            }
                         }
-                        Ok::<_, DeviceError>(refused.err())
+                        Ok::<_, DeviceError>(refused)
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 // The first piece's error is the window's first non-finite sample.
@@ -763,14 +869,11 @@ impl GpuBackend {
         self.ring
             .ready_readback(&self.gpu, k, read_bytes.max(4))
             .map_err(|e| DeviceError::OutOfMemory(format!("staging memory: {e}")))?;
-        let index = self.submit(
-            k,
-            device,
-            staged.frames,
-            staged.grid,
-            staged.result_bytes,
-            staged.offsets,
-        )?;
+        self.ring.stats.sample_bytes_sent += staged.offsets.end - staged.offsets.samples;
+        if staged.format == SampleFormat::Pcm16 {
+            self.ring.stats.pcm16_chunks += 1;
+        }
+        let index = self.submit(k, device, &staged)?;
         self.ring.submitted(&self.gpu, k, index, read_bytes);
         tracing::debug!(
             chunk = k,
@@ -808,11 +911,10 @@ impl GpuBackend {
         &self,
         k: usize,
         device: &DeviceBuffers,
-        frames: usize,
-        (grid_y, grid_z, frame_x, frame_y): (u32, u32, u32, u32),
-        result_bytes: u64,
-        offsets: UploadOffsets,
+        staged: &Staged,
     ) -> Result<wgpu::SubmissionIndex, DeviceError> {
+        let (frames, result_bytes, offsets) = (staged.frames, staged.result_bytes, &staged.offsets);
+        let (grid_y, grid_z, frame_x, frame_y) = staged.grid;
         let spec = &self.spec;
         let d = &self.gpu.device;
         let q = &self.gpu.queue;
@@ -889,7 +991,7 @@ impl GpuBackend {
                     }
                 }),
             });
-            match &self.kernels {
+            match self.kernels(staged.format) {
                 Kernels::Fused(pipe) => {
                     let mut list = vec![
                         (0, bind(6)),
@@ -1118,6 +1220,13 @@ type ItemRows = (usize, Vec<f32>);
 /// An item's rows, or why it failed alone.
 type ItemResult = Result<ItemRows, ItemError>;
 
+/// A filling task's own buffers, reused piece after piece.
+#[derive(Default)]
+struct Scratch {
+    f32: Vec<f32>,
+    pcm16: Vec<i16>,
+}
+
 /// An item of a batch, checked and laid out.
 struct Laid {
     /// Its index in the batch.
@@ -1169,6 +1278,7 @@ struct DeviceBuffers<'a> {
 /// runs.
 struct Staged {
     params: Params,
+    format: SampleFormat,
     records: Vec<ItemRecord>,
     /// Where each item's samples start in the staging buffer.
     starts: Vec<u64>,
@@ -1196,6 +1306,51 @@ fn kernel_source(real: &str, body: &str) -> String {
         COMMON.replace("@REAL@", real)
     ));
     format!("{}\n{body}", COMMON.replace("@REAL@", real))
+}
+
+/// The kernels of `spec` reading samples in `format`: the fused kernel where `radices` are
+/// given, else the three passes. Validation errors surface in the caller's error scope.
+fn build_kernels(
+    gpu: &GpuDevice,
+    spec: &FeatureSpec,
+    precision: Precision,
+    radices: Option<&[u32]>,
+    format: SampleFormat,
+) -> Kernels {
+    // The WGSL scalar type of the spectral core.
+    let real = precision.name();
+    let pipeline = |name: &str, body: &str, entry: &str| {
+        let source = kernel_source(real, body);
+        context::compute_pipeline(&gpu.device, name, &source, entry)
+    };
+    match radices {
+        Some(radices) => {
+            let body = FUSED
+                .replace("@N@", &spec.n_fft.to_string())
+                .replace("@TWO_N@", &(2 * spec.n_fft).to_string())
+                .replace(
+                    "@FFT@",
+                    &crate::fft_wgsl::fft_function(spec.n_fft as u32, radices),
+                );
+            let entry = if uses_mel(spec) {
+                "main_mel"
+            } else {
+                "main_power"
+            };
+            Kernels::Fused(pipeline("fused", &framed(&body, format), entry))
+        }
+        None => Kernels::Passes {
+            frame: pipeline("frame", &framed(FRAME, format), "main"),
+            dft: pipeline("dft", DFT, "main"),
+            mel: uses_mel(spec).then(|| pipeline("mel", MEL, "main")),
+        },
+    }
+}
+
+/// A kernel that reads samples (fused.wgsl or frame.wgsl) with the framing helpers, reading
+/// `format`.
+fn framed(body: &str, format: SampleFormat) -> String {
+    format!("{FRAMING}\n{}", body.replace("@SAMPLES@", format.wgsl()))
 }
 
 /// What the batcher does after an out-of-memory error on a batch of `n_items`: the end of
@@ -1396,14 +1551,16 @@ impl Extractor for GpuBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::{fft_radices, kernel_source, FilterRecord, ItemRecord, Params, FRAME, FRAMING};
+    use super::{
+        fft_radices, framed, kernel_source, FilterRecord, ItemRecord, Params, SampleFormat, FRAME,
+    };
     use crate::mirror::{fields, Field};
     use std::mem::size_of;
 
     /// Checks a Rust mirror against the struct `name` of the kernels' common declarations
     /// (in the frame kernel, as compiled).
     fn check_mirror(name: &str, rust: &[Field], rust_size: usize) {
-        let source = kernel_source("f32", &format!("{FRAMING}\n{FRAME}"));
+        let source = kernel_source("f32", &framed(FRAME, SampleFormat::F32));
         crate::mirror::check_mirror(&source, name, rust, rust_size);
     }
 

@@ -217,6 +217,23 @@ fn golden_suite(force_dft: bool, precision: Precision, holds_table: &[(&str, boo
         let bins = spec.n_bins();
         let batch = AudioBatch::from_items(items.iter().map(|(_, s, _)| s.as_slice()));
         let got = run(&mut gpu, &batch, bins);
+        // The same batch with its 16-bit items marked, an item a chunk: where the spec sends
+        // samples as they are, those go to the device as 16-bit integers, and every row is
+        // the same bits.
+        let mut marked = batch.clone();
+        marked.find_pcm16();
+        let sixteen_bit = (0..marked.len()).filter(|&i| marked.is_pcm16(i)).count();
+        if sixteen_bit > 0 {
+            gpu.set_chunk_bytes(4);
+            let again = run(&mut gpu, &marked, bins);
+            for (i, (name, _, _)) in items.iter().enumerate() {
+                if again.item(i).unwrap() != got.item(i).unwrap() {
+                    failures.push(format!(
+                        "{name}: its rows differ when sent as 16-bit samples"
+                    ));
+                }
+            }
+        }
         let f32_out = run(
             &mut CpuBackend::new(&spec, Precision::F32).unwrap(),
             &batch,
@@ -272,13 +289,14 @@ fn golden_suite(force_dft: bool, precision: Precision, holds_table: &[(&str, boo
             _ => "f32-limited: reported, not asserted",
         };
         eprintln!(
-            "{key:<13} {:>2} items on {} ({}): worst error / tolerance vs CPU f32 {:.3} ({}), vs CPU f64 {:.3}  [{held}]",
+            "{key:<13} {:>2} items on {} ({}): worst error / tolerance vs CPU f32 {:.3} ({}), vs CPU f64 {:.3}  [{held}]; {sixteen_bit} on the 16-bit grid, {} chunks sent as 16-bit",
             items.len(),
             gpu.device(),
             gpu.spectrum_kernel(),
             w32.0,
             w32.1,
             w64.0,
+            gpu.transfer_stats().map_or(0, |t| t.pcm16_chunks),
         );
     }
     assert!(compared > 0);

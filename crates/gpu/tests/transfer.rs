@@ -339,3 +339,141 @@ fn fixed_length_items_are_padded_or_cut_as_on_the_cpu() {
         assert_eq!(g.to_string(), c.to_string(), "item {i}");
     }
 }
+
+/// `x` rounded onto the 16-bit grid, as a 16-bit WAV decodes.
+fn on_grid(x: &[f32]) -> Vec<f32> {
+    x.iter()
+        .map(|&v| sonograph_dsp::pcm16::from_pcm16((v * 32_768.0).round() as i16))
+        .collect()
+}
+
+#[test]
+fn sixteen_bit_items_go_as_half_the_bytes_and_give_the_same_rows() {
+    // Items on the 16-bit grid (odd lengths; one over 2^18 samples, filled in two pieces of
+    // which the last is odd; a later piece of a long item) go to the device as their 16-bit
+    // integers. The kernels turn each back into the same f32, so the rows are the f32 upload's,
+    // bit for bit, and the CPU's; the samples' bytes are half. Whisper (fixed 30 s items:
+    // padded with zeros, still on the grid) and a 512-point librosa mel send samples as they
+    // are; Kaldi scales them, and its chunks go as f32 whatever the items are.
+    let long = on_grid(
+        &(0..(1usize << 18) + 4001)
+            .map(|i| (i as f32 * 0.013).sin() * 0.4)
+            .collect::<Vec<_>>(),
+    );
+    let mut librosa_512 = FeatureSpec::librosa_mel();
+    (
+        librosa_512.n_fft,
+        librosa_512.win_length,
+        librosa_512.hop_length,
+    ) = (512, 512, 128);
+    for spec in [
+        FeatureSpec::whisper(80),
+        librosa_512,
+        FeatureSpec::kaldi(80),
+    ] {
+        let (plain, _) = batch(&spec);
+        let mut f32_batch = AudioBatch::new();
+        for i in 0..plain.len() {
+            let item = on_grid(plain.item(i));
+            if item.iter().all(|v| v.is_finite()) {
+                f32_batch.push_piece(&item, plain.span(i).copied());
+            }
+        }
+        if spec.fixed_samples == 0 {
+            f32_batch.push(&long);
+        }
+        let mut pcm16_batch = f32_batch.clone();
+        pcm16_batch.find_pcm16();
+        assert!((0..pcm16_batch.len()).all(|i| pcm16_batch.is_pcm16(i)));
+        for chunk_bytes in [32 << 20, 64 << 10] {
+            let Some(mut as_f32) = gpu(&spec) else { return };
+            let mut as_pcm16 = gpu(&spec).expect("opened above");
+            as_f32.set_chunk_bytes(chunk_bytes);
+            as_pcm16.set_chunk_bytes(chunk_bytes);
+            let want = rows(&mut as_f32, &f32_batch);
+            let got = rows(&mut as_pcm16, &pcm16_batch);
+            let (a, b) = (
+                as_f32.transfer_stats().unwrap(),
+                as_pcm16.transfer_stats().unwrap(),
+            );
+            assert_eq!(a.pcm16_chunks, 0, "{a:?}");
+            assert_eq!(a.chunks, b.chunks);
+            if spec.spec_id() == FeatureSpec::kaldi(80).spec_id() {
+                assert_eq!(b.pcm16_chunks, 0, "Kaldi scales its samples: {b:?}");
+                assert_eq!(b.sample_bytes_sent, a.sample_bytes_sent);
+            } else {
+                assert_eq!(b.pcm16_chunks, b.chunks, "{b:?}");
+                // Half, but for each item's alignment (4 samples at most).
+                let slack = 8 * pcm16_batch.len() as u64;
+                assert!(
+                    2 * b.sample_bytes_sent <= a.sample_bytes_sent + 2 * slack
+                        && 2 * b.sample_bytes_sent + 2 * slack >= a.sample_bytes_sent,
+                    "{} bytes as 16-bit, {} as f32",
+                    b.sample_bytes_sent,
+                    a.sample_bytes_sent
+                );
+            }
+            same(
+                &want,
+                &got,
+                &format!("{}: 16-bit against f32", spec.spec_id()),
+            );
+            // Against the CPU where f32 holds 1e-3 (Whisper's scaled log10); the f32 upload
+            // of the others is held to the CPU's rows in parity.rs.
+            if spec.spec_id() == FeatureSpec::whisper(80).spec_id() {
+                let cpu = cpu_rows(&spec, Precision::F32, &pcm16_batch);
+                assert_close(&got, &cpu, 0..got.len());
+            }
+        }
+    }
+}
+
+#[test]
+fn a_chunk_goes_as_16_bit_only_when_all_its_items_are_and_a_false_mark_fails_its_item() {
+    let spec = FeatureSpec::whisper(80);
+    let Some(mut g) = gpu(&spec) else { return };
+    let tone = |n: usize, f: f32| {
+        on_grid(
+            &(0..n)
+                .map(|i| (i as f32 * f).sin() * 0.3)
+                .collect::<Vec<_>>(),
+        )
+    };
+    let (a, b) = (tone(16_001, 0.02), tone(9_999, 0.05));
+    let off_grid: Vec<f32> = b.iter().map(|v| v + 1e-6).collect();
+    // One chunk: an f32 item in it sends the whole chunk as f32.
+    let mut mixed = AudioBatch::new();
+    mixed.push_known_piece(&a, None, true);
+    mixed.push_known_piece(&off_grid, None, false);
+    let one = rows(&mut g, &mixed);
+    let stats = g.transfer_stats().unwrap();
+    assert_eq!((stats.chunks, stats.pcm16_chunks), (1, 0), "{stats:?}");
+    assert_close(&one, &cpu_rows(&spec, Precision::F32, &mixed), 0..2);
+    // A chunk an item: the 16-bit one goes as 16-bit, the other as f32.
+    g.set_chunk_bytes(4);
+    rows(&mut g, &mixed);
+    let after = g.transfer_stats().unwrap();
+    assert_eq!(
+        (after.chunks - stats.chunks, after.pcm16_chunks),
+        (2, 1),
+        "{after:?}"
+    );
+    // An item marked 16-bit that is not fails alone, naming its first sample off the grid;
+    // its neighbours in the chunk are computed.
+    g.set_chunk_bytes(32 << 20);
+    let mut lying = AudioBatch::new();
+    lying.push_known_piece(&a, None, true);
+    lying.push_known_piece(&off_grid, None, true);
+    lying.push_known_piece(&b, None, true);
+    let out = rows(&mut g, &lying);
+    let first_off = off_grid
+        .iter()
+        .position(|v| (v * 32_768.0).fract() != 0.0)
+        .unwrap();
+    assert_eq!(
+        out.item(1).unwrap_err().to_string(),
+        format!("sample {first_off} is not 16-bit PCM, though its batch said the item was")
+    );
+    let cpu = cpu_rows(&spec, Precision::F32, &lying);
+    assert_close(&out, &cpu, [0, 2]);
+}

@@ -62,6 +62,9 @@ pub struct TransferTiming {
     pub finish_seconds_per_run: f64,
     /// The kernels' rate alone (the audio already on the device: what "resident" peers time).
     pub kernel_audio_seconds_per_second: Option<f64>,
+    /// Bytes of samples sent to the device, and chunks sent as 16-bit samples.
+    pub sample_bytes_per_run: f64,
+    pub pcm16_chunks_per_run: f64,
 }
 
 /// Runs `f` once to warm up, then `repeat` times; the sorted durations in seconds.
@@ -114,6 +117,15 @@ pub fn generated_clips(
                 .collect()
         })
         .collect())
+}
+
+/// Rounds every sample to the 16-bit grid (half away from zero, clipped), as a 16-bit
+/// recording of the same signal decodes.
+pub fn round_to_pcm16(clips: &mut [Vec<f32>]) {
+    for x in clips.iter_mut().flatten() {
+        let k = (*x * 32_768.0).round().clamp(-32_768.0, 32_767.0) as i16;
+        *x = sonograph_dsp::pcm16::from_pcm16(k);
+    }
 }
 
 /// Every file decoded to the spec's rate, whole.
@@ -237,7 +249,9 @@ pub fn time_device(
 ) -> Result<DeviceTiming, JobError> {
     let spec = executor.spec().clone();
     let bins = spec.n_bins();
-    let batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
+    let mut batch = AudioBatch::from_items(clips.iter().map(|c| c.as_slice()));
+    // As a job's decode workers do for each item they make (not timed here either).
+    batch.find_pcm16();
     let seconds = batch.samples().len() as f64 / f64::from(spec.sample_rate);
     // A fixed item length is what the device holds of each clip, however short.
     let longest = clips
@@ -278,6 +292,9 @@ pub fn time_device(
                 finish_seconds_per_run: (after.finish_seconds - before.finish_seconds) / runs,
                 kernel_audio_seconds_per_second: (timed_chunks > 0 && kernel_seconds > 0.0)
                     .then(|| seconds * runs / kernel_seconds),
+                sample_bytes_per_run: (after.sample_bytes_sent - before.sample_bytes_sent) as f64
+                    / runs,
+                pcm16_chunks_per_run: (after.pcm16_chunks - before.pcm16_chunks) as f64 / runs,
             }
         });
     Ok(DeviceTiming {
@@ -317,6 +334,22 @@ mod tests {
                 "{items} {seconds}"
             );
         }
+    }
+
+    #[test]
+    fn clips_rounded_to_16_bits_are_on_the_grid_within_half_a_step() {
+        let spec = FeatureSpec::preset("whisper").unwrap();
+        let before = generated_clips(&spec, 2, 0.5).unwrap();
+        let mut after = before.clone();
+        round_to_pcm16(&mut after);
+        assert!(!before.iter().any(|c| sonograph_dsp::pcm16::is_pcm16(c)));
+        assert!(after.iter().all(|c| sonograph_dsp::pcm16::is_pcm16(c)));
+        for (a, b) in before.iter().flatten().zip(after.iter().flatten()) {
+            assert!((a - b).abs() <= 0.5 / 32_768.0, "{a} -> {b}");
+        }
+        let mut loud = vec![vec![1.5f32, -1.5, 0.999_99]];
+        round_to_pcm16(&mut loud);
+        assert_eq!(loud[0], [32_767.0 / 32_768.0, -1.0, 32_767.0 / 32_768.0]);
     }
 
     #[test]

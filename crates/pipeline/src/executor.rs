@@ -30,6 +30,9 @@ pub struct Unit {
     pub samples: Vec<f32>,
     /// A piece of a long item; `None`: the whole item.
     pub piece: Option<PiecePlan>,
+    /// Every sample is on the 16-bit grid (found where the samples were made), so a GPU is
+    /// sent them as 16-bit integers. A unit stage's output is not (it may have changed them).
+    pub(crate) pcm16: bool,
     /// Held while the unit is queued or computed (pieces of long items).
     pub(crate) _permit: Option<Permit>,
     /// The unit's room in the job's memory budget, held while it is queued or computed.
@@ -123,7 +126,7 @@ pub(crate) fn run_executor(
         job.observe_queue(Queue::Prefetch, units.len());
         batch.clear();
         meta.clear();
-        batch.push_piece(&first.samples, first.piece.map(|p| p.span));
+        batch.push_known_piece(&first.samples, first.piece.map(|p| p.span), first.pcm16);
         meta.push(first);
         // Fill the batch with what is already decoded, up to the size the batcher wants now;
         // wait briefly for more.
@@ -131,7 +134,7 @@ pub(crate) fn run_executor(
         while batch.len() < want {
             match units.recv_timeout(Duration::from_millis(2)) {
                 Ok(u) => {
-                    batch.push_piece(&u.samples, u.piece.map(|p| p.span));
+                    batch.push_known_piece(&u.samples, u.piece.map(|p| p.span), u.pcm16);
                     meta.push(u);
                 }
                 Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => break,
@@ -229,6 +232,7 @@ pub(crate) fn run_executor(
     stats.report.recovered = b.recovered;
     stats.report.alerts = b.alerts.clone();
     stats.report.alerts_dropped = b.alerts_dropped;
+    stats.report.transfer = device.transfer_stats();
     stats
 }
 
@@ -259,6 +263,7 @@ mod tests {
                 offset_s: 0.0,
                 samples: s.clone(),
                 piece: None,
+                pcm16: false,
                 _permit: None,
                 _bytes: None,
             })

@@ -759,6 +759,7 @@ mod tests {
                         offset_s: unit.offset_s,
                         samples: unit.samples.clone(),
                         piece: unit.piece,
+                        pcm16: unit.pcm16,
                         _permit: None,
                         _bytes: None,
                     });

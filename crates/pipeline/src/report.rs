@@ -65,6 +65,10 @@ pub struct DeviceReport {
     /// The device was lost and taken out of the job.
     #[serde(default)]
     pub retired: bool,
+    /// A GPU's data path over the job: its chunks, the bytes of samples it was sent and the
+    /// chunks sent as 16-bit samples, its staging memory, the kernels' time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<sonograph_dsp::TransferStats>,
 }
 
 /// The model side of a job with a model (`extract --model`): where and at which precision it

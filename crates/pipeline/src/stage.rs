@@ -121,7 +121,9 @@ pub(crate) fn run_unit_stage(
             }
             continue;
         }
-        for unit in out.drain(..) {
+        for mut unit in out.drain(..) {
+            // The stage may have changed the samples; sent as f32, they need no new scan.
+            unit.pcm16 = false;
             if output.send(unit).is_err() {
                 return busy; // the executors have stopped: the job is ending
             }
