@@ -758,9 +758,44 @@ pub fn write_sigmf(
     dtype: WriteType,
     meta: SigmfMeta,
 ) -> Result<u64, IqError> {
-    let (recording, clipped) = draft_sigmf(base, iq, dtype, meta)?;
-    publish_sigmf(vec![recording])?;
+    let (recording, clipped) = write_sigmf_unsynced(base, iq, dtype, meta)?;
+    publish_sigmf(vec![recording.sync()?])?;
     Ok(clipped)
+}
+
+/// A recording written under temporary names, not yet synced: many are written on the
+/// cores, then synced side by side on threads that only wait for the disk (a writer that
+/// synced each file as it wrote it left the cores idle for the disk's time).
+/// The data file stays open until it is synced (a writeback error reaches only the
+/// descriptors open when it happened); the metadata, a few hundred bytes, is written then.
+#[derive(Debug)]
+pub struct SigmfWritten {
+    data: (Draft, File),
+    meta_path: PathBuf,
+    meta_json: String,
+}
+
+impl SigmfWritten {
+    /// Syncs the data, then writes and syncs the metadata: the recording is ready for
+    /// [`publish_sigmf`].
+    pub fn sync(self) -> Result<SigmfDraft, IqError> {
+        let (draft, file) = self.data;
+        let path = draft.tmp().to_path_buf();
+        let data = draft
+            .sync(file)
+            .map_err(|source| IqError::Write { path, source })?;
+        let werr = |source| IqError::Write {
+            path: self.meta_path.clone(),
+            source,
+        };
+        let (draft, mut file) = Draft::create(&self.meta_path).map_err(werr)?;
+        if let Err(e) = file.write_all(self.meta_json.as_bytes()) {
+            draft.abandon();
+            return Err(werr(e));
+        }
+        let meta = draft.sync(file).map_err(werr)?;
+        Ok(SigmfDraft { data, meta })
+    }
 }
 
 /// A recording written and synced under temporary names, not yet in place.
@@ -791,15 +826,16 @@ pub fn publish_sigmf(recordings: Vec<SigmfDraft>) -> Result<(), IqError> {
     Ok(())
 }
 
-/// [`write_sigmf`]'s writing, without putting the files in place: `base.sigmf-data` and
-/// `base.sigmf-meta` (with the data's SHA-512) written and synced under temporary names, for
-/// [`publish_sigmf`]. Returns how many values were clipped (ci16 only).
-pub fn draft_sigmf(
+/// [`write_sigmf`]'s writing, without syncing or putting the files in place: `base.sigmf-data`
+/// and `base.sigmf-meta` (with the data's SHA-512) under temporary names, for
+/// [`SigmfWritten::sync`] and then [`publish_sigmf`]. Returns how many values were clipped
+/// (ci16 only).
+pub fn write_sigmf_unsynced(
     base: &Path,
     iq: &[Complex32],
     dtype: WriteType,
     mut meta: SigmfMeta,
-) -> Result<(SigmfDraft, u64), IqError> {
+) -> Result<(SigmfWritten, u64), IqError> {
     let (meta_path, data_path) = sigmf_paths(base);
     let werr = |p: &Path| {
         let p = p.to_path_buf();
@@ -818,9 +854,12 @@ pub fn draft_sigmf(
             bytes.clear();
             match dtype {
                 WriteType::Cf32 => {
-                    for v in chunk {
-                        bytes.extend_from_slice(&v.re.to_le_bytes());
-                        bytes.extend_from_slice(&v.im.to_le_bytes());
+                    // Into a sized buffer, 8 bytes a sample: a plain copy where the machine is
+                    // little-endian (appending 4 bytes at a time was 9 % of synth-iq's time).
+                    bytes.resize(8 * chunk.len(), 0);
+                    for (out, v) in bytes.chunks_exact_mut(8).zip(chunk) {
+                        out[..4].copy_from_slice(&v.re.to_le_bytes());
+                        out[4..].copy_from_slice(&v.im.to_le_bytes());
                     }
                 }
                 WriteType::Ci16 => {
@@ -839,7 +878,7 @@ pub fn draft_sigmf(
         w.into_inner()
             .map_err(|e| werr(&data_path)(e.into_error()))?
     };
-    let data = draft.sync(file).map_err(werr(&data_path))?;
+    let data = (draft, file);
     meta.global.datatype = dtype.datatype().name().into();
     meta.global.sha512 = Some(
         hasher
@@ -848,13 +887,14 @@ pub fn draft_sigmf(
             .map(|b| format!("{b:02x}"))
             .collect(),
     );
-    let (draft, mut file) = Draft::create(&meta_path).map_err(werr(&meta_path))?;
-    if let Err(e) = file.write_all(meta.to_json().as_bytes()) {
-        draft.abandon();
-        return Err(werr(&meta_path)(e));
-    }
-    let meta = draft.sync(file).map_err(werr(&meta_path))?;
-    Ok((SigmfDraft { data, meta }, clipped))
+    Ok((
+        SigmfWritten {
+            data,
+            meta_path,
+            meta_json: meta.to_json(),
+        },
+        clipped,
+    ))
 }
 
 /// `round(x · 32768)` (half away from zero) in the int16 range; true when it had to clip.

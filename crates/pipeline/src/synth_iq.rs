@@ -11,7 +11,9 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 use serde::Serialize;
-use sonograph_io::sigmf::{draft_sigmf, publish_sigmf, sigmf_paths, WriteType};
+use sonograph_io::sigmf::{
+    publish_sigmf, sigmf_paths, write_sigmf_unsynced, SigmfDraft, SigmfWritten, WriteType,
+};
 use sonograph_io::table::{write_table, Column};
 use sonograph_rf::sigmf::{truth_annotation, DataType, SigmfMeta};
 use sonograph_rf::{Complex32, NoiseDevice, NoiseJob, Synth, SynthSpec, Truth};
@@ -145,72 +147,68 @@ fn synth_iq(
     let total = (range.end - range.start) as u64;
     let seconds_each = job.spec.n_samples as f64 / job.spec.sample_rate;
     live.set_items(total, 0);
-    let mut start = range.start as u64;
-    while start < range.end as u64 {
-        if live.is_canceled() {
-            return Err(JobError::Canceled {
-                undone: range.end as u64 - start,
-            });
-        }
-        let end = ((start / step + 1) * step).min(range.end as u64);
-        match job.format {
-            SynthFormat::Sigmf(dtype) => {
-                let todo: Vec<u64> = (start..end)
-                    .filter(|&i| !sigmf_paths(&recording_base(&job.out, i)).0.exists())
-                    .collect();
-                already_there += end - start - todo.len() as u64;
-                live.set_items(total, already_there);
-                let recs = generate(&synth, job.seed, &todo, noise.as_deref_mut(), pool)?;
-                // Written and synced side by side, then put in place together: one folder
-                // sync for the group's data and one for its metadata, not one per file.
-                let drafts = pool.install(|| {
-                    todo.par_iter()
-                        .zip(&recs)
-                        .map(|(&i, (iq, truth))| {
-                            let mut meta = SigmfMeta::new(DataType::Cf32Le, job.spec.sample_rate);
-                            meta.declare_extension();
-                            meta.global.description = Some(format!(
-                                "sonograph synth-iq, seed {}, recording {i}",
-                                job.seed
-                            ));
-                            meta.annotations.push(truth_annotation(truth));
-                            let (draft, clipped) =
-                                draft_sigmf(&recording_base(&job.out, i), iq, dtype, meta)?;
-                            if clipped > 0 {
-                                tracing::warn!(
-                                    "recording {i}: {clipped} values clipped to the ci16 range"
-                                );
-                            }
-                            Ok(draft)
-                        })
-                        .collect::<Result<Vec<_>, sonograph_io::IqError>>()
-                })?;
-                publish_sigmf(drafts)?;
-                written += todo.len() as u64;
-                for _ in &todo {
-                    live.row_written(seconds_each);
-                    live.item_done();
+    // SigMF recordings are written on the cores a group at a time, then synced and put in
+    // place by a publisher thread while the next group is generated: the disk's time overlaps
+    // the cores' instead of following it (1,000 one-second recordings on this 2-core machine's
+    // disk: 8.3 s when each file was synced as it was written).
+    let (published, made) = std::thread::scope(|scope| {
+        let (to_publish, groups) = crossbeam_channel::bounded::<Vec<SigmfWritten>>(1);
+        let publisher = scope.spawn(move || publish_groups(groups, live, seconds_each));
+        let made = (|| -> Result<(), JobError> {
+            let mut start = range.start as u64;
+            while start < range.end as u64 {
+                if live.is_canceled() {
+                    return Err(JobError::Canceled {
+                        undone: range.end as u64 - start,
+                    });
                 }
-            }
-            SynthFormat::Parquet { .. } => {
-                let path = job.out.join(format!("part-{start:09}-{end:09}.parquet"));
-                if path.exists() {
-                    already_there += end - start;
-                    live.set_items(total, already_there);
-                } else {
-                    let indices: Vec<u64> = (start..end).collect();
-                    let recs = generate(&synth, job.seed, &indices, noise.as_deref_mut(), pool)?;
-                    write_iq_part(&path, &indices, &recs, &job.spec, job.seed)?;
-                    written += end - start;
-                    for _ in &indices {
-                        live.row_written(seconds_each);
-                        live.item_done();
+                let end = ((start / step + 1) * step).min(range.end as u64);
+                match job.format {
+                    SynthFormat::Sigmf(dtype) => {
+                        let todo: Vec<u64> = (start..end)
+                            .filter(|&i| !sigmf_paths(&recording_base(&job.out, i)).0.exists())
+                            .collect();
+                        already_there += end - start - todo.len() as u64;
+                        live.set_items(total, already_there);
+                        let recs = generate(&synth, job.seed, &todo, noise.as_deref_mut(), pool)?;
+                        let group = write_group(job, dtype, &todo, &recs, pool)?;
+                        drop(recs);
+                        if to_publish.send(group).is_err() {
+                            // The publisher stopped on an error, which it returns.
+                            return Ok(());
+                        }
+                    }
+                    SynthFormat::Parquet { .. } => {
+                        let path = job.out.join(format!("part-{start:09}-{end:09}.parquet"));
+                        if path.exists() {
+                            already_there += end - start;
+                            live.set_items(total, already_there);
+                        } else {
+                            let indices: Vec<u64> = (start..end).collect();
+                            let recs =
+                                generate(&synth, job.seed, &indices, noise.as_deref_mut(), pool)?;
+                            write_iq_part(&path, &indices, &recs, &job.spec, job.seed)?;
+                            written += end - start;
+                            for _ in &indices {
+                                live.row_written(seconds_each);
+                                live.item_done();
+                            }
+                        }
                     }
                 }
+                start = end;
             }
-        }
-        start = end;
-    }
+            Ok(())
+        })();
+        drop(to_publish);
+        let published = publisher
+            .join()
+            .unwrap_or_else(|_| Err(JobError::Internal("the SigMF publisher panicked".into())));
+        (published, made)
+    });
+    // The publisher's error first: the writer stopped because of it.
+    written += published?;
+    made?;
     let wall = started.elapsed().as_secs_f64();
     let report = SynthReport {
         spec_id: synth.spec().spec_id(),
@@ -233,6 +231,86 @@ fn synth_iq(
     sonograph_io::publish::publish_bytes(&layout.report, text.as_bytes())
         .map_err(io_err(&layout.report))?;
     Ok(report)
+}
+
+/// Threads that sync a group's recordings side by side: they only wait for the disk, which
+/// takes many writes at once better than one after another.
+const SYNC_THREADS: usize = 8;
+
+/// Writes a group's recordings under temporary names on `pool`, unsynced.
+fn write_group(
+    job: &SynthIqJob,
+    dtype: WriteType,
+    indices: &[u64],
+    recs: &[(Vec<Complex32>, Truth)],
+    pool: &rayon::ThreadPool,
+) -> Result<Vec<SigmfWritten>, JobError> {
+    let group = pool.install(|| {
+        indices
+            .par_iter()
+            .zip(recs)
+            .map(|(&i, (iq, truth))| {
+                let mut meta = SigmfMeta::new(DataType::Cf32Le, job.spec.sample_rate);
+                meta.declare_extension();
+                meta.global.description = Some(format!(
+                    "sonograph synth-iq, seed {}, recording {i}",
+                    job.seed
+                ));
+                meta.annotations.push(truth_annotation(truth));
+                let (written, clipped) =
+                    write_sigmf_unsynced(&recording_base(&job.out, i), iq, dtype, meta)?;
+                if clipped > 0 {
+                    tracing::warn!("recording {i}: {clipped} values clipped to the ci16 range");
+                }
+                Ok(written)
+            })
+            .collect::<Result<Vec<_>, sonograph_io::IqError>>()
+    })?;
+    Ok(group)
+}
+
+/// Syncs each group's recordings on [`SYNC_THREADS`] threads and puts them in place, group
+/// after group, counting each as done; returns how many it published.
+fn publish_groups(
+    groups: crossbeam_channel::Receiver<Vec<SigmfWritten>>,
+    live: &LiveJob,
+    seconds_each: f64,
+) -> Result<u64, JobError> {
+    let mut published = 0u64;
+    for group in groups {
+        let n = group.len() as u64;
+        let mut parts: Vec<Vec<SigmfWritten>> = (0..SYNC_THREADS).map(|_| Vec::new()).collect();
+        for (k, recording) in group.into_iter().enumerate() {
+            parts[k % SYNC_THREADS].push(recording);
+        }
+        let synced = std::thread::scope(|scope| {
+            let handles: Vec<_> = parts
+                .into_iter()
+                .map(|part| {
+                    scope.spawn(move || {
+                        part.into_iter()
+                            .map(SigmfWritten::sync)
+                            .collect::<Result<Vec<SigmfDraft>, _>>()
+                    })
+                })
+                .collect();
+            let mut synced = Vec::with_capacity(n as usize);
+            for h in handles {
+                let part = h
+                    .join()
+                    .map_err(|_| JobError::Internal("a sync thread panicked".into()))?;
+                synced.extend(part?);
+            }
+            Ok::<_, JobError>(synced)
+        })?;
+        publish_sigmf(synced)?;
+        published += n;
+        for _ in 0..n {
+            live.row_written(seconds_each);
+            live.item_done();
+        }
+    }
+    Ok(published)
 }
 
 /// Generates recordings `indices` on `pool`, the noise stage on `noise` where given.
