@@ -70,8 +70,9 @@ const FILL_PIECE_SAMPLES: usize = 1 << 18;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SampleFormat {
     F32,
-    /// Their 16-bit integers, half the bytes: where the spec sends samples as they are and
-    /// every item of the chunk is on the 16-bit grid (`sonograph_dsp::pcm16`).
+    /// Their 16-bit integers, half the bytes: where every item of the chunk is on the 16-bit
+    /// grid (`sonograph_dsp::pcm16`) and the kernels can make the spec's input from them
+    /// exactly ([`takes_pcm16`]).
     Pcm16,
 }
 
@@ -89,13 +90,32 @@ impl SampleFormat {
         8 / self.bytes()
     }
 
-    /// The kernels' `samples` binding and its `load_sample` (kernels/framing.wgsl).
-    fn wgsl(self) -> &'static str {
+    /// The kernels' `samples` binding and its `load_sample` (kernels/framing.wgsl) for
+    /// `spec`.
+    fn wgsl(self, spec: &FeatureSpec) -> String {
         match self {
-            SampleFormat::F32 => SAMPLES_F32,
-            SampleFormat::Pcm16 => SAMPLES_PCM16,
+            SampleFormat::F32 => SAMPLES_F32.into(),
+            // 2^-15 times the spec's input scale, a power of two: `k · scale` is exact, and
+            // the f32 the CPU path makes of sample k / 32768 times the input scale. Written out
+            // in full (a power of two has a short exact decimal), so the literal is the value.
+            SampleFormat::Pcm16 => SAMPLES_PCM16.replace(
+                "@SCALE@",
+                &format!("{:e}", f64::from(spec.input_scale) / 32_768.0),
+            ),
         }
     }
+}
+
+/// Whether the kernels make the spec's input from 16-bit samples exactly as the CPU path
+/// makes it from their f32: the spec scales them by a power of two, or not at all (Kaldi's
+/// 32768, so that its input is the integers themselves), and pre-emphasises, if at all, each
+/// frame in the kernels (NeMo's pre-emphasis of the signal runs on the host, in f32).
+fn takes_pcm16(spec: &FeatureSpec) -> bool {
+    let scale = spec.input_scale;
+    let power_of_two = scale.is_normal() && scale > 0.0 && scale.to_bits() & 0x007f_ffff == 0;
+    let preemphasis_on_host =
+        spec.preemphasis != 0.0 && spec.preemphasis_scope == PreemphasisScope::Signal;
+    power_of_two && !preemphasis_on_host
 }
 
 const SAMPLES_F32: &str = "@group(0) @binding(1) var<storage, read> samples: array<f32>;
@@ -104,13 +124,13 @@ fn load_sample(i: u32) -> f32 {
 }";
 
 // Two samples to a word, the first in its low half (the staging memory is little-endian),
-// sign-extended by an arithmetic shift. k · 2^-15 is exact (a multiplication by a power of
-// two, where WGSL's division promises only 2.5 ULP): the f32 the CPU path decoded.
+// sign-extended by an arithmetic shift; then scaled by a power of two (`@SCALE@`: exact, where
+// WGSL's division promises only 2.5 ULP).
 const SAMPLES_PCM16: &str = "@group(0) @binding(1) var<storage, read> samples: array<u32>;
 fn load_sample(i: u32) -> f32 {
     let word = samples[i >> 1u];
     let k = bitcast<i32>(word << (16u - 16u * (i & 1u))) >> 16u;
-    return f32(k) * 3.0517578125e-5;
+    return f32(k) * @SCALE@;
 }";
 
 /// The two kernel timestamps read back after a chunk's rows.
@@ -438,7 +458,7 @@ impl GpuBackend {
     /// How chunk `items` travels: as 16-bit samples where the spec sends samples as they are
     /// and every item is on the 16-bit grid (and the kernels for them build), else as f32.
     fn chunk_format(&mut self, batch: &AudioBatch, items: &[Laid]) -> SampleFormat {
-        if !prepared_as_is(&self.spec) || !items.iter().all(|l| batch.is_pcm16(l.item)) {
+        if !takes_pcm16(&self.spec) || !items.iter().all(|l| batch.is_pcm16(l.item)) {
             return SampleFormat::F32;
         }
         if let Pcm16Kernels::NotYet = self.kernels_pcm16 {
@@ -1337,10 +1357,10 @@ fn build_kernels(
             } else {
                 "main_power"
             };
-            Kernels::Fused(pipeline("fused", &framed(&body, format), entry))
+            Kernels::Fused(pipeline("fused", &framed(&body, format, spec), entry))
         }
         None => Kernels::Passes {
-            frame: pipeline("frame", &framed(FRAME, format), "main"),
+            frame: pipeline("frame", &framed(FRAME, format, spec), "main"),
             dft: pipeline("dft", DFT, "main"),
             mel: uses_mel(spec).then(|| pipeline("mel", MEL, "main")),
         },
@@ -1349,8 +1369,11 @@ fn build_kernels(
 
 /// A kernel that reads samples (fused.wgsl or frame.wgsl) with the framing helpers, reading
 /// `format`.
-fn framed(body: &str, format: SampleFormat) -> String {
-    format!("{FRAMING}\n{}", body.replace("@SAMPLES@", format.wgsl()))
+fn framed(body: &str, format: SampleFormat, spec: &FeatureSpec) -> String {
+    format!(
+        "{FRAMING}\n{}",
+        body.replace("@SAMPLES@", &format.wgsl(spec))
+    )
 }
 
 /// What the batcher does after an out-of-memory error on a batch of `n_items`: the end of
@@ -1552,7 +1575,8 @@ impl Extractor for GpuBackend {
 #[cfg(test)]
 mod tests {
     use super::{
-        fft_radices, framed, kernel_source, FilterRecord, ItemRecord, Params, SampleFormat, FRAME,
+        fft_radices, framed, kernel_source, takes_pcm16, FeatureSpec, FilterRecord, ItemRecord,
+        Params, SampleFormat, FRAME,
     };
     use crate::mirror::{fields, Field};
     use std::mem::size_of;
@@ -1560,7 +1584,10 @@ mod tests {
     /// Checks a Rust mirror against the struct `name` of the kernels' common declarations
     /// (in the frame kernel, as compiled).
     fn check_mirror(name: &str, rust: &[Field], rust_size: usize) {
-        let source = kernel_source("f32", &framed(FRAME, SampleFormat::F32));
+        let source = kernel_source(
+            "f32",
+            &framed(FRAME, SampleFormat::F32, &FeatureSpec::whisper(80)),
+        );
         crate::mirror::check_mirror(&source, name, rust, rust_size);
     }
 
@@ -1616,6 +1643,31 @@ mod tests {
             }),
             size_of::<FilterRecord>(),
         );
+    }
+
+    #[test]
+    fn sixteen_bit_samples_are_scaled_by_the_specs_power_of_two() {
+        let (whisper, kaldi, nemo) = (
+            FeatureSpec::whisper(80),
+            FeatureSpec::kaldi(80),
+            FeatureSpec::nemo(80),
+        );
+        // Kaldi scales by 32768 (its input is the integers) and pre-emphasises per frame;
+        // NeMo pre-emphasises the signal on the host; a scale off the powers of two would
+        // round.
+        assert!(takes_pcm16(&whisper) && takes_pcm16(&kaldi) && !takes_pcm16(&nemo));
+        let mut odd = FeatureSpec::whisper(80);
+        odd.input_scale = 3.0;
+        assert!(!takes_pcm16(&odd));
+        for (spec, literal) in [(&whisper, "3.0517578125e-5"), (&kaldi, "1e0")] {
+            let wgsl = SampleFormat::Pcm16.wgsl(spec);
+            assert!(wgsl.contains(&format!("f32(k) * {literal};")), "{wgsl}");
+            // Both variants parse as WGSL (naga, wgpu's own front end).
+            for format in [SampleFormat::F32, SampleFormat::Pcm16] {
+                let source = kernel_source("f32", &framed(FRAME, format, spec));
+                naga::front::wgsl::parse_str(&source).expect("the kernel parses");
+            }
+        }
     }
 
     #[test]
