@@ -22,6 +22,10 @@ Cases:
   mean, divided by its population standard deviation): [frames, 80]. Without torch (as here),
   transformers computes it with numpy's `spectrogram`; with torchaudio, with
   torchaudio.compliance.kaldi.fbank.
+  seamless-m4t: transformers' SeamlessM4TFeatureExtractor() (numpy only), `fe(y,
+  sampling_rate=16000)`: the same Kaldi fbank, each bin normalised over the frames (mean,
+  variance with ddof=1, + 1e-7 under the root), padded with zero frames to a multiple of 2 and
+  reshaped to rows of two frames: [ceil(frames / 2), 160].
 
 Usage: python -m venv v && v/bin/pip install -r scripts/requirements-frameworks.txt &&
        v/bin/python scripts/frameworks_reference.py
@@ -33,7 +37,11 @@ import os
 import wave
 
 import numpy as np
-from transformers import Speech2TextFeatureExtractor, WhisperFeatureExtractor
+from transformers import (
+    SeamlessM4TFeatureExtractor,
+    Speech2TextFeatureExtractor,
+    WhisperFeatureExtractor,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "golden", "frameworks")
@@ -53,12 +61,16 @@ def signals():
         assert w.getframerate() == RATE and w.getnchannels() == 1 and w.getsampwidth() == 2
         speech = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2") / 32768.0
     tiny = 0.3 * np.sin(2 * np.pi * 1000 * np.arange(800) / RATE)
+    # 99 Kaldi frames: an odd count, so that SeamlessM4T's last row holds a frame and zeros.
+    t_odd = np.arange(RATE + 160) / RATE
+    two_tones = 0.3 * np.sin(2 * np.pi * 440 * t_odd) + 0.05 * np.sin(2 * np.pi * 3000 * t_odd)
     return {
         "chirp_loud_3s": chirp,
         "square_5s": square,
         "noise_31s": noise,
         "speech_2s": speech,
         "tiny_800": tiny,
+        "two_tones_99_frames": two_tones,
     }
 
 
@@ -100,6 +112,19 @@ def main():
         np.save(os.path.join(OUT, "ref", f"{case}.npy"), ref)
         cases.append({"case": case, "signal": name, "preset": "speech2text",
                       "reference": "transformers.Speech2TextFeatureExtractor()(y, sampling_rate=16000)"})
+    m4t = SeamlessM4TFeatureExtractor()
+    for name, y in signals().items():
+        if name == "tiny_800":
+            continue  # as for speech2text: floored bins have no variance
+        y = np.asarray(y, dtype=np.float32)
+        ref = np.ascontiguousarray(m4t(y, sampling_rate=RATE, return_tensors="np")["input_features"][0],
+                                   dtype=np.float32)
+        frames = 1 + (len(y) - 400) // 160
+        assert ref.shape == ((frames + 1) // 2, 160), ref.shape
+        case = f"{name}.seamless-m4t"
+        np.save(os.path.join(OUT, "ref", f"{case}.npy"), ref)
+        cases.append({"case": case, "signal": name, "preset": "seamless-m4t",
+                      "reference": "transformers.SeamlessM4TFeatureExtractor()(y, sampling_rate=16000)"})
     versions = {p: importlib.metadata.version(p) for p in ("transformers", "numpy")}
     try:
         versions["torch"] = importlib.metadata.version("torch")

@@ -86,7 +86,7 @@ fn whisper_hf_equals_transformers_whole_streamed_and_in_both_precisions() {
         .into_iter()
         .filter(|c| c.preset.starts_with("whisper-hf"))
         .collect();
-    assert_eq!(cases.len(), 7, "five signals, two of them at 128 mels too");
+    assert_eq!(cases.len(), 8, "six signals, two of them at 128 mels too");
     for case in &cases {
         let spec = FeatureSpec::preset(&case.preset).unwrap();
         let bins = spec.n_bins();
@@ -173,7 +173,7 @@ fn speech2text_equals_transformers_whole_streamed_and_in_both_precisions() {
         .into_iter()
         .filter(|c| c.preset == "speech2text")
         .collect();
-    assert_eq!(cases.len(), 4, "every signal but the three-frame tone");
+    assert_eq!(cases.len(), 5, "every signal but the three-frame tone");
     let spec = FeatureSpec::preset("speech2text").unwrap();
     for case in &cases {
         let x = input(&case.signal);
@@ -188,7 +188,7 @@ fn speech2text_equals_transformers_whole_streamed_and_in_both_precisions() {
             assert_eq!(ex.extract(&x, &mut got), Ok(shape[0]), "{}", case.name);
             let (err, at) = worst(&got, &expect, 80);
             // In log-mel units: the difference times the band's deviation over the item.
-            let std = band_deviations(&spec, &x);
+            let std = band_divisors(&spec, &x);
             let scaled = got
                 .iter()
                 .zip(&expect)
@@ -211,10 +211,14 @@ fn speech2text_equals_transformers_whole_streamed_and_in_both_precisions() {
     }
 }
 
-/// Each band's population deviation over the item, before CMVN (the Kaldi fbank's).
-fn band_deviations(spec: &FeatureSpec, x: &[f32]) -> Vec<f64> {
+/// What each band is divided by when normalised over the item, from the Kaldi fbank before
+/// it: its population deviation (`speech2text`'s CMVN), or the root of its sample variance
+/// plus 1e-7 (`seamless-m4t`).
+fn band_divisors(spec: &FeatureSpec, x: &[f32]) -> Vec<f64> {
+    use sonograph_dsp::spec::Normalize;
     let fbank = FeatureSpec {
-        normalize: sonograph_dsp::spec::Normalize::None,
+        normalize: Normalize::None,
+        stack_frames: 0,
         ..spec.clone()
     };
     let mut rows = Vec::new();
@@ -231,9 +235,98 @@ fn band_deviations(spec: &FeatureSpec, x: &[f32]) -> Vec<f64> {
                 .map(|&v| f64::from(v))
                 .collect();
             let mean = band.iter().sum::<f64>() / frames;
-            (band.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / frames).sqrt()
+            let squares = band.iter().map(|v| (v - mean).powi(2)).sum::<f64>();
+            match spec.normalize {
+                Normalize::PerMelBin => (squares / (frames - 1.0) + 1e-7).sqrt(),
+                _ => (squares / frames).sqrt(),
+            }
         })
         .collect()
+}
+
+/// The largest difference in log-mel units: each value's difference times what its band was
+/// divided by (`divisors`, by band; rows may stack several frames of 80 bands).
+fn in_log_mel_units(got: &[f32], expect: &[f32], divisors: &[f64]) -> f64 {
+    assert_eq!(got.len(), expect.len());
+    got.iter()
+        .zip(expect)
+        .enumerate()
+        .map(|(i, (&a, &b))| (f64::from(a) - f64::from(b)).abs() * divisors[i % divisors.len()])
+        .fold(0.0, f64::max)
+}
+
+/// `seamless-m4t` against transformers' `SeamlessM4TFeatureExtractor` (numpy only) on five
+/// signals: the Kaldi fbank, each band normalised over the item (sample variance + 1e-7), two
+/// frames to a row of 160. One signal has 99 frames: its last row is a frame and 80 zeros.
+/// Held, as `speech2text`, to the golden tolerance in log-mel units.
+#[test]
+fn seamless_m4t_equals_transformers_whole_streamed_and_two_frames_a_row() {
+    let cases: Vec<Case> = cases()
+        .into_iter()
+        .filter(|c| c.preset == "seamless-m4t")
+        .collect();
+    assert_eq!(cases.len(), 5, "every signal but the three-frame tone");
+    let spec = FeatureSpec::preset("seamless-m4t").unwrap();
+    assert_eq!((spec.frame_bins(), spec.n_bins()), (80, 160));
+    let mut odd = 0;
+    for case in &cases {
+        let x = input(&case.signal);
+        let (shape, expect) = reference(&case.name);
+        assert_eq!(shape[1], 160, "{}", case.name);
+        assert_eq!(spec.n_frames(x.len()), shape[0], "{}", case.name);
+        let mut ex = CpuExtractor::with_precision(&spec, Precision::F64).unwrap();
+        let mut got = Vec::new();
+        assert_eq!(ex.extract(&x, &mut got), Ok(shape[0]), "{}", case.name);
+        let scaled = in_log_mel_units(&got, &expect, &band_divisors(&spec, &x));
+        eprintln!("{}: {scaled:.2e} in log-mel units", case.name);
+        assert!(scaled <= LOG_ATOL, "{}: {scaled:e}", case.name);
+        let frames = 1 + (x.len() - 400) / 160;
+        if frames % 2 == 1 {
+            odd += 1;
+            assert!(
+                got[got.len() - 80..].iter().all(|&v| v == 0.0),
+                "{}",
+                case.name
+            );
+            assert!(got[got.len() - 160..got.len() - 80]
+                .iter()
+                .any(|&v| v != 0.0));
+        }
+        ex.begin();
+        for chunk in x.chunks(7919) {
+            ex.push(chunk).unwrap();
+        }
+        let mut streamed = Vec::new();
+        assert_eq!(ex.finish(&mut streamed), Ok(shape[0]), "{}", case.name);
+        assert_eq!(streamed, got, "{} streamed", case.name);
+    }
+    assert_eq!(odd, 1, "the 99-frame signal");
+}
+
+/// `extract --preset seamless-m4t` writes transformers' rows of 160 on the CPU and, where there
+/// is one, the GPU (the fbank on the device; normalisation and stacking on the host).
+#[test]
+fn extract_writes_the_seamless_m4t_rows_transformers_gives() {
+    let tmp = Tmp::new("seamless-m4t");
+    let signals = ["speech_2s", "two_tones_99_frames"];
+    let spec = FeatureSpec::preset("seamless-m4t").unwrap();
+    for (device, rows) in rows_on_each_device(&tmp, &signals, "seamless-m4t") {
+        for (row, signal) in rows.iter().zip(signals) {
+            let (shape, expect) = reference(&format!("{signal}.seamless-m4t"));
+            assert_eq!(
+                (row.num_frames as usize, row.num_bins),
+                (shape[0], 160),
+                "{device}"
+            );
+            let scaled = in_log_mel_units(
+                &row.features,
+                &expect,
+                &band_divisors(&spec, &input(signal)),
+            );
+            eprintln!("{device} {signal}: {scaled:.2e} in log-mel units");
+            assert!(scaled <= LOG_ATOL, "{device} {signal}: {scaled:e}");
+        }
+    }
 }
 
 /// `extract --preset speech2text` writes transformers' rows on the CPU and, where there is
@@ -252,7 +345,7 @@ fn extract_writes_the_speech2text_rows_transformers_gives() {
                 "{device}"
             );
             // The WAV holds the signal as 16-bit samples: compared in log-mel units, as above.
-            let std = band_deviations(&spec, &input(signal));
+            let std = band_divisors(&spec, &input(signal));
             let scaled = row
                 .features
                 .iter()

@@ -478,7 +478,7 @@ impl CpuExtractor {
         }
         check_span(&self.spec, window.len() / 2, span)?;
         check_finite(window, span.sample_start, 2)?;
-        self.raw.reserve(span.frames * self.spec.n_bins());
+        self.raw.reserve(span.frames * self.spec.frame_bins());
         if span.frames > 0 {
             // Whole frames start inside the signal, and check_span saw that the window holds
             // every sample they read.
@@ -743,7 +743,7 @@ impl CpuExtractor {
     fn raw_width(&self) -> usize {
         match self.spec.output {
             OutputKind::Mfcc => self.spec.n_mels,
-            _ => self.spec.n_bins(),
+            _ => self.spec.frame_bins(),
         }
     }
 
@@ -792,8 +792,9 @@ impl CpuExtractor {
 }
 
 /// The item-level steps over raw rows (log-mel rows for MFCC): drop the last frame if asked,
-/// dynamic-range clamp, DCT, affine scaling, per-feature normalisation. Appends the final
-/// rows to `out`; returns the frame count. One definition for the CPU and the GPU path.
+/// dynamic-range clamp, DCT, affine scaling, per-feature normalisation, then frames stacked
+/// into rows (`stack_frames`). Appends the final rows to `out`; returns their count. One
+/// definition for the CPU and the GPU path.
 pub fn finish_rows(
     spec: &FeatureSpec,
     dct: Option<&Dct>,
@@ -803,7 +804,7 @@ pub fn finish_rows(
 ) -> usize {
     let width = match spec.output {
         OutputKind::Mfcc => spec.n_mels,
-        _ => spec.n_bins(),
+        _ => spec.frame_bins(),
     };
     let mut frames = raw.len() / width;
     if drop_last && frames > 0 {
@@ -839,9 +840,18 @@ pub fn finish_rows(
         rows.iter_mut().for_each(|v| *v = (*v + a.add) / a.div);
     }
     if spec.normalize != Normalize::None && frames > 0 {
-        normalize_bins(rows, spec.n_bins(), frames, spec.normalize);
+        normalize_bins(rows, spec.frame_bins(), frames, spec.normalize);
     }
-    frames
+    match spec.stack_frames {
+        0 | 1 => frames,
+        stack => {
+            // Rows are frames back to back: `stack` of them are one row already; the last
+            // row is completed with zeros.
+            let rows = frames.div_ceil(stack);
+            out.resize(start + rows * stack * spec.frame_bins(), 0.0);
+            rows
+        }
+    }
 }
 
 /// Welch's PSD from the sum of `frames` periodograms (`n_fft / 2 + 1` bins): the mean,
@@ -904,6 +914,7 @@ fn normalize_bins(rows: &mut [f32], width: usize, frames: usize, kind: Normalize
         .iter()
         .map(|s| match kind {
             Normalize::UtteranceCmvn => (s / frames as f64).sqrt(),
+            Normalize::PerMelBin => (s / (frames as f64 - 1.0) + 1e-7).sqrt(),
             _ => {
                 let var = s / (frames as f64 - 1.0);
                 (if var.is_nan() { 0.0 } else { var.sqrt() }) + 1e-5

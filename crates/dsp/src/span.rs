@@ -402,7 +402,9 @@ mod tests {
                 } else {
                     raw
                 };
-                assert_eq!(p.spec.n_frames(n), expect, "{} n={n}", p.name);
+                // Output rows: frames stacked where the spec stacks them.
+                let rows = expect.div_ceil(p.spec.stack_frames.max(1));
+                assert_eq!(p.spec.n_frames(n), rows, "{} n={n}", p.name);
             }
         }
         let w = FeatureSpec::welch(16_000, 256);

@@ -107,6 +107,10 @@ pub enum Normalize {
     /// time, divided by its population standard deviation (numpy's `std`), with no epsilon: a
     /// bin constant over the item divides by (nearly) zero, as there.
     UtteranceCmvn,
+    /// transformers' `SeamlessM4TFeatureExtractor` (`do_normalize_per_mel_bins`): each bin
+    /// minus its mean over time, divided by the square root of its sample variance (n − 1)
+    /// plus 1e-7. An item of one frame has no sample variance: NaN, as there.
+    PerMelBin,
 }
 
 /// What the extractor returns per frame.
@@ -227,6 +231,12 @@ pub struct FeatureSpec {
     /// out of the JSON when 0, so that specs without it keep their `spec_id`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub fixed_samples: usize,
+    /// Consecutive frames concatenated into one output row after the item-level steps, the
+    /// last row zero-padded where the frames do not divide (SeamlessM4T's `stride` 2: rows of
+    /// 160 from 80 bins). 0 or 1 = a row a frame, left out of the JSON so that specs without
+    /// it keep their `spec_id`.
+    #[serde(default, skip_serializing_if = "is_unstacked")]
+    pub stack_frames: usize,
     /// Number of cepstral coefficients kept for `output = "mfcc"`.
     pub n_mfcc: usize,
     /// Cepstral lifter coefficient (0 = off): `c[i] *= 1 + L/2 sin(pi (i + 1) / L)`, as librosa.
@@ -240,6 +250,13 @@ pub const MAX_FIXED_SAMPLES: usize = 3600 * 48_000;
 fn is_zero(n: &usize) -> bool {
     *n == 0
 }
+
+fn is_unstacked(n: &usize) -> bool {
+    *n <= 1
+}
+
+/// The most frames a spec may stack into one row.
+pub const MAX_STACK_FRAMES: usize = 16;
 
 fn is_false(b: &bool) -> bool {
     !*b
@@ -288,6 +305,7 @@ impl FeatureSpec {
             fftshift: false,
             min_samples: 0,
             fixed_samples: 0,
+            stack_frames: 0,
             n_mfcc: 20,
             lifter: 0.0,
             output: OutputKind::Mel,
@@ -347,6 +365,19 @@ impl FeatureSpec {
     pub fn speech2text() -> Self {
         FeatureSpec {
             normalize: Normalize::UtteranceCmvn,
+            ..Self::kaldi(80)
+        }
+    }
+
+    /// transformers 5.24's `SeamlessM4TFeatureExtractor()(audio, sampling_rate=16000)`: the
+    /// Kaldi fbank of `speech2text` (80 bins of the samples × 2^15, povey window, pre-emphasis
+    /// 0.97, DC removed, snip_edges, log floored at FLT_EPSILON), each bin normalised over the
+    /// item's frames (mean, sample variance + 1e-7), then two frames to a row of 160 (`stride`
+    /// 2), an odd last frame beside 80 zeros, as its padding to a multiple of 2 leaves it.
+    pub fn seamless_m4t() -> Self {
+        FeatureSpec {
+            normalize: Normalize::PerMelBin,
+            stack_frames: 2,
             ..Self::kaldi(80)
         }
     }
@@ -472,6 +503,11 @@ impl FeatureSpec {
                 name: "speech2text",
                 matches: "transformers Speech2TextFeatureExtractor (5.24): Kaldi fbank of 80 bins, utterance CMVN",
                 spec: Self::speech2text(),
+            },
+            Preset {
+                name: "seamless-m4t",
+                matches: "transformers SeamlessM4TFeatureExtractor (5.24): Kaldi fbank of 80 bins, per-bin normalisation, two frames to a row of 160",
+                spec: Self::seamless_m4t(),
             },
             Preset {
                 name: "nemo",
@@ -632,6 +668,12 @@ impl FeatureSpec {
 
     /// Width of one output frame.
     pub fn n_bins(&self) -> usize {
+        self.frame_bins() * self.stack_frames.max(1)
+    }
+
+    /// Values of one frame's features, before [`stack_frames`](Self::stack_frames) puts
+    /// several frames in a row.
+    pub fn frame_bins(&self) -> usize {
         match self.output {
             OutputKind::Power | OutputKind::Magnitude => self.n_spectrum_bins(),
             OutputKind::Psd => self.n_fft / 2 + 1,
@@ -651,11 +693,12 @@ impl FeatureSpec {
             fixed => fixed,
         };
         let raw = self.n_raw_frames(framed);
-        match self.output {
+        let frames = match self.output {
             OutputKind::Psd => usize::from(raw > 0),
             _ if self.drop_last_frame => raw.saturating_sub(1),
             _ => raw,
-        }
+        };
+        frames.div_ceil(self.stack_frames.max(1))
     }
 
     /// Samples of padding before the signal: `n_fft / 2` when frames are centred, else 0.
@@ -821,6 +864,20 @@ impl FeatureSpec {
     /// rather than given a meaning of sonograph's own.
     fn validate_input(&self) -> Result<(), SpecError> {
         let bad = |field: &'static str, reason: String| Err(SpecError::Invalid { field, reason });
+        if self.stack_frames > 1 {
+            if self.output == OutputKind::Psd {
+                return bad(
+                    "stack_frames",
+                    "a Welch PSD is one row an item: there are no frames to stack".into(),
+                );
+            }
+            if self.stack_frames > MAX_STACK_FRAMES {
+                return bad(
+                    "stack_frames",
+                    format!("{} is over {MAX_STACK_FRAMES}", self.stack_frames),
+                );
+            }
+        }
         if self.fixed_samples > 0 {
             if self.input != InputKind::Real {
                 return bad(
@@ -1033,6 +1090,29 @@ mod tests {
     }
 
     #[test]
+    fn stacked_frames_make_wider_rows_and_fewer_of_them() {
+        let m4t = FeatureSpec::seamless_m4t();
+        m4t.validate().unwrap();
+        assert_eq!((m4t.frame_bins(), m4t.n_bins()), (80, 160));
+        // 98 Kaldi frames in a second: 49 rows; 99 frames: 50, the last half zeros.
+        assert_eq!(m4t.n_frames(16_000), 49);
+        assert_eq!(m4t.n_frames(16_160), 50);
+        assert_eq!(m4t.n_frames(399), 0);
+        let mut psd = FeatureSpec::welch(16_000, 256);
+        psd.stack_frames = 2;
+        assert!(psd.validate().is_err(), "a PSD has one row");
+        let mut many = FeatureSpec::kaldi(80);
+        many.stack_frames = MAX_STACK_FRAMES + 1;
+        assert!(many.validate().is_err());
+        many.stack_frames = 1;
+        assert_eq!(
+            many.spec_id(),
+            FeatureSpec::kaldi(80).spec_id(),
+            "1 is no stacking"
+        );
+    }
+
+    #[test]
     fn a_fixed_length_pads_or_cuts_whole_items_only() {
         let spec = FeatureSpec::whisper_hf(80);
         spec.validate().unwrap();
@@ -1051,6 +1131,7 @@ mod tests {
             long.len()
         );
         assert!(!FeatureSpec::whisper(80).to_json().contains("fixed_samples"));
+        assert!(!FeatureSpec::whisper(80).to_json().contains("stack_frames"));
         assert!(spec.to_json().contains("\"fixed_samples\": 480000"));
         // Where padding has no meaning, the spec says so.
         let mut psd = FeatureSpec::welch(16_000, 256);
