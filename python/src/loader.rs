@@ -22,7 +22,9 @@ use pyo3::types::PyDict;
 use sonograph_dsp::{AudioBatch, CpuExtractor, Extractor, FeatureBatch, FeatureSpec, Precision};
 use sonograph_io::decode::DecodeOptions;
 use sonograph_io::manifest::SourceItem;
-use sonograph_pipeline::augment::{apply_speed, apply_to_features, AugmentOptions, Augmenter};
+use sonograph_pipeline::augment::{
+    apply_speed, apply_to_features, mask_grid, AugmentOptions, Augmenter,
+};
 use sonograph_pipeline::bounds;
 use sonograph_pipeline::listing::{durations, list, Listed};
 use sonograph_pipeline::sampler::{plan_epoch, SamplerOptions};
@@ -410,8 +412,8 @@ impl Loader {
             samples = apply_speed(samples, self.spec.sample_rate, factor).map_err(input_error)?;
         }
         let seconds = samples.len() as f64 / f64::from(self.spec.sample_rate);
-        let frames = self.spec.n_frames(samples.len());
-        let drawn = augmenter.draw(epoch, index as u64, seconds, Some((frames, self.bins)));
+        let grid = mask_grid(&self.spec, self.spec.n_frames(samples.len()));
+        let drawn = augmenter.draw(epoch, index as u64, seconds, Some(grid));
         let mut value = serde_json::to_value(&drawn).map_err(crate::errors::error)?;
         if let (Some(noise), Some(n)) = (&drawn.noise, value.get_mut("noise")) {
             let clip = &augmenter.noise_clips[noise.clip];
@@ -510,14 +512,14 @@ impl Loader {
                             self.epoch,
                             *index as u64,
                             seconds,
-                            Some((frames, self.bins)),
+                            Some(mask_grid(&self.spec, frames)),
                         );
                         let mask = a
                             .options
                             .spec_augment
                             .as_ref()
                             .map_or(0.0, |s| s.mask_value);
-                        apply_to_features(&drawn, &mut rows, self.bins, mask);
+                        apply_to_features(&drawn, &mut rows, self.spec.frame_bins(), mask);
                     }
                     done.push((id.clone(), rows));
                 }
@@ -758,8 +760,9 @@ fn features_of(
 ) -> Features {
     let rate = job.spec.sample_rate;
     let mut samples = decoded(item, rate)?;
-    let bins = job.spec.n_bins();
-    let frames_of = |n: usize| job.spec.n_frames(n);
+    // SpecAugment's grid: frames of bands, also where rows stack frames (`mask_grid`).
+    let bins = job.spec.frame_bins();
+    let frames_of = |n: usize| mask_grid(job.spec, job.spec.n_frames(n)).0;
     let mut drawn = None;
     if let Some((a, epoch)) = job.augment {
         let (augmented, draws) = a.waveform(

@@ -292,6 +292,27 @@ pub struct TransferStats {
     pub finish_seconds: f64,
 }
 
+impl TransferStats {
+    /// What happened after `before` was taken (an earlier copy of these counters): every
+    /// count the difference, the staging memory held as it is now.
+    pub fn since(&self, before: &TransferStats) -> TransferStats {
+        TransferStats {
+            staging_allocations: self.staging_allocations - before.staging_allocations,
+            staging_bytes: self.staging_bytes,
+            chunks: self.chunks - before.chunks,
+            sample_bytes_sent: self.sample_bytes_sent - before.sample_bytes_sent,
+            pcm16_chunks: self.pcm16_chunks - before.pcm16_chunks,
+            chunks_filled_while_busy: self.chunks_filled_while_busy
+                - before.chunks_filled_while_busy,
+            kernel_seconds: self.kernel_seconds - before.kernel_seconds,
+            timed_chunks: self.timed_chunks - before.timed_chunks,
+            fill_seconds: self.fill_seconds - before.fill_seconds,
+            wait_seconds: self.wait_seconds - before.wait_seconds,
+            finish_seconds: self.finish_seconds - before.finish_seconds,
+        }
+    }
+}
+
 /// Pool statistics, named after `torch.cuda.memory_stats()` (current values, bytes).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct MemoryStats {
@@ -449,6 +470,35 @@ impl Extractor for CpuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transfer_counts_since_a_snapshot_keep_the_staging_held_now() {
+        let before = TransferStats {
+            staging_allocations: 3,
+            staging_bytes: 100,
+            chunks: 5,
+            sample_bytes_sent: 1000,
+            pcm16_chunks: 2,
+            kernel_seconds: 0.5,
+            ..Default::default()
+        };
+        let now = TransferStats {
+            staging_allocations: 3,
+            staging_bytes: 200,
+            chunks: 9,
+            sample_bytes_sent: 1800,
+            pcm16_chunks: 6,
+            kernel_seconds: 1.25,
+            ..Default::default()
+        };
+        let job = now.since(&before);
+        assert_eq!(
+            (job.staging_allocations, job.staging_bytes, job.chunks),
+            (0, 200, 4)
+        );
+        assert_eq!((job.sample_bytes_sent, job.pcm16_chunks), (800, 4));
+        assert_eq!(job.kernel_seconds, 0.75);
+    }
 
     /// The extractors are reused across batches (never more than the workers), and reuse
     /// changes nothing: every batch equals a fresh backend's.

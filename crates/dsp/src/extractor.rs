@@ -755,7 +755,8 @@ impl CpuExtractor {
     /// Takes the first `frames` computed frames of the current item and finishes them as a
     /// row of their own: the item-level steps (dynamic-range clamp, DCT, affine scaling,
     /// per-feature normalisation) see only these frames. Frame values are those of the whole
-    /// item, so consecutive pieces concatenate to the item's frames. Returns the frame count.
+    /// item, so consecutive pieces concatenate to the item's frames. Returns the row count
+    /// (the frames, or fewer where the spec stacks frames into rows).
     /// (Welch PSD keeps no frames; it has none to take.)
     pub fn take_frames(&mut self, frames: usize, out: &mut Vec<f32>) -> usize {
         let width = self.raw_width();

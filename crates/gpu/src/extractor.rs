@@ -112,7 +112,10 @@ impl SampleFormat {
 /// frame in the kernels (NeMo's pre-emphasis of the signal runs on the host, in f32).
 fn takes_pcm16(spec: &FeatureSpec) -> bool {
     let scale = spec.input_scale;
-    let power_of_two = scale.is_normal() && scale > 0.0 && scale.to_bits() & 0x007f_ffff == 0;
+    // Within 2^±64: `scale / 32768` stays normal (a GPU may flush subnormals) and `k · scale`
+    // finite.
+    let power_of_two =
+        (2f32.powi(-64)..=2f32.powi(64)).contains(&scale) && scale.to_bits() & 0x007f_ffff == 0;
     let preemphasis_on_host =
         spec.preemphasis != 0.0 && spec.preemphasis_scope == PreemphasisScope::Signal;
     power_of_two && !preemphasis_on_host
@@ -1658,6 +1661,9 @@ mod tests {
         assert!(takes_pcm16(&whisper) && takes_pcm16(&kaldi) && !takes_pcm16(&nemo));
         let mut odd = FeatureSpec::whisper(80);
         odd.input_scale = 3.0;
+        assert!(!takes_pcm16(&odd));
+        // A power of two so small that `scale / 32768` would be subnormal in f32.
+        odd.input_scale = 2f32.powi(-120);
         assert!(!takes_pcm16(&odd));
         for (spec, literal) in [(&whisper, "3.0517578125e-5"), (&kaldi, "1e0")] {
             let wgsl = SampleFormat::Pcm16.wgsl(spec);

@@ -581,6 +581,13 @@ pub fn reverberate(samples: &mut [f32], rir: &[f32]) {
     }
 }
 
+/// SpecAugment's grid over an item of `rows` output rows of `spec`: (frames, bands). Where the
+/// spec stacks frames into a row (SeamlessM4T), a row is frames of `frame_bins` bands back to
+/// back in memory, so masks cover bands and frames, never halves of rows.
+pub fn mask_grid(spec: &sonograph_dsp::FeatureSpec, rows: usize) -> (usize, usize) {
+    (rows * spec.stack_frames.max(1), spec.frame_bins())
+}
+
 /// The masks on `rows` (frames of `bins` values), NeMo's slices: a mask past the end stops
 /// there.
 pub fn apply_to_features(drawn: &Drawn, rows: &mut [f32], bins: usize, mask_value: f32) {
@@ -712,6 +719,27 @@ mod tests {
         let clean: Vec<f64> = samples.iter().map(|&s| f64::from(s)).collect();
         let snr = 10.0 * (p(&clean) / p(&added)).log10();
         assert!((snr - 10.0).abs() < 1e-3, "{snr}");
+    }
+
+    /// Rows of two frames (SeamlessM4T): a band mask covers that band in both frames of every
+    /// row, a time mask whole frames, on the grid `mask_grid` gives.
+    #[test]
+    fn masks_on_stacked_rows_cover_bands_and_frames() {
+        let spec = sonograph_dsp::FeatureSpec::seamless_m4t();
+        let (frames, bands) = mask_grid(&spec, 3);
+        assert_eq!((frames, bands), (6, 80));
+        let drawn = Drawn {
+            freq_masks: vec![(70, 20)],
+            time_masks: vec![(3, 1)],
+            ..Drawn::default()
+        };
+        let mut rows = vec![1.0f32; 3 * 160];
+        apply_to_features(&drawn, &mut rows, bands, 0.0);
+        for (i, &v) in rows.iter().enumerate() {
+            let (frame, band) = (i / 80, i % 80);
+            let masked = band >= 70 || frame == 3;
+            assert_eq!(v == 0.0, masked, "frame {frame} band {band}");
+        }
     }
 }
 

@@ -114,6 +114,9 @@ pub(crate) fn run_executor(
         item_samples,
         batch_items,
     ));
+    // The device may have run before the job (`auto`'s calibration): the report counts the
+    // job's own transfers.
+    let transfer_before = device.transfer_stats();
     let mut batch = AudioBatch::new();
     let mut meta: Vec<Unit> = Vec::new();
     let mut out = FeatureBatch::new(spec.n_bins());
@@ -232,7 +235,9 @@ pub(crate) fn run_executor(
     stats.report.recovered = b.recovered;
     stats.report.alerts = b.alerts.clone();
     stats.report.alerts_dropped = b.alerts_dropped;
-    stats.report.transfer = device.transfer_stats();
+    stats.report.transfer = device
+        .transfer_stats()
+        .map(|now| now.since(&transfer_before.unwrap_or_default()));
     stats
 }
 

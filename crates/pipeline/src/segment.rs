@@ -32,10 +32,13 @@ pub struct Piece {
     pub rows: Vec<f32>,
 }
 
-/// Frames per piece for `chunk_seconds` (at least one).
+/// Frames per piece for `chunk_seconds` (at least one), a whole number of rows where the
+/// spec stacks frames into rows (no piece but the item's last ends in a padded row).
 pub fn frames_per_piece(spec: &FeatureSpec, chunk_seconds: f64) -> usize {
     let samples = chunk_seconds * f64::from(spec.sample_rate);
-    ((samples / spec.hop_length as f64).round() as usize).max(1)
+    ((samples / spec.hop_length as f64).round() as usize)
+        .max(1)
+        .next_multiple_of(spec.stack_frames.max(1))
 }
 
 /// Streams `path` through `extractor`; with `chunk_seconds`, hands a piece to `sink` each
@@ -305,6 +308,18 @@ pub fn extract_from_reader<E: std::error::Error + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pieces_of_a_stacking_spec_hold_whole_rows() {
+        let m4t = FeatureSpec::seamless_m4t();
+        assert_eq!(
+            frames_per_piece(&m4t, 0.25),
+            26,
+            "25 frames, rounded up to rows of 2"
+        );
+        assert_eq!(frames_per_piece(&m4t, 30.0), 3000);
+        assert_eq!(frames_per_piece(&FeatureSpec::kaldi(80), 0.25), 25);
+    }
 
     /// The cutter's pieces, each computed alone, are the pieces one extractor streaming the
     /// whole item gives (cut while two frames more than a piece are pending), whatever the
