@@ -66,6 +66,13 @@ struct Core<T: Real> {
     power: Vec<T>,
     /// One output row before the log, in f64.
     row: Vec<f64>,
+    /// The row of a frame of zeros without dither, computed the first time one comes and then
+    /// copied: digital silence and padding (`whisper-hf` pads every clip with zeros to 30 s,
+    /// most of its frames for a short clip) cost a copy, not an FFT. Every frame of ±0 gives
+    /// the same row (powers are squares, so signs vanish), so the copy is the computed row.
+    silent_row: Option<Vec<f32>>,
+    /// Off only where a test holds the shortcut to the full computation.
+    copy_silent_rows: bool,
 }
 
 impl<T: Real> Core<T> {
@@ -92,6 +99,8 @@ impl<T: Real> Core<T> {
             spectrum,
             scratch,
             fft,
+            silent_row: None,
+            copy_silent_rows: true,
         }
     }
 
@@ -105,7 +114,21 @@ impl<T: Real> Core<T> {
         out: &mut Vec<f32>,
         psd_sum: &mut [f64],
     ) {
+        // Dither is drawn per frame: a dithered frame of zeros is not silent.
+        let silent =
+            self.copy_silent_rows && spec.dither == 0.0 && segment.iter().all(|&s| s == 0.0);
+        if silent {
+            if let Some(row) = &self.silent_row {
+                // (A PSD's row is empty: its power, all zeros, adds nothing to the sums.)
+                out.extend_from_slice(row);
+                return;
+            }
+        }
+        let at = out.len();
         frame_kernel(self, spec, segment, offset, frame_index, out, psd_sum);
+        if silent {
+            self.silent_row = Some(out[at..].to_vec());
+        }
     }
 }
 
@@ -299,6 +322,16 @@ impl Engine {
             Engine::ComplexF32(_) | Engine::ComplexF64(_) => {
                 unreachable!("complex specs are computed by Engine::complex_rows")
             }
+        }
+    }
+
+    /// Every frame computed in full, silent ones too (a test's reference for the copies).
+    #[cfg(test)]
+    fn compute_silent_rows(&mut self) {
+        match self {
+            Engine::F32(core) => core.copy_silent_rows = false,
+            Engine::F64(core) => core.copy_silent_rows = false,
+            Engine::ComplexF32(_) | Engine::ComplexF64(_) => {}
         }
     }
 
@@ -933,6 +966,46 @@ fn normalize_bins(rows: &mut [f32], width: usize, frames: usize, kind: Normalize
 mod tests {
     use super::*;
     use crate::span::span_window;
+
+    /// Frames of digital silence are copies of the first one computed: the same bits as
+    /// computing each, for every preset (whisper-hf's padding to 30 s included), both
+    /// precisions, leading, inner and trailing silence, signed zeros, whole and streamed.
+    #[test]
+    fn silent_frames_copied_equal_silent_frames_computed() {
+        let tone = |n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i as f32) * 0.031).sin() * 0.4 + 0.01)
+                .collect()
+        };
+        let mut x = vec![0.0f32; 7_000];
+        x.extend(tone(9_000));
+        x.extend(std::iter::repeat_n(-0.0f32, 6_000));
+        x.extend(tone(5_000));
+        x.extend(vec![0.0f32; 8_000]);
+        for p in FeatureSpec::presets() {
+            for precision in [Precision::F32, Precision::F64] {
+                let mut fast = CpuExtractor::with_precision(&p.spec, precision).unwrap();
+                let mut full = CpuExtractor::with_precision(&p.spec, precision).unwrap();
+                full.engine.compute_silent_rows();
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                let frames = fast.extract(&x, &mut a).unwrap();
+                assert_eq!(full.extract(&x, &mut b), Ok(frames), "{}", p.name);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert!(bits(&a) == bits(&b), "{} {precision:?}", p.name);
+                fast.begin();
+                for chunk in x.chunks(3_333) {
+                    fast.push(chunk).unwrap();
+                }
+                let mut streamed = Vec::new();
+                fast.finish(&mut streamed).unwrap();
+                assert!(
+                    bits(&streamed) == bits(&b),
+                    "{} {precision:?} streamed",
+                    p.name
+                );
+            }
+        }
+    }
 
     #[test]
     fn per_feature_normalisation_row_by_row_equals_the_column_walk_bit_for_bit() {
