@@ -94,6 +94,68 @@ fn ids(d: &Dataset) -> Vec<String> {
 /// same folder on disk gives, with the same ids, and its broken file the same failure. The
 /// output written to a bucket holds the same rows as one written to disk, and so does one
 /// written while the server fails one request in eight (503s and dropped connections).
+/// Credentials as the AWS tools keep them: with no keys in the environment, a job reads the
+/// profile `AWS_PROFILE` names from the shared credentials file and its region from the config
+/// file; a profile with the wrong secret is refused by the server, and one that neither file
+/// has fails in one line naming both files.
+#[test]
+fn credentials_come_from_the_aws_profile_files_when_the_environment_has_none() {
+    let tmp = Tmp::new("s3-profile");
+    let server = S3Server::start(&tmp.path("s3"));
+    let corpus = server.bucket("corpus").join("audio");
+    std::fs::create_dir_all(&corpus).unwrap();
+    write_wav(&corpus.join("a.wav"), 16_000, 1.0, 1);
+    let (credentials, config) = (tmp.path("credentials"), tmp.path("config"));
+    std::fs::write(
+        &credentials,
+        format!(
+            "[default]\naws_access_key_id = wrong\naws_secret_access_key = wrong\n\n\
+             [ci]\naws_access_key_id = {}\naws_secret_access_key = {}\n\n\
+             [bad]\naws_access_key_id = {}\naws_secret_access_key = not-the-secret\n",
+            sonograph_s3_fixture::ACCESS_KEY,
+            sonograph_s3_fixture::SECRET_KEY,
+            sonograph_s3_fixture::ACCESS_KEY,
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        &config,
+        "[profile ci]\nregion = us-east-1\n[profile bad]\nregion = us-east-1\n",
+    )
+    .unwrap();
+    let listed = tmp.path("listed.jsonl");
+    let manifest = |profile: &str| {
+        let mut cmd = bin_for(&server);
+        for key in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"] {
+            cmd.env_remove(key);
+        }
+        cmd.env("AWS_PROFILE", profile)
+            .env("AWS_SHARED_CREDENTIALS_FILE", &credentials)
+            .env("AWS_CONFIG_FILE", &config)
+            .args(["manifest", "s3://corpus/audio", "--out"])
+            .arg(&listed)
+            .output()
+            .unwrap()
+    };
+    let o = manifest("ci");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = std::fs::read_to_string(&listed).unwrap();
+    assert!(lines.contains("s3://corpus/audio/a.wav"), "{lines}");
+    let o = manifest("bad");
+    assert!(
+        !o.status.success(),
+        "the server should refuse the wrong secret"
+    );
+    let o = manifest("nowhere");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let said = stderr(&o);
+    assert!(
+        said.contains("AWS_PROFILE=nowhere: no such profile in "),
+        "{said}"
+    );
+    assert!(said.contains(credentials.to_str().unwrap()), "{said}");
+}
+
 #[test]
 fn a_bucket_prefix_and_an_output_in_a_bucket_give_the_rows_of_a_folder() {
     let tmp = Tmp::new("s3-prefix");

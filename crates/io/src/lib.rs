@@ -1,5 +1,6 @@
 //! sonograph-io: decoding (symphonia), resampling (rubato) and writers.
 
+pub mod aws_profile;
 pub mod calibration;
 mod declared;
 pub mod decode;

@@ -270,7 +270,7 @@ fn build_store(store_url: &str) -> object_store::Result<Arc<dyn ObjectStore>> {
     let scheme = store_url.split_once("://").map_or("", |(s, _)| s);
     Ok(match scheme {
         "s3" | "s3a" => Arc::new(
-            object_store::aws::AmazonS3Builder::from_env()
+            s3_builder(&|k| std::env::var(k).ok())?
                 .with_url(store_url)
                 .with_retry(retry)
                 .build()?,
@@ -294,6 +294,41 @@ fn build_store(store_url: &str) -> object_store::Result<Arc<dyn ObjectStore>> {
                 .build()?,
         ),
     })
+}
+
+/// object_store's S3 client from the environment, completed from the AWS tools' shared files
+/// (`crate::aws_profile`): a profile's keys where the environment has none, its region and
+/// endpoint where the environment names neither.
+fn s3_builder(
+    env: &dyn Fn(&str) -> Option<String>,
+) -> object_store::Result<object_store::aws::AmazonS3Builder> {
+    let mut builder = object_store::aws::AmazonS3Builder::from_env();
+    let profile =
+        crate::aws_profile::from_files(env).map_err(|e| object_store::Error::Generic {
+            store: "S3",
+            source: e.into(),
+        })?;
+    let Some(p) = profile else {
+        return Ok(builder);
+    };
+    let unset = |vars: &[&str]| vars.iter().all(|v| env(v).is_none());
+    if unset(&["AWS_ACCESS_KEY_ID"]) {
+        if let (Some(id), Some(secret)) = (p.access_key_id, p.secret_access_key) {
+            builder = builder
+                .with_access_key_id(id)
+                .with_secret_access_key(secret);
+            if let Some(token) = p.session_token {
+                builder = builder.with_token(token);
+            }
+        }
+    }
+    if let (true, Some(region)) = (unset(&["AWS_REGION", "AWS_DEFAULT_REGION"]), p.region) {
+        builder = builder.with_region(region);
+    }
+    if let (true, Some(endpoint)) = (unset(&["AWS_ENDPOINT", "AWS_ENDPOINT_URL"]), p.endpoint_url) {
+        builder = builder.with_endpoint(endpoint);
+    }
+    Ok(builder)
 }
 
 /// An object listed under a prefix.

@@ -68,7 +68,7 @@ impl BucketOutput {
     fn io(&self, e: std::io::Error) -> JobError {
         JobError::Io {
             path: self.url.clone(),
-            source: e,
+            error: e,
         }
     }
 
@@ -169,9 +169,9 @@ impl BucketOutput {
     /// removes them.
     pub fn upload_left_parts(&self, work: &Path, shard_index: usize) -> Result<(), JobError> {
         let start = format!("part-{shard_index:05}-");
-        let listing = std::fs::read_dir(work).map_err(|source| JobError::Io {
+        let listing = std::fs::read_dir(work).map_err(|error| JobError::Io {
             path: work.to_path_buf(),
-            source,
+            error,
         })?;
         let mut left: Vec<PathBuf> = listing
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -210,7 +210,7 @@ pub(crate) fn remove_uploaded(part: &Path) -> Result<(), JobError> {
     match std::fs::remove_file(part) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(JobError::Io {
             path: part.to_path_buf(),
-            source: e,
+            error: e,
         }),
         _ => Ok(()),
     }

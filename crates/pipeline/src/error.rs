@@ -26,10 +26,13 @@ pub enum JobError {
     Ledger(#[from] LedgerError),
     #[error(transparent)]
     Write(#[from] WriteError),
-    #[error("{path}: {source}")]
+    /// A file or object that could not be read or written, and why. The reason is part of
+    /// the message, not a source (a field named `source` would be one, and a chain printed
+    /// whole would say it twice).
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A recording that could not be written (its path and why).
     #[error(transparent)]

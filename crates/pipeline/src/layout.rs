@@ -236,9 +236,9 @@ pub(crate) fn finish_output(
 }
 
 pub(crate) fn io_err(path: &Path) -> impl Fn(std::io::Error) -> JobError + '_ {
-    move |source| JobError::Io {
+    move |error| JobError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 

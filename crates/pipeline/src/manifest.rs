@@ -88,7 +88,15 @@ pub fn write_manifest(o: &ManifestOptions) -> Result<ManifestReport, JobError> {
     let mut w = std::io::BufWriter::new(file);
     let mut report = ManifestReport::default();
     let mut walk: Box<dyn Iterator<Item = Result<(String, PathBuf), JobError>>> = if remote {
-        let listed = sonograph_io::remote::list(&o.source).map_err(io_err(&o.source))?;
+        // The store's error names the URL. One it refused or could not make (bad settings,
+        // no such bucket, no permission) is the invocation's; others stay I/O errors.
+        let listed = sonograph_io::remote::list(&o.source).map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidInput
+            | std::io::ErrorKind::NotFound
+            | std::io::ErrorKind::PermissionDenied
+            | std::io::ErrorKind::Unsupported => JobError::Input(e.to_string()),
+            _ => io_err(&o.source)(e),
+        })?;
         Box::new(
             listed
                 .into_iter()
@@ -99,7 +107,7 @@ pub fn write_manifest(o: &ManifestOptions) -> Result<ManifestReport, JobError> {
         Box::new(walk_sorted(&o.source, is_audio).map(|r| {
             r.map_err(|e| JobError::Io {
                 path: e.path,
-                source: e.source,
+                error: e.source,
             })
         }))
     };
