@@ -4,8 +4,9 @@
 //! steps, the window), transforms, and projects onto mel bands with the log, in workgroup
 //! memory; elsewhere three passes (framing, direct DFT, mel) go through device memory. The
 //! spectral core is f64 where the adapter allows. Samples go as f32, or as their 16-bit
-//! integers where every item of a chunk is on the 16-bit grid and the spec sends samples as
-//! they are (`SampleFormat`). Item-level steps that need the whole item
+//! integers where every item of a chunk is on the 16-bit grid and the kernels can make the
+//! spec's input from them exactly (`SampleFormat`, `takes_pcm16`). Item-level steps that need
+//! the whole item
 //! (drop last frame, dynamic range, DCT, affine, normalisation, Welch averaging) run on the
 //! host after readback, in the CPU path's own arithmetic (`plan::finish_item`).
 
@@ -458,8 +459,9 @@ impl GpuBackend {
         self.deadline = deadline;
     }
 
-    /// How chunk `items` travels: as 16-bit samples where the spec sends samples as they are
-    /// and every item is on the 16-bit grid (and the kernels for them build), else as f32.
+    /// How chunk `items` travels: as 16-bit samples where the spec takes them
+    /// ([`takes_pcm16`]) and every item is on the 16-bit grid (and the kernels for them
+    /// build), else as f32.
     fn chunk_format(&mut self, batch: &AudioBatch, items: &[Laid]) -> SampleFormat {
         if !takes_pcm16(&self.spec) || !items.iter().all(|l| batch.is_pcm16(l.item)) {
             return SampleFormat::F32;
