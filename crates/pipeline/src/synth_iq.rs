@@ -170,6 +170,11 @@ fn synth_iq(
                             .collect();
                         already_there += end - start - todo.len() as u64;
                         live.set_items(total, already_there);
+                        if todo.is_empty() {
+                            // The whole group is there from an earlier run.
+                            start = end;
+                            continue;
+                        }
                         let recs = generate(&synth, job.seed, &todo, noise.as_deref_mut(), pool)?;
                         let group = write_group(job, dtype, &todo, &recs, pool)?;
                         drop(recs);
