@@ -577,6 +577,24 @@ fn a_second_process_on_the_same_shard_is_refused() {
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
 }
 
+/// The largest difference between two datasets of the same rows (same ids, offsets and
+/// shapes, asserted).
+#[cfg(feature = "gpu")]
+fn worst_difference(a: &Dataset, b: &Dataset) -> f32 {
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    let mut worst = 0.0f32;
+    for (key, (frames, bins, x)) in a {
+        let (bf, bb, y) = &b[key];
+        assert_eq!((frames, bins), (bf, bb), "{key:?}");
+        worst = x
+            .iter()
+            .zip(y)
+            .map(|(p, q)| (p - q).abs())
+            .fold(worst, f32::max);
+    }
+    worst
+}
+
 #[cfg(feature = "gpu")]
 #[test]
 fn gpu_device_gives_the_cpu_dataset_within_tolerance() {
@@ -607,18 +625,7 @@ fn gpu_device_gives_the_cpu_dataset_within_tolerance() {
     let spec_id = FeatureSpec::preset("whisper").unwrap().spec_id();
     let a = read_dataset(&cpu_out, &spec_id);
     for out in [&gpu_out, &all_out] {
-        let b = read_dataset(out, &spec_id);
-        assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
-        let mut worst = 0.0f32;
-        for (key, (frames, bins, x)) in &a {
-            let (gf, gb, y) = &b[key];
-            assert_eq!((frames, bins), (gf, gb), "{key:?}");
-            worst = x
-                .iter()
-                .zip(y)
-                .map(|(p, q)| (p - q).abs())
-                .fold(worst, f32::max);
-        }
+        let worst = worst_difference(&a, &read_dataset(out, &spec_id));
         eprintln!("{} vs cpu dataset: worst {worst:e}", out.display());
         assert!(worst <= 1e-4, "worst {worst}");
     }
@@ -671,21 +678,9 @@ fn sixteen_bit_wavs_go_to_the_gpu_as_16_bit_samples_and_give_the_cpu_rows() {
     let (cpu_out, gpu_out) = (tmp.path("cpu"), tmp.path("gpu"));
     extract(&corpus, &cpu_out, "cpu");
     extract(&corpus, &gpu_out, "gpu");
-    let (a, b) = (
-        read_dataset(&cpu_out, &spec_id),
-        read_dataset(&gpu_out, &spec_id),
-    );
-    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
-    for (key, (frames, bins, x)) in &a {
-        let (gf, gb, y) = &b[key];
-        assert_eq!((frames, bins), (gf, gb), "{key:?}");
-        let worst = x
-            .iter()
-            .zip(y)
-            .map(|(p, q)| (p - q).abs())
-            .fold(0.0, f32::max);
-        assert!(worst <= 1e-4, "{key:?}: worst {worst}");
-    }
+    let a = read_dataset(&cpu_out, &spec_id);
+    let worst = worst_difference(&a, &read_dataset(&gpu_out, &spec_id));
+    assert!(worst <= 1e-4, "worst {worst}");
     let r = report(&gpu_out, "report.json");
     let t = r.devices[0].transfer.expect("a GPU reports its data path");
     assert!(t.chunks > 0 && t.pcm16_chunks == t.chunks, "{t:?}");

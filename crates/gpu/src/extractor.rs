@@ -836,37 +836,47 @@ impl GpuBackend {
                         let len = FILL_PIECE_SAMPLES.min(l.len - start);
                         let offset = context + start;
                         let samples = &raw[offset..offset + len];
-                        let mut refused = check_finite(samples, first + offset, 1).err();
+                        let non_finite = || check_finite(samples, first + offset, 1).err();
                         let from = at + bytes * start as u64;
-                        match format {
+                        let refused = match format {
                             SampleFormat::Pcm16 => {
                                 // Whole words (a mapped range is a multiple of 4 bytes): an
                                 // odd last piece takes a zero more, inside its item's place.
                                 let words = len.next_multiple_of(2);
                                 scratch.pcm16.clear();
                                 scratch.pcm16.resize(words, 0);
-                                if let Err(at) = to_pcm16_into(samples, &mut scratch.pcm16[..len]) {
-                                    refused = refused.or(Some(ItemError::NotPcm16 {
-                                        index: first + offset + at,
-                                    }));
-                                }
+                                // The conversion checks every sample: NaN and infinity are off
+                                // the grid, so only a piece it refuses is scanned for them (the
+                                // CPU's message comes first).
+                                let refused = to_pcm16_into(samples, &mut scratch.pcm16[..len])
+                                    .err()
+                                    .map(|at| {
+                                        non_finite().unwrap_or(ItemError::NotPcm16 {
+                                            index: first + offset + at,
+                                        })
+                                    });
                                 mapped(from..from + 2 * words as u64)?
                                     .copy_from_slice(bytemuck::cast_slice(&scratch.pcm16));
+                                refused
                             }
                             SampleFormat::F32 if as_is => {
+                                let refused = non_finite();
                                 mapped(from..from + 4 * len as u64)?
                                     .copy_from_slice(bytemuck::cast_slice(samples));
+                                refused
                             }
                             SampleFormat::F32 => {
                                 // Scaled and pre-emphasised a piece at a time, in the cache,
                                 // instead of the whole window in memory first.
+                                let refused = non_finite();
                                 scratch.f32.clear();
                                 scratch.f32.resize(len, 0.0f32);
                                 prepare_piece_into(spec, raw, &l.span, start, &mut scratch.f32);
                                 mapped(from..from + 4 * len as u64)?
                                     .copy_from_slice(bytemuck::cast_slice(&scratch.f32));
+                                refused
                             }
-                        }
+                        };
                         Ok::<_, DeviceError>(refused)
                     })
                     .collect::<Result<Vec<_>, _>>()?;

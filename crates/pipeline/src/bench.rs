@@ -277,24 +277,20 @@ pub fn time_device(
         .transfer_stats()
         .zip(before)
         .map(|(after, before)| {
-            let kernel_seconds = after.kernel_seconds - before.kernel_seconds;
-            let timed_chunks = after.timed_chunks - before.timed_chunks;
+            let d = after.since(&before);
             TransferTiming {
-                chunks_per_run: (after.chunks - before.chunks) as f64 / runs,
-                chunks_filled_while_busy: after.chunks_filled_while_busy
-                    - before.chunks_filled_while_busy,
-                staging_allocations_during_runs: after.staging_allocations
-                    - before.staging_allocations,
-                staging_bytes: after.staging_bytes,
-                kernel_seconds_per_run: (timed_chunks > 0).then(|| kernel_seconds / runs),
-                fill_seconds_per_run: (after.fill_seconds - before.fill_seconds) / runs,
-                wait_seconds_per_run: (after.wait_seconds - before.wait_seconds) / runs,
-                finish_seconds_per_run: (after.finish_seconds - before.finish_seconds) / runs,
-                kernel_audio_seconds_per_second: (timed_chunks > 0 && kernel_seconds > 0.0)
-                    .then(|| seconds * runs / kernel_seconds),
-                sample_bytes_per_run: (after.sample_bytes_sent - before.sample_bytes_sent) as f64
-                    / runs,
-                pcm16_chunks_per_run: (after.pcm16_chunks - before.pcm16_chunks) as f64 / runs,
+                chunks_per_run: d.chunks as f64 / runs,
+                chunks_filled_while_busy: d.chunks_filled_while_busy,
+                staging_allocations_during_runs: d.staging_allocations,
+                staging_bytes: d.staging_bytes,
+                kernel_seconds_per_run: (d.timed_chunks > 0).then(|| d.kernel_seconds / runs),
+                fill_seconds_per_run: d.fill_seconds / runs,
+                wait_seconds_per_run: d.wait_seconds / runs,
+                finish_seconds_per_run: d.finish_seconds / runs,
+                kernel_audio_seconds_per_second: (d.timed_chunks > 0 && d.kernel_seconds > 0.0)
+                    .then(|| seconds * runs / d.kernel_seconds),
+                sample_bytes_per_run: d.sample_bytes_sent as f64 / runs,
+                pcm16_chunks_per_run: d.pcm16_chunks as f64 / runs,
             }
         });
     Ok(DeviceTiming {

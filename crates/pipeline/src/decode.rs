@@ -44,6 +44,7 @@ pub(crate) fn decode_worker(
     units: Sender<Unit>,
     writer: Sender<WriterMsg>,
     computed: Computed,
+    mark_pcm16: bool,
     budget: &Arc<MemoryBudget>,
     executors_running: &Weak<()>,
     live: &LiveJob,
@@ -109,6 +110,7 @@ pub(crate) fn decode_worker(
                             live,
                             budget,
                             executors_running,
+                            mark_pcm16,
                         },
                         &computed,
                         &mut blocked,
@@ -157,6 +159,8 @@ struct Outputs<'a> {
     budget: &'a Arc<MemoryBudget>,
     /// Dead once every executor has ended: nothing will give room back then.
     executors_running: &'a Weak<()>,
+    /// Whether units are scanned for the 16-bit grid: only where a GPU may take them.
+    mark_pcm16: bool,
 }
 
 impl Outputs<'_> {
@@ -286,7 +290,7 @@ fn decode_item(
                     id: item.id.clone(),
                     source,
                     offset_s: item.offset_s,
-                    pcm16: sonograph_dsp::pcm16::is_pcm16(&samples),
+                    pcm16: outputs.mark_pcm16 && sonograph_dsp::pcm16::is_pcm16(&samples),
                     samples,
                     piece: None,
                     _permit: None,
@@ -470,7 +474,7 @@ impl<'a> PieceSender<'a> {
             id: self.item.id.clone(),
             source: self.source.clone(),
             offset_s: self.item.offset_s,
-            pcm16: sonograph_dsp::pcm16::is_pcm16(&samples),
+            pcm16: self.outputs.mark_pcm16 && sonograph_dsp::pcm16::is_pcm16(&samples),
             samples,
             piece: Some(plan),
             _permit: Some(permit),
@@ -781,6 +785,7 @@ mod tests {
             live: &live,
             budget: &budget,
             executors_running: &running,
+            mark_pcm16: false,
         };
         let flow = send_pieces(&config, &item, reader, outputs, &running, &mut 0.0).unwrap();
         assert!(matches!(flow, Flow::Stop));

@@ -293,8 +293,8 @@ fn run_stages(
     // When every device is a CPU, the decode workers compute their items themselves (long
     // ones streamed) and no executor runs, unless unit stages must see the units; speech
     // segments (--vad) always go to the executors.
-    let on_executors =
-        units_in_executors || config.vad.is_some() || !devices.iter().all(|d| d.is_cpu());
+    let on_gpus = !devices.iter().all(|d| d.is_cpu());
+    let on_executors = units_in_executors || config.vad.is_some() || on_gpus;
     let cpu_here = (!on_executors).then(|| live.device("cpu".into(), true));
     let devices = if on_executors { devices } else { Vec::new() };
     let live_executors = Arc::new(AtomicUsize::new(devices.len()));
@@ -364,6 +364,7 @@ fn run_stages(
                         units,
                         writer_tx,
                         computed,
+                        on_gpus,
                         &budget,
                         &running,
                         &live,
