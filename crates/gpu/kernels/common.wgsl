@@ -35,7 +35,20 @@ struct Params {
     dither: f32,
     dither_seed_lo: u32,
     dither_seed_hi: u32,
-    // 20 words: a whole number of 16-byte rows, as a uniform must be.
+    // The chunk's items, and items per row of the item_steps kernel's grid (which wraps as
+    // grid_y does).
+    n_items: u32,
+    item_row: u32,
+    // The whole-row steps the device applies (item_steps.wgsl): bit 0 the dynamic-range clamp
+    // (values at least the row's maximum minus `dynamic_range`), bit 1 the affine
+    // `(x + affine_add) * affine_scale`.
+    item_steps: u32,
+    dynamic_range: f32,
+    affine_add: f32,
+    affine_scale: f32,
+    _pad0: u32,
+    _pad1: u32,
+    // 28 words: a whole number of 16-byte rows, as a uniform must be.
 }
 
 // One sparse mel filter: `len` weights from `weight_offset`, over bins from `start`.
@@ -58,7 +71,9 @@ struct Item {
     first_start: i32,
     signal_len: u32,
     first_frame: u32,
-    _pad: u32,
+    // The frames the whole-row steps read: all of them, or all but the last where the host
+    // drops an item's last frame and this is its last piece.
+    step_frames: u32,
 }
 
 // ln(x) to about one ulp of `real` with +, *, / and ldexp only: SPIR-V has no f64 log, and its

@@ -6,9 +6,11 @@
 //! spectral core is f64 where the adapter allows. Samples go as f32, or as their 16-bit
 //! integers where every item of a chunk is on the 16-bit grid and the kernels can make the
 //! spec's input from them exactly (`SampleFormat`, `takes_pcm16`). Item-level steps that need
-//! the whole item
-//! (drop last frame, dynamic range, DCT, affine, normalisation, Welch averaging) run on the
-//! host after readback, in the CPU path's own arithmetic (`plan::finish_item`).
+//! the whole item run after the mel kernel where the device can apply them as the host would
+//! (the dynamic-range clamp and the affine of mel and log-mel rows: kernels/item_steps.wgsl,
+//! `plan::device_item_steps`), and otherwise on the host after readback (drop last frame,
+//! DCT, normalisation, Welch averaging, and the rest), in the CPU path's own arithmetic
+//! (`plan::finish_item`).
 
 use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
@@ -27,7 +29,10 @@ use sonograph_dsp::{AudioBatch, DeviceError, Extractor, FeatureBatch, ItemError,
 use wgpu::util::DeviceExt;
 
 use crate::context::{self, GpuDevice};
-use crate::plan::{batch_buffers, finish_item, gpu_row_width, log_params, scalar_bytes, uses_mel};
+use crate::plan::{
+    batch_buffers, device_item_steps, finish_item, gpu_row_width, host_finish_spec, log_params,
+    scalar_bytes, uses_mel, ItemSteps,
+};
 use crate::pool::{human_bytes, BlockAllocator, BlockKind, MemoryPool, MemoryStats, PoolBlock};
 use crate::transfer::{StagingRing, RING_DEPTH};
 use crate::GpuOptions;
@@ -39,6 +44,7 @@ const FRAME: &str = include_str!("../kernels/frame.wgsl");
 const DFT: &str = include_str!("../kernels/dft.wgsl");
 const FUSED: &str = include_str!("../kernels/fused.wgsl");
 const MEL: &str = include_str!("../kernels/mel.wgsl");
+const ITEM_STEPS: &str = include_str!("../kernels/item_steps.wgsl");
 
 /// Samples per chunk sent to the device, in bytes: big enough that a chunk holds an item per
 /// core for the host's per-item finishing (64 × 30 s Whisper clips on an H200 machine with 16
@@ -60,6 +66,12 @@ fn chunk_bytes_from_env() -> usize {
         },
         Err(_) => DEFAULT_CHUNK_BYTES,
     }
+}
+
+/// Whether `SONOGRAPH_GPU_ITEM_STEPS=host` keeps the whole-row steps on the host, for
+/// measuring what the device's steps save on a real GPU (bench/gpu/run.sh).
+fn item_steps_on_host_from_env() -> bool {
+    std::env::var("SONOGRAPH_GPU_ITEM_STEPS").is_ok_and(|v| v.trim() == "host")
 }
 
 /// Samples per piece of an item copied into the staging memory by one task: 1 MiB of f32, a
@@ -164,6 +176,14 @@ struct Params {
     dither: f32,
     dither_seed_lo: u32,
     dither_seed_hi: u32,
+    n_items: u32,
+    item_row: u32,
+    item_steps: u32,
+    dynamic_range: f32,
+    affine_add: f32,
+    affine_scale: f32,
+    _pad0: u32,
+    _pad1: u32,
 }
 
 // A uniform is a whole number of 16-byte rows; the kernels' struct has no padding of its own.
@@ -186,7 +206,8 @@ struct ItemRecord {
     signal_len: u32,
     /// The item's frame index of the first frame (dither is keyed by it).
     first_frame: u32,
-    _pad: u32,
+    /// The frames the whole-row steps read (all but a last one the host drops).
+    step_frames: u32,
 }
 
 /// Mirrors `Filter` in kernels/common.wgsl.
@@ -271,6 +292,16 @@ pub struct GpuBackend {
     /// Two timestamps around each chunk's kernels, where the device has timestamp queries,
     /// and the buffer they are resolved into.
     timestamps: Option<(wgpu::QuerySet, wgpu::Buffer)>,
+    /// The whole-row steps the device applies, and their kernels (item_max, apply).
+    item_steps: Option<(ItemSteps, StepKernels)>,
+    /// The spec the host finishes the device's rows by: without the device's steps.
+    host_spec: FeatureSpec,
+}
+
+/// kernels/item_steps.wgsl's two entry points.
+struct StepKernels {
+    item_max: wgpu::ComputePipeline,
+    apply: wgpu::ComputePipeline,
 }
 
 /// The kernels of one spec.
@@ -340,6 +371,17 @@ impl GpuBackend {
                     <= u64::from(gpu.limits.max_compute_workgroup_storage_size)
             });
         let kernels = build_kernels(&gpu, spec, precision, radices.as_deref(), SampleFormat::F32);
+        let item_steps = device_item_steps(spec)
+            .filter(|_| !options.item_steps_on_host && !item_steps_on_host_from_env())
+            .map(|steps| {
+                let source = kernel_source(precision.name(), ITEM_STEPS);
+                let pipeline = |entry| context::compute_pipeline(d, "item steps", &source, entry);
+                let kernels = StepKernels {
+                    item_max: pipeline("item_max"),
+                    apply: pipeline("apply"),
+                };
+                (steps, kernels)
+            });
         let init = |label: &str, contents: &[u8]| {
             d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
@@ -431,6 +473,8 @@ impl GpuBackend {
                     });
                     (queries, resolved)
                 }),
+            host_spec: host_finish_spec(spec, item_steps.as_ref().map(|s| s.0)),
+            item_steps,
             gpu,
         })
     }
@@ -504,9 +548,12 @@ impl GpuBackend {
         }
     }
 
-    fn params(&self, total_frames: usize, grid_y: u32, frame_row: u32) -> Params {
+    fn params(&self, total_frames: usize, grid_y: u32, frame_row: u32, items: ItemGrid) -> Params {
         let s = &self.spec;
         let (log_kind, guard_add, guard) = log_params(s);
+        let steps = self.item_steps.as_ref().map(|(steps, _)| *steps);
+        let range = steps.and_then(|s| s.dynamic_range);
+        let affine = steps.and_then(|s| s.affine);
         Params {
             n_fft: s.n_fft as u32,
             win_length: s.win_length as u32,
@@ -533,6 +580,14 @@ impl GpuBackend {
             dither: s.dither,
             dither_seed_lo: s.dither_seed as u32,
             dither_seed_hi: (s.dither_seed >> 32) as u32,
+            n_items: items.n_items,
+            item_row: items.row,
+            item_steps: u32::from(range.is_some()) | (u32::from(affine.is_some()) << 1),
+            dynamic_range: range.unwrap_or(0.0),
+            affine_add: affine.map_or(0.0, |a| a.0),
+            affine_scale: affine.map_or(1.0, |a| a.1),
+            _pad0: 0,
+            _pad1: 0,
         }
     }
 
@@ -705,7 +760,14 @@ impl GpuBackend {
         let frame_y = wgs.div_ceil(u64::from(frame_x)).max(1) as u32;
         let grid_y = (frames as u64).min(u64::from(max_dim)).max(1) as u32;
         let grid_z = (frames as u64).div_ceil(u64::from(grid_y)).max(1) as u32;
-        let params = self.params(frames, grid_y, frame_x * 64);
+        let n_items = items.len() as u64;
+        let item_row = n_items.min(u64::from(max_dim)).max(1);
+        let item_grid = ItemGrid {
+            n_items: items.len() as u32,
+            row: item_row as u32,
+            rows: n_items.div_ceil(item_row).max(1) as u32,
+        };
+        let params = self.params(frames, grid_y, frame_x * 64, item_grid);
         let mut records = Vec::with_capacity(items.len());
         let (mut next_sample, mut next_frame) = (0usize, 0usize);
         for l in items {
@@ -738,7 +800,8 @@ impl GpuBackend {
                 first_start,
                 signal_len,
                 first_frame: l.span.first_frame as u32,
-                _pad: 0,
+                step_frames: n_frames
+                    - u32::from(n_frames > 0 && l.span.last && spec.drop_last_frame),
             });
             // Each item starts 8-byte aligned (see the staging layout below).
             next_sample += l.len.next_multiple_of(format.align());
@@ -774,6 +837,7 @@ impl GpuBackend {
             },
             frames,
             grid: (grid_y, grid_z, frame_x, frame_y),
+            item_grid,
             result_bytes,
         })
     }
@@ -955,9 +1019,15 @@ impl GpuBackend {
         let q = &self.gpu.queue;
         let blocks = device.blocks;
         let sizes = &device.sizes;
-        // Pool blocks in `batch_buffers`' order, then the params uniform.
-        let [b_samples, b_items, b_table, b_spec, b_mel, b_params] =
-            [0, 1, 2, 4, 5, 6].map(|i| &blocks[i].block);
+        let [b_samples, b_items, b_table, b_spec, b_mel, b_params] = [
+            block::SAMPLES,
+            block::ITEMS,
+            block::TABLE,
+            block::SPECTRUM,
+            block::MEL_ROWS,
+            block::PARAMS,
+        ]
+        .map(|i| &blocks[i].block);
         let bind = |i: usize| {
             let buffer = &blocks[i].block;
             wgpu::BindingResource::Buffer(wgpu::BufferBinding {
@@ -1029,10 +1099,10 @@ impl GpuBackend {
             match self.kernels(staged.format) {
                 Kernels::Fused(pipe) => {
                     let mut list = vec![
-                        (0, bind(6)),
-                        (1, bind(0)),
-                        (2, bind(1)),
-                        (3, bind(2)),
+                        (0, bind(block::PARAMS)),
+                        (1, bind(block::SAMPLES)),
+                        (2, bind(block::ITEMS)),
+                        (3, bind(block::TABLE)),
                         (4, self.window_buf.as_entire_binding()),
                         (5, self.twiddle_buf.as_entire_binding()),
                     ];
@@ -1040,9 +1110,9 @@ impl GpuBackend {
                         (Some(f), Some(w)) if mel => list.extend([
                             (6, f.as_entire_binding()),
                             (7, w.as_entire_binding()),
-                            (8, bind(5)),
+                            (8, bind(block::MEL_ROWS)),
                         ]),
-                        _ => list.push((9, bind(4))),
+                        _ => list.push((9, bind(block::SPECTRUM))),
                     }
                     pass.set_pipeline(pipe);
                     pass.set_bind_group(0, &bind_group("fused", pipe, list), &[]);
@@ -1054,38 +1124,62 @@ impl GpuBackend {
                     mel: mel_pipe,
                 } => {
                     let list = vec![
-                        (0, bind(6)),
-                        (1, bind(0)),
-                        (2, bind(1)),
-                        (3, bind(2)),
+                        (0, bind(block::PARAMS)),
+                        (1, bind(block::SAMPLES)),
+                        (2, bind(block::ITEMS)),
+                        (3, bind(block::TABLE)),
                         (4, self.window_buf.as_entire_binding()),
-                        (5, bind(3)),
+                        (5, bind(block::FRAMES)),
                     ];
                     pass.set_pipeline(frame);
                     pass.set_bind_group(0, &bind_group("frame", frame, list), &[]);
                     pass.dispatch_workgroups(frame_x, frame_y, 1);
                     let list = vec![
-                        (0, bind(6)),
-                        (1, bind(3)),
+                        (0, bind(block::PARAMS)),
+                        (1, bind(block::FRAMES)),
                         (2, self.twiddle_buf.as_entire_binding()),
-                        (3, bind(4)),
+                        (3, bind(block::SPECTRUM)),
                     ];
                     pass.set_pipeline(dft);
                     pass.set_bind_group(0, &bind_group("dft", dft, list), &[]);
                     pass.dispatch_workgroups(n_freq_groups(spec), grid_y, grid_z);
                     if let (Some(pipe), Some(f), Some(w)) = (mel_pipe, filters, weights) {
                         let list = vec![
-                            (0, bind(6)),
-                            (1, bind(4)),
+                            (0, bind(block::PARAMS)),
+                            (1, bind(block::SPECTRUM)),
                             (2, f.as_entire_binding()),
                             (3, w.as_entire_binding()),
-                            (4, bind(5)),
+                            (4, bind(block::MEL_ROWS)),
                         ];
                         pass.set_pipeline(pipe);
                         pass.set_bind_group(0, &bind_group("mel", pipe, list), &[]);
                         pass.dispatch_workgroups(spec.n_mels.div_ceil(64) as u32, grid_y, grid_z);
                     }
                 }
+            }
+            // The whole-row steps over the mel rows, in the same pass (wgpu orders a pass's
+            // dispatches that share a storage buffer).
+            if let Some((_, steps)) = &self.item_steps {
+                let list = vec![
+                    (0, bind(block::PARAMS)),
+                    (1, bind(block::ITEMS)),
+                    (3, bind(block::MEL_ROWS)),
+                    (4, bind(block::MAXIMA)),
+                ];
+                let item_grid = staged.item_grid;
+                pass.set_pipeline(&steps.item_max);
+                pass.set_bind_group(0, &bind_group("item max", &steps.item_max, list), &[]);
+                pass.dispatch_workgroups(item_grid.row, item_grid.rows, 1);
+                let list = vec![
+                    (0, bind(block::PARAMS)),
+                    (1, bind(block::ITEMS)),
+                    (2, bind(block::TABLE)),
+                    (3, bind(block::MEL_ROWS)),
+                    (4, bind(block::MAXIMA)),
+                ];
+                pass.set_pipeline(&steps.apply);
+                pass.set_bind_group(0, &bind_group("item steps", &steps.apply, list), &[]);
+                pass.dispatch_workgroups(spec.n_mels.div_ceil(64) as u32, grid_y, grid_z);
             }
         }
         let result_buf = if mel { b_mel } else { b_spec };
@@ -1127,7 +1221,8 @@ impl GpuBackend {
         items: &[Laid],
         refused: &[Option<ItemError>],
     ) -> Result<(Vec<ItemResult>, Option<f64>), String> {
-        let spec = &self.spec;
+        // Without the steps the device has applied.
+        let spec = &self.host_spec;
         let dct = self.dct.as_ref();
         let width = gpu_row_width(spec);
         let f64_rows = spectrum_is_f64(spec, self.precision);
@@ -1302,8 +1397,20 @@ fn chunks(laid: &[Laid], bytes: usize) -> Vec<Chunk> {
     out
 }
 
-/// The device buffers of a batch (pool blocks in `batch_buffers`' order, then the params
-/// uniform) and their sizes.
+/// Indices of a batch's device buffers: the pool blocks in `batch_buffers`' order (its
+/// readback excepted: rows come back through the ring), then the params uniform.
+mod block {
+    pub const SAMPLES: usize = 0;
+    pub const ITEMS: usize = 1;
+    pub const TABLE: usize = 2;
+    pub const FRAMES: usize = 3;
+    pub const SPECTRUM: usize = 4;
+    pub const MEL_ROWS: usize = 5;
+    pub const MAXIMA: usize = 6;
+    pub const PARAMS: usize = 7;
+}
+
+/// The device buffers of a batch (see [`block`]) and their sizes.
 struct DeviceBuffers<'a> {
     blocks: &'a [PoolBlock<wgpu::Buffer>],
     sizes: Vec<u64>,
@@ -1321,8 +1428,18 @@ struct Staged {
     frames: usize,
     /// The dispatch grid: (grid_y, grid_z, frame_x, frame_y).
     grid: (u32, u32, u32, u32),
+    item_grid: ItemGrid,
     /// Bytes of rows the chunk gives back.
     result_bytes: u64,
+}
+
+/// The item_steps kernel's grid: a workgroup per item, in rows of `row` (dispatch sizes stop at
+/// 65535 per dimension).
+#[derive(Debug, Clone, Copy)]
+struct ItemGrid {
+    n_items: u32,
+    row: u32,
+    rows: u32,
 }
 
 /// Where each part of a chunk sits in its staging buffer.
@@ -1631,6 +1748,14 @@ mod tests {
                 dither: "f32",
                 dither_seed_lo: "u32",
                 dither_seed_hi: "u32",
+                n_items: "u32",
+                item_row: "u32",
+                item_steps: "u32",
+                dynamic_range: "f32",
+                affine_add: "f32",
+                affine_scale: "f32",
+                _pad0: "u32",
+                _pad1: "u32",
             }),
             size_of::<Params>(),
         );
@@ -1644,7 +1769,7 @@ mod tests {
                 first_start: "i32",
                 signal_len: "u32",
                 first_frame: "u32",
-                _pad: "u32",
+                step_frames: "u32",
             }),
             size_of::<ItemRecord>(),
         );

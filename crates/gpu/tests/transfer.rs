@@ -479,3 +479,131 @@ fn a_chunk_goes_as_16_bit_only_when_all_its_items_are_and_a_false_mark_fails_its
     let cpu = cpu_rows(&spec, Precision::F32, &lying);
     assert_close(&out, &cpu, [0, 2]);
 }
+
+/// A batch of whole items and pieces of one long item, the last piece included (Whisper drops
+/// its last frame there, and only there), on the 16-bit grid where `pcm16`.
+fn whole_items_and_every_piece(spec: &FeatureSpec, pcm16: bool) -> AudioBatch {
+    use sonograph_dsp::span::span_window;
+    let (plain, _) = batch(spec);
+    let round = |x: &[f32]| if pcm16 { on_grid(x) } else { x.to_vec() };
+    let mut out = AudioBatch::new();
+    for i in 0..plain.len() {
+        out.push_piece(&round(plain.item(i)), plain.span(i).copied());
+    }
+    if spec.fixed_samples == 0 {
+        let long = round(
+            &(0..50_000)
+                .map(|i| ((i as f32 * 0.0021).sin() * 0.3) * (1.0 + (i as f32 * 1e-4).cos()))
+                .collect::<Vec<_>>(),
+        );
+        let total = spec.n_raw_frames(long.len());
+        let mut first = 0;
+        while first < total {
+            let frames = 61.min(total - first);
+            let last = first + frames == total;
+            let w = span_window(spec, first..first + frames, long.len());
+            let span = Span {
+                sample_start: w.start,
+                signal_len: if last { long.len() } else { w.end },
+                first_frame: first,
+                frames,
+                last,
+            };
+            out.push_piece(&long[w], Some(span));
+            first += frames;
+        }
+    }
+    if pcm16 {
+        out.find_pcm16();
+    }
+    out
+}
+
+/// `a` and `b` hold the same items with the same rows, bit for bit (`same` compares values,
+/// for which -0 equals 0).
+fn same_bits(a: &FeatureBatch, b: &FeatureBatch, what: &str) {
+    same(a, b, what);
+    for i in 0..a.len() {
+        if let (Ok((_, ra)), Ok((_, rb))) = (a.item(i), b.item(i)) {
+            let differ = ra
+                .iter()
+                .zip(rb)
+                .position(|(x, y)| x.to_bits() != y.to_bits());
+            assert_eq!(differ, None, "{what}: item {i}'s rows differ in their bits");
+        }
+    }
+}
+
+#[test]
+fn whole_row_steps_on_the_device_give_the_hosts_rows_bit_for_bit() {
+    // Whisper's max - 8 clamp and (x + 4) / 4, and librosa's top_db (max - 80 dB), run on the
+    // device after the mel kernel (kernels/item_steps.wgsl): each item's rows, and each piece
+    // of a long item's as rows of their own, with the last frame that Whisper drops left out
+    // of the maximum. They must be the rows the host's finishing makes of the same device rows
+    // (`item_steps_on_host`), bit for bit: in one chunk and an item a chunk, from f32 and from
+    // 16-bit samples, through the fused kernel and the three passes; and the CPU's rows.
+    use sonograph_gpu::plan::device_item_steps;
+    let mut librosa_512 = FeatureSpec::librosa_mel();
+    (
+        librosa_512.n_fft,
+        librosa_512.win_length,
+        librosa_512.hop_length,
+    ) = (512, 512, 128);
+    // Whisper's affine, but with a divisor that is not a power of two: the host keeps it.
+    let mut odd_affine = FeatureSpec::whisper(80);
+    odd_affine.affine = Some(sonograph_dsp::spec::Affine { add: 4.0, div: 3.0 });
+    assert_eq!(device_item_steps(&odd_affine), None);
+    assert_eq!(device_item_steps(&FeatureSpec::kaldi(80)), None);
+    assert_eq!(device_item_steps(&FeatureSpec::nemo(80)), None);
+    for (spec, on_device) in [
+        (FeatureSpec::whisper(80), true),
+        (FeatureSpec::whisper(128), true),
+        (FeatureSpec::whisper_hf(80), true),
+        (librosa_512, true),
+        (odd_affine, false),
+    ] {
+        assert_eq!(device_item_steps(&spec).is_some(), on_device);
+        for (pcm16, force_dft, chunk_bytes) in [
+            (false, false, 32 << 20),
+            (false, false, 4),
+            (true, false, 64 << 10),
+            (false, true, 32 << 20),
+        ] {
+            let batch = whole_items_and_every_piece(&spec, pcm16);
+            let options = |item_steps_on_host| GpuOptions {
+                precision: Precision::F32,
+                force_dft,
+                item_steps_on_host,
+                ..Default::default()
+            };
+            let Some(mut device) = gpu_with(&spec, &options(false)) else {
+                return;
+            };
+            let mut host = gpu_with(&spec, &options(true)).expect("opened above");
+            device.set_chunk_bytes(chunk_bytes);
+            host.set_chunk_bytes(chunk_bytes);
+            let (got, want) = (rows(&mut device, &batch), rows(&mut host, &batch));
+            let what = format!(
+                "{} (steps on the device: {on_device}; 16-bit {pcm16}, dft {force_dft}, \
+                 chunks of {chunk_bytes} bytes)",
+                spec.spec_id()
+            );
+            same_bits(&got, &want, &what);
+            // (`same` holds the failures to the host's: the NaN item, a piece of a fixed-length
+            // spec's item.)
+            let ok = (0..got.len()).filter(|&i| got.item(i).is_ok()).count();
+            assert!(
+                ok + 2 >= got.len() && ok >= 9,
+                "{what}: {ok} of {} items",
+                got.len()
+            );
+            // Against the CPU where f32 holds 1e-3 (Whisper's scaled log10; librosa's dB are
+            // held to the CPU's in parity.rs, in f64).
+            if spec.log == sonograph_dsp::spec::LogKind::Log10 {
+                let cpu = cpu_rows(&spec, Precision::F32, &batch);
+                let ok = (0..got.len()).filter(|&i| got.item(i).is_ok());
+                assert_close(&got, &cpu, ok);
+            }
+        }
+    }
+}

@@ -469,6 +469,12 @@ fn device<'a>(s: &'a Sample, id: &str) -> Option<&'a DeviceSample> {
 /// oldest sample of the window (a device absent then, or a new job since, counts from 0).
 fn recent_ooms(history: &[Arc<Sample>], latest: &Sample, id: &str, window: f64) -> u64 {
     let now = device(latest, id).map_or(0, |d| d.executor.ooms);
+    // A job that began within the window: all its OOMs are recent. Its first sample may
+    // already count the first ones (a loaded machine samples late), and a difference from
+    // that sample would miss them.
+    if latest.job.as_ref().is_some_and(|j| j.elapsed_s <= window) {
+        return now;
+    }
     let job_of = |s: &Sample| s.job.as_ref().map(|j| j.id.clone());
     let before = history
         .iter()
@@ -763,6 +769,34 @@ mod tests {
         let lost = one_episode(&events, "device_lost", "gpu:flaky");
         assert_eq!(lost.level, AlertLevel::Error);
         assert!(lost.message.contains("move to"), "{}", lost.message);
+    }
+
+    /// OOMs counted by a job's first sample are in its window: on a loaded machine the
+    /// sampler's first tick can come after a batch's whole split (64 → 1, six OOMs), and a
+    /// difference from that tick found none (CI once saw no oom_burst that way).
+    #[test]
+    fn ooms_before_a_jobs_first_sample_count_when_the_job_began_in_the_window() {
+        let at = |seq: u64, time: f64, elapsed_s: f64, ooms: u64| {
+            let mut device = crate::sample::DeviceSample::default();
+            device.reading.id = "gpu:0".into();
+            device.executor.ooms = ooms;
+            Arc::new(Sample {
+                seq,
+                time,
+                devices: vec![device],
+                job: Some(crate::sample::JobSample {
+                    id: "1".into(),
+                    elapsed_s,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+        };
+        let history = [at(1, 100.0, 0.5, 6), at(2, 100.1, 0.6, 6)];
+        assert_eq!(recent_ooms(&history, &history[1], "gpu:0", 60.0), 6);
+        // A job older than the window counts from the window's first sample.
+        let history = [at(1, 100.0, 90.0, 6), at(2, 100.1, 90.1, 8)];
+        assert_eq!(recent_ooms(&history, &history[1], "gpu:0", 60.0), 2);
     }
 
     /// Sleeps before passing each unit on: decoding slower than the device.
