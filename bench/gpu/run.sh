@@ -112,15 +112,20 @@ print(json.dumps({"chunk_mb": int(sys.argv[1]), "host_to_host": round(r["audio_s
     "chunks_per_run": t.get("chunks_per_run"),
     "host_ms_per_run": {k: round(1e3 * t[f"{k}_seconds_per_run"], 2) for k in ("fill", "wait", "finish")}}))' "$mb" | log
 done
-# The whole-row steps (Whisper's max - 8 clamp and (x + 4) / 4) on the host, as before they
-# ran on the device: what the device's steps save of the host's finishing.
-for steps in host device; do
-  SONOGRAPH_GPU_ITEM_STEPS=$steps timeout 60 $bin bench --device gpu --preset whisper --clips 64 \
-    --seconds 30 --repeat 5 --precision f32 --pcm16 2>/dev/null | python3 -c '
+# The whole-row steps (Whisper's max - 8 clamp and (x + 4) / 4 from 16-bit clips; NeMo's
+# per-feature normalisation, in f64) on the host, as before they ran on the device: what the
+# device's steps save of the host's finishing.
+for run in "whisper f32 --pcm16" "nemo f64"; do
+  set -- $run
+  for steps in host device; do
+    SONOGRAPH_GPU_ITEM_STEPS=$steps timeout 60 $bin bench --device gpu --preset $1 --clips 64 \
+      --seconds 30 --repeat 5 --precision $2 ${3:-} 2>/dev/null | python3 -c '
 import json, sys
 r = json.loads(sys.stdin.readline()); t = r.get("transfer") or {}
-print(json.dumps({"item_steps_on": sys.argv[1], "pcm16": True, "host_to_host": round(r["audio_seconds_per_second"]),
-    "host_ms_per_run": {k: round(1e3 * t[f"{k}_seconds_per_run"], 2) for k in ("fill", "wait", "finish")}}))' "$steps" | log
+print(json.dumps({"item_steps_on": sys.argv[1], "preset": sys.argv[2], "precision": sys.argv[3],
+    "host_to_host": round(r["audio_seconds_per_second"]),
+    "host_ms_per_run": {k: round(1e3 * t[f"{k}_seconds_per_run"], 2) for k in ("fill", "wait", "finish")}}))' "$steps" "$1" "$2" | log
+  done
 done
 MIMALLOC_PURGE_DELAY=-1 timeout 60 $bin bench --device gpu --preset whisper --clips 64 \
   --seconds 30 --repeat 5 --precision f32 2>/dev/null | python3 -c '

@@ -41,7 +41,7 @@ struct Params {
     item_row: u32,
     // The whole-row steps the device applies (item_steps.wgsl): bit 0 the dynamic-range clamp
     // (values at least the row's maximum minus `dynamic_range`), bit 1 the affine
-    // `(x + affine_add) * affine_scale`.
+    // `(x + affine_add) * affine_scale`, bit 2 NeMo's per-feature normalisation.
     item_steps: u32,
     dynamic_range: f32,
     affine_add: f32,

@@ -1,17 +1,21 @@
-// Whole-row steps on the device, after the mel kernel: the dynamic-range clamp (every value at
-// least its row's maximum minus the range: Whisper's max - 8, librosa's top_db) and the affine
-// scaling (Whisper's (x + 4) / 4), so that the host only copies the rows out. The arithmetic is
-// the host's `finish_rows`, bit for bit: a maximum is exact in any order, max - range and
+// Whole-row steps on the device, after the mel kernel, so that the host only copies the rows
+// out: the dynamic-range clamp (every value at least its row's maximum minus the range:
+// Whisper's max - 8, librosa's top_db) and the affine scaling (Whisper's (x + 4) / 4), or NeMo's
+// per-feature normalisation (each band less its mean, over its sample deviation plus 1e-5).
+// The arithmetic is the host's `finish_rows`: a maximum is exact in any order, max - range and
 // x + add are rounded once as on the host, and the host sends the affine only where its
-// divisor is a power of two, whose inverse multiplies exactly. A row is an item or a piece of
-// one (each piece is its own row, as on the CPU); a last frame the host drops is left out
-// (`step_frames`).
+// divisor is a power of two, whose inverse multiplies exactly; a band's sums are taken in frame
+// order in `real` (f64: the host sends the normalisation only then), as the host takes them.
+// A row is an item or a piece of one (each piece is its own row, as on the CPU); a last frame
+// the host drops is left out (`step_frames`).
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> items: array<Item>;
 @group(0) @binding(2) var<storage, read> frame_item: array<u32>;
 @group(0) @binding(3) var<storage, read_write> rows: array<f32>;
-@group(0) @binding(4) var<storage, read_write> maxima: array<f32>;
+// Per item: its maximum (item_max), or each band's mean then each band's deviation
+// (band_stats).
+@group(0) @binding(4) var<storage, read_write> stats: array<real>;
 
 const WG: u32 = 256u;
 // Under every finite value: WGSL lets a shader assume that no infinity is present.
@@ -47,7 +51,38 @@ fn item_max(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
         workgroupBarrier();
     }
     if (lid == 0u) {
-        maxima[i] = partial[0];
+        stats[i] = real(partial[0]);
+    }
+}
+
+// One workgroup per item, an invocation per band: its mean and sample deviation over the
+// item's counted frames, each sum in frame order from zero, as `normalize_bins` sums them.
+@compute @workgroup_size(64)
+fn band_stats(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = wid.x + wid.y * p.item_row;
+    if (i >= p.n_items) {
+        return;
+    }
+    let first = items[i].frame_offset;
+    let n = items[i].step_frames;
+    for (var b = lid; b < p.n_mels; b += 64u) {
+        var sum: real = 0.0;
+        for (var t = 0u; t < n; t++) {
+            sum += real(rows[(first + t) * p.n_mels + b]);
+        }
+        let mean = sum / real(n);
+        var squares: real = 0.0;
+        for (var t = 0u; t < n; t++) {
+            let d = real(rows[(first + t) * p.n_mels + b]) - mean;
+            squares += d * d;
+        }
+        // One frame has no sample variance: the host's NaN becomes 0 there.
+        var deviation: real = 0.0;
+        if (n > 1u) {
+            deviation = sqrt(squares / real(n - 1u));
+        }
+        stats[(2u * i) * p.n_mels + b] = mean;
+        stats[(2u * i + 1u) * p.n_mels + b] = deviation + 1e-5;
     }
 }
 
@@ -67,11 +102,16 @@ fn apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) li
     var v = rows[at];
     if ((p.item_steps & 1u) != 0u) {
         // The host's v.max(floor): the floor over a NaN.
-        let floor = maxima[i] - p.dynamic_range;
+        let floor = f32(stats[i]) - p.dynamic_range;
         v = select(floor, v, v >= floor);
     }
     if ((p.item_steps & 2u) != 0u) {
         v = (v + p.affine_add) * p.affine_scale;
+    }
+    if ((p.item_steps & 4u) != 0u) {
+        let mean = stats[(2u * i) * p.n_mels + b];
+        let deviation = stats[(2u * i + 1u) * p.n_mels + b];
+        v = f32((real(v) - mean) / deviation);
     }
     rows[at] = v;
 }

@@ -7,8 +7,9 @@
 //! integers where every item of a chunk is on the 16-bit grid and the kernels can make the
 //! spec's input from them exactly (`SampleFormat`, `takes_pcm16`). Item-level steps that need
 //! the whole item run after the mel kernel where the device can apply them as the host would
-//! (the dynamic-range clamp and the affine of mel and log-mel rows: kernels/item_steps.wgsl,
-//! `plan::device_item_steps`), and otherwise on the host after readback (drop last frame,
+//! (the dynamic-range clamp and the affine of mel and log-mel rows, and NeMo's per-feature
+//! normalisation in f64: kernels/item_steps.wgsl, `plan::device_item_steps`), and otherwise on
+//! the host after readback (drop last frame,
 //! DCT, normalisation, Welch averaging, and the rest), in the CPU path's own arithmetic
 //! (`plan::finish_item`).
 
@@ -298,9 +299,10 @@ pub struct GpuBackend {
     host_spec: FeatureSpec,
 }
 
-/// kernels/item_steps.wgsl's two entry points.
+/// kernels/item_steps.wgsl's entry points: each item's statistics (its maximum, or its bands'
+/// means and deviations), then the steps.
 struct StepKernels {
-    item_max: wgpu::ComputePipeline,
+    statistics: wgpu::ComputePipeline,
     apply: wgpu::ComputePipeline,
 }
 
@@ -371,13 +373,17 @@ impl GpuBackend {
                     <= u64::from(gpu.limits.max_compute_workgroup_storage_size)
             });
         let kernels = build_kernels(&gpu, spec, precision, radices.as_deref(), SampleFormat::F32);
-        let item_steps = device_item_steps(spec)
+        let item_steps = device_item_steps(spec, precision)
             .filter(|_| !options.item_steps_on_host && !item_steps_on_host_from_env())
             .map(|steps| {
                 let source = kernel_source(precision.name(), ITEM_STEPS);
                 let pipeline = |entry| context::compute_pipeline(d, "item steps", &source, entry);
                 let kernels = StepKernels {
-                    item_max: pipeline("item_max"),
+                    statistics: pipeline(if steps.per_feature {
+                        "band_stats"
+                    } else {
+                        "item_max"
+                    }),
                     apply: pipeline("apply"),
                 };
                 (steps, kernels)
@@ -582,7 +588,9 @@ impl GpuBackend {
             dither_seed_hi: (s.dither_seed >> 32) as u32,
             n_items: items.n_items,
             item_row: items.row,
-            item_steps: u32::from(range.is_some()) | (u32::from(affine.is_some()) << 1),
+            item_steps: u32::from(range.is_some())
+                | (u32::from(affine.is_some()) << 1)
+                | (u32::from(steps.is_some_and(|s| s.per_feature)) << 2),
             dynamic_range: range.unwrap_or(0.0),
             affine_add: affine.map_or(0.0, |a| a.0),
             affine_scale: affine.map_or(1.0, |a| a.1),
@@ -1164,18 +1172,19 @@ impl GpuBackend {
                     (0, bind(block::PARAMS)),
                     (1, bind(block::ITEMS)),
                     (3, bind(block::MEL_ROWS)),
-                    (4, bind(block::MAXIMA)),
+                    (4, bind(block::STATISTICS)),
                 ];
                 let item_grid = staged.item_grid;
-                pass.set_pipeline(&steps.item_max);
-                pass.set_bind_group(0, &bind_group("item max", &steps.item_max, list), &[]);
+                let statistics = &steps.statistics;
+                pass.set_pipeline(statistics);
+                pass.set_bind_group(0, &bind_group("item statistics", statistics, list), &[]);
                 pass.dispatch_workgroups(item_grid.row, item_grid.rows, 1);
                 let list = vec![
                     (0, bind(block::PARAMS)),
                     (1, bind(block::ITEMS)),
                     (2, bind(block::TABLE)),
                     (3, bind(block::MEL_ROWS)),
-                    (4, bind(block::MAXIMA)),
+                    (4, bind(block::STATISTICS)),
                 ];
                 pass.set_pipeline(&steps.apply);
                 pass.set_bind_group(0, &bind_group("item steps", &steps.apply, list), &[]);
@@ -1406,7 +1415,7 @@ mod block {
     pub const FRAMES: usize = 3;
     pub const SPECTRUM: usize = 4;
     pub const MEL_ROWS: usize = 5;
-    pub const MAXIMA: usize = 6;
+    pub const STATISTICS: usize = 6;
     pub const PARAMS: usize = 7;
 }
 

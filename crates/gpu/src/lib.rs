@@ -159,7 +159,8 @@ pub struct GpuOptions {
     /// in shaders (NVIDIA and AMD on Vulkan, lavapipe); elsewhere the backend computes in f32
     /// and logs a warning ([`GpuBackend::precision`] says which it got).
     pub precision: sonograph_dsp::Precision,
-    /// Apply the whole-row steps (dynamic-range clamp, affine) on the host even where the
+    /// Apply the whole-row steps (dynamic-range clamp, affine, NeMo's per-feature
+    /// normalisation) on the host even where the
     /// device can (`plan::device_item_steps`): for tests and benchmarks that compare the two.
     pub item_steps_on_host: bool,
 }

@@ -65,10 +65,11 @@ pub fn batch_buffers(
     } else {
         real * frames * n_freq
     };
-    let maxima_bytes = if device_item_steps(spec).is_some() {
-        4 * items.max(1) as u64
-    } else {
-        4
+    // Per item, in `real`: its maximum, or each band's mean and deviation.
+    let statistics_bytes = match device_item_steps(spec, precision) {
+        Some(steps) if steps.per_feature => 2 * real * (items * spec.n_mels).max(1) as u64,
+        Some(_) => real * items.max(1) as u64,
+        None => 4,
     };
     [
         ("samples", 4 * samples.max(1) as u64),
@@ -77,7 +78,7 @@ pub fn batch_buffers(
         ("frames", frame_bytes),
         ("spectrum", spectrum_bytes),
         ("mel rows", mel_rows),
-        ("item maxima", maxima_bytes),
+        ("item statistics", statistics_bytes),
         ("readback", row_bytes * frames * gpu_row_width(spec) as u64),
     ]
 }
@@ -89,20 +90,42 @@ pub struct ItemSteps {
     pub dynamic_range: Option<f32>,
     /// `(x + add) * scale`.
     pub affine: Option<(f32, f32)>,
+    /// NeMo's per-feature normalisation (`Normalize::PerFeature`), on its own.
+    pub per_feature: bool,
 }
 
-/// The steps of `spec` that the device can apply to log-mel rows exactly as the host's
+/// The steps of `spec` that the device applies to its log-mel rows as the host's
 /// `finish_rows` does, so that the host only copies the rows out (on an H200 machine the host's
-/// finishing of Whisper's rows took 5.4 ms of a 64-clip batch's 13.5 ms): the dynamic-range
-/// clamp and the affine, for mel and log-mel outputs that are not normalised (MFCC's DCT sits
-/// between the two; NeMo's normalisation stays on the host), the affine only where its divisor
-/// is a power of two (a multiplication by its inverse is then the host's division, bit for
-/// bit; WGSL's division promises 2.5 ulp). `None`: nothing to do on the device.
-pub fn device_item_steps(spec: &FeatureSpec) -> Option<ItemSteps> {
-    if !matches!(spec.output, OutputKind::Mel | OutputKind::Logmel)
-        || spec.normalize != Normalize::None
-    {
+/// finishing took 5.4 ms of a 64-clip Whisper batch's 13.5 ms, and 7.4 ms of NeMo's), for mel
+/// and log-mel outputs (MFCC's DCT sits between the steps):
+/// - the dynamic-range clamp and the affine, bit for bit, the affine only where its divisor is
+///   a power of two (a multiplication by its inverse is then the host's division; WGSL's
+///   division promises 2.5 ulp);
+/// - NeMo's per-feature normalisation alone, where the core computes in f64: each band's sums
+///   in frame order in f64, as the host takes them (the same mean; the deviation and the
+///   quotient to the device's f64 sqrt and division, far under f32's rounding). The other
+///   normalisations divide by a deviation that may be zero (NaN on the host, which a shader
+///   may assume away), and f32 sums would not hold 1e-4: they stay on the host.
+///
+/// `None`: nothing to do on the device.
+pub fn device_item_steps(spec: &FeatureSpec, precision: Precision) -> Option<ItemSteps> {
+    if !matches!(spec.output, OutputKind::Mel | OutputKind::Logmel) {
         return None;
+    }
+    match spec.normalize {
+        Normalize::None => {}
+        Normalize::PerFeature
+            if precision == Precision::F64
+                && spec.dynamic_range.is_none()
+                && spec.affine.is_none() =>
+        {
+            return Some(ItemSteps {
+                dynamic_range: None,
+                affine: None,
+                per_feature: true,
+            });
+        }
+        _ => return None,
     }
     let affine = match spec.affine {
         None => None,
@@ -121,6 +144,7 @@ pub fn device_item_steps(spec: &FeatureSpec) -> Option<ItemSteps> {
     let steps = ItemSteps {
         dynamic_range: spec.dynamic_range,
         affine,
+        per_feature: false,
     };
     (steps.dynamic_range.is_some() || steps.affine.is_some()).then_some(steps)
 }
@@ -131,6 +155,7 @@ pub fn host_finish_spec(spec: &FeatureSpec, steps: Option<ItemSteps>) -> Feature
     if steps.is_some() {
         host.dynamic_range = None;
         host.affine = None;
+        host.normalize = Normalize::None;
     }
     host
 }
