@@ -46,8 +46,10 @@ struct Params {
     dynamic_range: f32,
     affine_add: f32,
     affine_scale: f32,
-    _pad0: u32,
-    _pad1: u32,
+    // The signal's pre-emphasis where the kernels apply it as they read each sample (NeMo's
+    // y[n] = x[n] - a x[n-1], y[0] = x[0]); 0 where the host applied it, or none is.
+    signal_preemph: f32,
+    _pad: u32,
     // 28 words: a whole number of 16-byte rows, as a uniform must be.
 }
 
@@ -74,6 +76,10 @@ struct Item {
     // The frames the whole-row steps read: all of them, or all but the last where the host
     // drops an item's last frame and this is its last piece.
     step_frames: u32,
+    // 1 where the sample before the first (at sample_offset - 1) is uploaded too: a later
+    // piece's context, which the signal's pre-emphasis reads.
+    context: u32,
+    _pad: u32,
 }
 
 // ln(x) to about one ulp of `real` with +, *, / and ldexp only: SPIR-V has no f64 log, and its

@@ -38,8 +38,20 @@ fn frame_sample(it: Item, start: i32, j: u32, m: u32) -> real {
         }
         idx = reflect_index(idx, n);
     }
-    v = real(load_sample(it.sample_offset + u32(idx)));
+    v = real(signal_sample(it, u32(idx)));
     return dithered(v, j, m);
+}
+
+// Sample i of item `it`'s signal as the spectral core takes it: pre-emphasised here where the
+// kernels do it (`p.signal_preemph`), in f32 as the CPU path computes x - a * prev, the first
+// sample of the signal as it is and a later piece's first reading the context before it.
+fn signal_sample(it: Item, i: u32) -> f32 {
+    let x = load_sample(it.sample_offset + i);
+    if (p.signal_preemph == 0.0 || (i == 0u && it.context == 0u)) {
+        return x;
+    }
+    let prev = load_sample(it.sample_offset + i - 1u);
+    return x - p.signal_preemph * prev;
 }
 
 // sonograph_dsp::dither, transcribed: Chris Wellons' lowbias32 hash.

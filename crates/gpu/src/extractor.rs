@@ -122,17 +122,30 @@ impl SampleFormat {
 
 /// Whether the kernels make the spec's input from 16-bit samples exactly as the CPU path
 /// makes it from their f32: the spec scales them by a power of two, or not at all (Kaldi's
-/// 32768, so that its input is the integers themselves), and pre-emphasises, if at all, each
-/// frame in the kernels (NeMo's pre-emphasis of the signal runs on the host, in f32).
+/// 32768, so that its input is the integers themselves), and pre-emphasises, if at all, in
+/// the kernels (each frame, as Kaldi; or the signal, as NeMo, where
+/// [`preemphasis_on_device`]).
 fn takes_pcm16(spec: &FeatureSpec) -> bool {
     let scale = spec.input_scale;
     // Within 2^±64: `scale / 32768` stays normal (a GPU may flush subnormals) and `k · scale`
     // finite.
     let power_of_two =
         (2f32.powi(-64)..=2f32.powi(64)).contains(&scale) && scale.to_bits() & 0x007f_ffff == 0;
-    let preemphasis_on_host =
-        spec.preemphasis != 0.0 && spec.preemphasis_scope == PreemphasisScope::Signal;
+    let preemphasis_on_host = spec.preemphasis != 0.0
+        && spec.preemphasis_scope == PreemphasisScope::Signal
+        && !preemphasis_on_device(spec);
     power_of_two && !preemphasis_on_host
+}
+
+/// Whether the kernels pre-emphasise the signal (NeMo's `x[n] - a x[n-1]`, the first sample
+/// as it is) as each sample is read, so that the host copies the samples as they are (or as
+/// 16-bit samples) instead of pre-emphasising every sample on the way into the staging memory
+/// (NeMo's fill took 9.1-9.6 ms of a 64-clip batch on an H200 machine, Whisper's 6.7): where
+/// the spec does not scale its input, so that the kernels read the signal's own samples.
+fn preemphasis_on_device(spec: &FeatureSpec) -> bool {
+    spec.preemphasis != 0.0
+        && spec.preemphasis_scope == PreemphasisScope::Signal
+        && spec.input_scale == 1.0
 }
 
 const SAMPLES_F32: &str = "@group(0) @binding(1) var<storage, read> samples: array<f32>;
@@ -183,8 +196,8 @@ struct Params {
     dynamic_range: f32,
     affine_add: f32,
     affine_scale: f32,
-    _pad0: u32,
-    _pad1: u32,
+    signal_preemph: f32,
+    _pad: u32,
 }
 
 // A uniform is a whole number of 16-byte rows; the kernels' struct has no padding of its own.
@@ -209,6 +222,10 @@ struct ItemRecord {
     first_frame: u32,
     /// The frames the whole-row steps read (all but a last one the host drops).
     step_frames: u32,
+    /// 1 where the sample before the first is uploaded too (the signal's pre-emphasis on the
+    /// device reads it).
+    context: u32,
+    _pad: u32,
 }
 
 /// Mirrors `Filter` in kernels/common.wgsl.
@@ -594,8 +611,12 @@ impl GpuBackend {
             dynamic_range: range.unwrap_or(0.0),
             affine_add: affine.map_or(0.0, |a| a.0),
             affine_scale: affine.map_or(1.0, |a| a.1),
-            _pad0: 0,
-            _pad1: 0,
+            signal_preemph: if preemphasis_on_device(s) {
+                s.preemphasis
+            } else {
+                0.0
+            },
+            _pad: 0,
         }
     }
 
@@ -781,7 +802,7 @@ impl GpuBackend {
         for l in items {
             let first_start = i32::try_from(spec.frame_start(l.span.first_frame) - l.base as isize);
             let fields = [
-                next_sample,
+                next_sample + l.context,
                 l.len,
                 next_frame,
                 l.frames,
@@ -810,9 +831,11 @@ impl GpuBackend {
                 first_frame: l.span.first_frame as u32,
                 step_frames: n_frames
                     - u32::from(n_frames > 0 && l.span.last && spec.drop_last_frame),
+                context: l.context as u32,
+                _pad: 0,
             });
             // Each item starts 8-byte aligned (see the staging layout below).
-            next_sample += l.len.next_multiple_of(format.align());
+            next_sample += l.uploaded().next_multiple_of(format.align());
             next_frame += l.frames;
         }
         // The slot's staging layout: params, item records, frame table, then each item's
@@ -830,7 +853,10 @@ impl GpuBackend {
             .map_err(|e| DeviceError::OutOfMemory(format!("staging memory: {e}")))?;
         let starts = records
             .iter()
-            .map(|r| (samples_at + format.bytes() * r.sample_offset as usize) as u64)
+            .map(|r| {
+                let first_uploaded = (r.sample_offset - r.context) as usize;
+                (samples_at + format.bytes() * first_uploaded) as u64
+            })
             .collect();
         Ok(Staged {
             params,
@@ -889,7 +915,8 @@ impl GpuBackend {
                     .flat_map(u32::to_le_bytes),
             );
         }
-        let as_is = prepared_as_is(spec);
+        // With the signal's pre-emphasis on the device, the samples go as they are.
+        let as_is = prepared_as_is(spec) || preemphasis_on_device(spec);
         let format = staged.format;
         let bytes = format.bytes() as u64;
         items
@@ -897,16 +924,17 @@ impl GpuBackend {
             .zip(&staged.starts)
             .map(|(l, &at)| {
                 let raw = batch.item(l.item);
-                // A later piece's first sample is context, outside the window sent.
-                let context = raw.len() - l.len;
+                // A later piece's first sample is context: outside the window sent where the
+                // host pre-emphasises (or nothing does), sent where the kernels do.
+                let unsent = raw.len() - l.uploaded();
                 let first = l.span.sample_start;
-                let refused = check_finite(&raw[..context], first, 1).err();
-                let pieces = (0..l.len.div_ceil(FILL_PIECE_SAMPLES))
+                let refused = check_finite(&raw[..unsent], first, 1).err();
+                let pieces = (0..l.uploaded().div_ceil(FILL_PIECE_SAMPLES))
                     .into_par_iter()
                     .map_init(Scratch::default, |scratch, i| {
                         let start = i * FILL_PIECE_SAMPLES;
-                        let len = FILL_PIECE_SAMPLES.min(l.len - start);
-                        let offset = context + start;
+                        let len = FILL_PIECE_SAMPLES.min(l.uploaded() - start);
+                        let offset = unsent + start;
                         let samples = &raw[offset..offset + len];
                         let non_finite = || check_finite(samples, first + offset, 1).err();
                         let from = at + bytes * start as u64;
@@ -1375,6 +1403,16 @@ struct Laid {
     base: usize,
     len: usize,
     frames: usize,
+    /// Samples sent before the first prepared one: the window's context sample (1) where the
+    /// kernels pre-emphasise the signal and the window is a later piece's; else 0.
+    context: usize,
+}
+
+impl Laid {
+    /// Samples sent to the device.
+    fn uploaded(&self) -> usize {
+        self.context + self.len
+    }
 }
 
 /// Consecutive laid-out items sent to the device together.
@@ -1389,7 +1427,7 @@ struct Chunk {
 fn chunks(laid: &[Laid], bytes: usize) -> Vec<Chunk> {
     let mut out: Vec<Chunk> = Vec::new();
     for (i, l) in laid.iter().enumerate() {
-        let len = l.len.next_multiple_of(2);
+        let len = l.uploaded().next_multiple_of(2);
         match out.last_mut() {
             Some(c) if 4 * (c.samples + len) <= bytes => {
                 c.items.end = i + 1;
@@ -1665,6 +1703,11 @@ impl Extractor for GpuBackend {
                     base,
                     len,
                     frames: span.frames,
+                    context: if preemphasis_on_device(spec) {
+                        item.len() - len
+                    } else {
+                        0
+                    },
                 })
             })
             .collect();
@@ -1716,8 +1759,8 @@ impl Extractor for GpuBackend {
 #[cfg(test)]
 mod tests {
     use super::{
-        fft_radices, framed, kernel_source, takes_pcm16, FeatureSpec, FilterRecord, ItemRecord,
-        Params, SampleFormat, FRAME,
+        fft_radices, framed, kernel_source, preemphasis_on_device, takes_pcm16, FeatureSpec,
+        FilterRecord, ItemRecord, Params, SampleFormat, FRAME,
     };
     use crate::mirror::{fields, Field};
     use std::mem::size_of;
@@ -1763,8 +1806,8 @@ mod tests {
                 dynamic_range: "f32",
                 affine_add: "f32",
                 affine_scale: "f32",
-                _pad0: "u32",
-                _pad1: "u32",
+                signal_preemph: "f32",
+                _pad: "u32",
             }),
             size_of::<Params>(),
         );
@@ -1779,6 +1822,8 @@ mod tests {
                 signal_len: "u32",
                 first_frame: "u32",
                 step_frames: "u32",
+                context: "u32",
+                _pad: "u32",
             }),
             size_of::<ItemRecord>(),
         );
@@ -1801,10 +1846,14 @@ mod tests {
             FeatureSpec::kaldi(80),
             FeatureSpec::nemo(80),
         );
-        // Kaldi scales by 32768 (its input is the integers) and pre-emphasises per frame;
-        // NeMo pre-emphasises the signal on the host; a scale off the powers of two would
-        // round.
-        assert!(takes_pcm16(&whisper) && takes_pcm16(&kaldi) && !takes_pcm16(&nemo));
+        // Kaldi scales by 32768 (its input is the integers) and pre-emphasises per frame; the
+        // kernels pre-emphasise NeMo's signal, but not a scaled one's (the host does both); a
+        // scale off the powers of two would round.
+        assert!(takes_pcm16(&whisper) && takes_pcm16(&kaldi) && takes_pcm16(&nemo));
+        assert!(preemphasis_on_device(&nemo) && !preemphasis_on_device(&kaldi));
+        let mut scaled_nemo = nemo.clone();
+        scaled_nemo.input_scale = 2.0;
+        assert!(!takes_pcm16(&scaled_nemo) && !preemphasis_on_device(&scaled_nemo));
         let mut odd = FeatureSpec::whisper(80);
         odd.input_scale = 3.0;
         assert!(!takes_pcm16(&odd));

@@ -73,7 +73,8 @@ pub fn batch_buffers(
     };
     [
         ("samples", 4 * samples.max(1) as u64),
-        ("items", 32 * items.max(1) as u64),
+        // Ten words an item (`Item` in kernels/common.wgsl).
+        ("items", 40 * items.max(1) as u64),
         ("frame table", 4 * frames),
         ("frames", frame_bytes),
         ("spectrum", spectrum_bytes),
