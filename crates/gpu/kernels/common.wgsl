@@ -62,7 +62,8 @@ struct Filter {
 }
 
 // An item, or a piece of one (a window of its samples). Sample indices are relative to the
-// first uploaded sample: the first frame starts at first_start (negative in the left padding),
+// first prepared sample, at sample_offset (a context sample sent before it is at -1): the
+// first frame starts at first_start (negative in the left padding),
 // and the signal has signal_len samples from there on. Frames are the item's frames
 // first_frame.. (a whole item: first_start = window_offset - pad_left, its length, 0).
 struct Item {

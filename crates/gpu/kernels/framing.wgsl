@@ -43,8 +43,10 @@ fn frame_sample(it: Item, start: i32, j: u32, m: u32) -> real {
 }
 
 // Sample i of item `it`'s signal as the spectral core takes it: pre-emphasised here where the
-// kernels do it (`p.signal_preemph`), in f32 as the CPU path computes x - a * prev, the first
-// sample of the signal as it is and a later piece's first reading the context before it.
+// kernels do it (`p.signal_preemph`), x - a * prev in f32 as the CPU path computes it (a
+// driver may fuse it into one rounding, within an ulp of the CPU's; the f32 and 16-bit uploads
+// share this code and so the bits), the first sample of the signal as it is and a later piece's
+// first reading the context before it.
 fn signal_sample(it: Item, i: u32) -> f32 {
     let x = load_sample(it.sample_offset + i);
     if (p.signal_preemph == 0.0 || (i == 0u && it.context == 0u)) {

@@ -212,10 +212,11 @@ struct ItemRecord {
     n_samples: u32,
     frame_offset: u32,
     n_frames: u32,
-    /// Where the first frame starts, relative to the first uploaded sample (negative inside
-    /// the left padding). Indices relative to the window stay small however long the item.
+    /// Where the first frame starts, relative to the first prepared sample (negative inside
+    /// the left padding; a context sample sent before it is at -1). Indices relative to the
+    /// window stay small however long the item.
     first_start: i32,
-    /// The signal's samples from the first uploaded one on (a piece's window ends at the
+    /// The signal's samples from the first prepared one on (a piece's window ends at the
     /// signal's end, or reads nothing past its own end).
     signal_len: u32,
     /// The item's frame index of the first frame (dither is keyed by it).
@@ -310,7 +311,7 @@ pub struct GpuBackend {
     /// Two timestamps around each chunk's kernels, where the device has timestamp queries,
     /// and the buffer they are resolved into.
     timestamps: Option<(wgpu::QuerySet, wgpu::Buffer)>,
-    /// The whole-row steps the device applies, and their kernels (item_max, apply).
+    /// The whole-row steps the device applies, and their kernels.
     item_steps: Option<(ItemSteps, StepKernels)>,
     /// The spec the host finishes the device's rows by: without the device's steps.
     host_spec: FeatureSpec,
@@ -500,6 +501,12 @@ impl GpuBackend {
             item_steps,
             gpu,
         })
+    }
+
+    /// Whether the device applies the spec's whole-row steps (`plan::device_item_steps`), so
+    /// that the host only copies the rows out.
+    pub fn item_steps_on_device(&self) -> bool {
+        self.item_steps.is_some()
     }
 
     /// The spectrum kernel in use: "fft" (the fused kernel's Stockham FFT) or "dft" (the

@@ -110,7 +110,12 @@ pub struct ItemSteps {
 ///
 /// `None`: nothing to do on the device.
 pub fn device_item_steps(spec: &FeatureSpec, precision: Precision) -> Option<ItemSteps> {
-    if !matches!(spec.output, OutputKind::Mel | OutputKind::Logmel) {
+    // A guard that lets ln 0 = -inf through (Clamp(0), Add(0)) could give an item of only
+    // -inf, whose floor the host takes as -inf; a shader may assume no infinity is present.
+    let finite_logs = match spec.log_guard {
+        LogGuard::Clamp(floor) | LogGuard::Add(floor) => floor > 0.0,
+    };
+    if !matches!(spec.output, OutputKind::Mel | OutputKind::Logmel) || !finite_logs {
         return None;
     }
     match spec.normalize {

@@ -540,7 +540,7 @@ fn same_bits(a: &FeatureBatch, b: &FeatureBatch, what: &str) {
 }
 
 /// `a` and `b` hold the same items, and their rows differ by at most `ulps` units in the last
-/// place of f32 (`b`'s).
+/// place of f32 (`b`'s), or by 1e-6 near zero (a last-bit difference in a mean is absolute).
 fn within_ulps(a: &FeatureBatch, b: &FeatureBatch, ulps: f32, what: &str) {
     assert_eq!(a.len(), b.len());
     for i in 0..a.len() {
@@ -548,9 +548,9 @@ fn within_ulps(a: &FeatureBatch, b: &FeatureBatch, ulps: f32, what: &str) {
             (Ok((fa, ra)), Ok((fb, rb))) => {
                 assert_eq!(fa, fb, "{what}: item {i}'s frames");
                 for (k, (x, y)) in ra.iter().zip(rb).enumerate() {
-                    let ulp = f32::EPSILON * y.abs().max(f32::MIN_POSITIVE);
+                    let ulp = f32::EPSILON * y.abs();
                     assert!(
-                        (x - y).abs() <= ulps * ulp,
+                        (x - y).abs() <= (ulps * ulp).max(1e-6),
                         "{what}: item {i}, value {k}: {x} against {y}"
                     );
                 }
@@ -588,6 +588,10 @@ fn whole_row_steps_on_the_device_give_the_hosts_rows() {
     assert_eq!(device_item_steps(&FeatureSpec::nemo(80), f32), None);
     let speech2text = FeatureSpec::preset("speech2text").unwrap();
     assert_eq!(device_item_steps(&speech2text, f64), None);
+    // A guard that lets ln 0 through: an item of only -inf, whose floor the host takes as -inf.
+    let mut unguarded = FeatureSpec::whisper(80);
+    unguarded.log_guard = sonograph_dsp::spec::LogGuard::Clamp(0.0);
+    assert_eq!(device_item_steps(&unguarded, f32), None);
     for (spec, precision, on_device) in [
         (FeatureSpec::whisper(80), f32, true),
         (FeatureSpec::whisper(128), f32, true),
@@ -625,10 +629,22 @@ fn whole_row_steps_on_the_device_give_the_hosts_rows() {
                 // No f64 in this adapter's shaders: NeMo's steps stay on the host.
                 continue;
             }
+            // (Not by SONOGRAPH_GPU_ITEM_STEPS=host, which would compare the host with itself.)
+            assert_eq!(
+                device.item_steps_on_device(),
+                on_device,
+                "{}",
+                spec.spec_id()
+            );
             let mut host = gpu_with(&spec, &options(true)).expect("opened above");
+            assert!(!host.item_steps_on_device());
             device.set_chunk_bytes(chunk_bytes);
             host.set_chunk_bytes(chunk_bytes);
             let (got, want) = (rows(&mut device, &batch), rows(&mut host, &batch));
+            if pcm16 {
+                let sent = device.transfer_stats().unwrap();
+                assert!(sent.pcm16_chunks > 0, "{}: {sent:?}", spec.spec_id());
+            }
             let what = format!(
                 "{} (steps on the device: {on_device}; 16-bit {pcm16}, dft {force_dft}, \
                  chunks of {chunk_bytes} bytes)",
