@@ -28,6 +28,8 @@ use sonograph_io::{decode_mono, DecodeOptions};
 
 #[path = "../../../tests/shared/golden_keys.rs"]
 mod golden_keys;
+#[path = "shared/pieces.rs"]
+mod pieces;
 #[path = "../../../tests/shared/skip.rs"]
 mod skip;
 use golden_keys::spec_for;
@@ -562,22 +564,7 @@ fn pieces_of_long_items_match_the_cpu() {
         let total = spec.n_raw_frames(x.len());
         let mut batch = AudioBatch::new();
         batch.push(&x[..9_000]);
-        let mut first = 0;
-        while first < total {
-            let frames = 37.min(total - first);
-            let last = first + frames == total;
-            let w = span_window(&spec, first..first + frames, x.len());
-            let span = Span {
-                sample_start: w.start,
-                signal_len: if last { x.len() } else { w.end },
-                first_frame: first,
-                frames,
-                last,
-            };
-            batch.push_piece(&x[w], Some(span));
-            first += frames;
-        }
-        assert!(batch.len() > 3);
+        assert!(pieces::push_every_piece(&mut batch, &spec, &x, 37) > 2);
         // A piece 5e9 samples into an item (about 87 hours at 16 kHz): past what u32 and i32
         // signal indices hold, the GPU indexes relative to the window.
         let far = 5_000_000_000 / spec.hop_length;

@@ -9,6 +9,8 @@ use sonograph_dsp::span::Span;
 use sonograph_dsp::{AudioBatch, DeviceError, Extractor, FeatureBatch, FeatureSpec, Precision};
 use sonograph_gpu::{GpuBackend, GpuOptions};
 
+#[path = "shared/pieces.rs"]
+mod pieces;
 #[path = "../../../tests/shared/skip.rs"]
 mod skip;
 
@@ -340,6 +342,13 @@ fn fixed_length_items_are_padded_or_cut_as_on_the_cpu() {
     }
 }
 
+/// librosa's mel at n_fft 512 (hop 128): a 512-point spec beside Whisper's 400.
+fn librosa_512() -> FeatureSpec {
+    let mut spec = FeatureSpec::librosa_mel();
+    (spec.n_fft, spec.win_length, spec.hop_length) = (512, 512, 128);
+    spec
+}
+
 /// `x` rounded onto the 16-bit grid, as a 16-bit WAV decodes.
 fn on_grid(x: &[f32]) -> Vec<f32> {
     x.iter()
@@ -363,12 +372,7 @@ fn sixteen_bit_items_go_as_half_the_bytes_and_give_the_same_rows() {
             .map(|i| (i as f32 * 0.013).sin() * 0.4)
             .collect::<Vec<_>>(),
     );
-    let mut librosa_512 = FeatureSpec::librosa_mel();
-    (
-        librosa_512.n_fft,
-        librosa_512.win_length,
-        librosa_512.hop_length,
-    ) = (512, 512, 128);
+    let librosa_512 = librosa_512();
     let mut scaled_nemo = FeatureSpec::nemo(80);
     scaled_nemo.input_scale = 2.0;
     for spec in [
@@ -488,7 +492,6 @@ fn a_chunk_goes_as_16_bit_only_when_all_its_items_are_and_a_false_mark_fails_its
 /// A batch of whole items and pieces of one long item, the last piece included (Whisper drops
 /// its last frame there, and only there), on the 16-bit grid where `pcm16`.
 fn whole_items_and_every_piece(spec: &FeatureSpec, pcm16: bool) -> AudioBatch {
-    use sonograph_dsp::span::span_window;
     let (plain, _) = batch(spec);
     let round = |x: &[f32]| if pcm16 { on_grid(x) } else { x.to_vec() };
     let mut out = AudioBatch::new();
@@ -501,22 +504,7 @@ fn whole_items_and_every_piece(spec: &FeatureSpec, pcm16: bool) -> AudioBatch {
                 .map(|i| ((i as f32 * 0.0021).sin() * 0.3) * (1.0 + (i as f32 * 1e-4).cos()))
                 .collect::<Vec<_>>(),
         );
-        let total = spec.n_raw_frames(long.len());
-        let mut first = 0;
-        while first < total {
-            let frames = 61.min(total - first);
-            let last = first + frames == total;
-            let w = span_window(spec, first..first + frames, long.len());
-            let span = Span {
-                sample_start: w.start,
-                signal_len: if last { long.len() } else { w.end },
-                first_frame: first,
-                frames,
-                last,
-            };
-            out.push_piece(&long[w], Some(span));
-            first += frames;
-        }
+        assert!(pieces::push_every_piece(&mut out, spec, &long, 61) > 2);
     }
     if pcm16 {
         out.find_pcm16();
@@ -572,12 +560,7 @@ fn whole_row_steps_on_the_device_give_the_hosts_rows() {
     // (the sums are the host's, in frame order): in one chunk and an item a chunk, from f32 and
     // from 16-bit samples, through the fused kernel and the three passes; and the CPU's rows.
     use sonograph_gpu::plan::device_item_steps;
-    let mut librosa_512 = FeatureSpec::librosa_mel();
-    (
-        librosa_512.n_fft,
-        librosa_512.win_length,
-        librosa_512.hop_length,
-    ) = (512, 512, 128);
+    let librosa_512 = librosa_512();
     // Whisper's affine, but with a divisor that is not a power of two: the host keeps it.
     let mut odd_affine = FeatureSpec::whisper(80);
     odd_affine.affine = Some(sonograph_dsp::spec::Affine { add: 4.0, div: 3.0 });
