@@ -791,17 +791,13 @@ impl GpuBackend {
         let spec = &self.spec;
         let frames = chunk.frames;
         let max_dim = self.gpu.limits.max_compute_workgroups_per_dimension.max(1);
-        let wgs = frames.div_ceil(64) as u64;
-        let frame_x = wgs.min(u64::from(max_dim)).max(1) as u32;
-        let frame_y = wgs.div_ceil(u64::from(frame_x)).max(1) as u32;
-        let grid_y = (frames as u64).min(u64::from(max_dim)).max(1) as u32;
-        let grid_z = (frames as u64).div_ceil(u64::from(grid_y)).max(1) as u32;
-        let n_items = items.len() as u64;
-        let item_row = n_items.min(u64::from(max_dim)).max(1);
+        let (frame_x, frame_y) = wrapped(frames.div_ceil(64), max_dim);
+        let (grid_y, grid_z) = wrapped(frames, max_dim);
+        let (row, rows) = wrapped(items.len(), max_dim);
         let item_grid = ItemGrid {
             n_items: items.len() as u32,
-            row: item_row as u32,
-            rows: n_items.div_ceil(item_row).max(1) as u32,
+            row,
+            rows,
         };
         let params = self.params(frames, grid_y, frame_x * 64, item_grid);
         let mut records = Vec::with_capacity(items.len());
@@ -1487,13 +1483,20 @@ struct Staged {
     result_bytes: u64,
 }
 
-/// The item_steps kernel's grid: a workgroup per item, in rows of `row` (dispatch sizes stop at
-/// 65535 per dimension).
+/// The item_steps kernel's grid: a workgroup per item, in rows of `row` ([`wrapped`]).
 #[derive(Debug, Clone, Copy)]
 struct ItemGrid {
     n_items: u32,
     row: u32,
     rows: u32,
+}
+
+/// `n` workgroups (at least one) as rows of at most `max_dim` (dispatch sizes stop at 65535 per
+/// dimension): (per row, rows).
+fn wrapped(n: usize, max_dim: u32) -> (u32, u32) {
+    let n = n as u64;
+    let row = n.min(u64::from(max_dim)).max(1);
+    (row as u32, n.div_ceil(row).max(1) as u32)
 }
 
 /// Where each part of a chunk sits in its staging buffer.
