@@ -136,6 +136,10 @@ struct BenchArgs {
     /// (a GPU is then sent them as 16-bit integers, half the bytes).
     #[arg(long, env = "SONOGRAPH_PCM16")]
     pcm16: bool,
+    /// The rows as a job storing this type has them: with f16, a GPU whose rows are final
+    /// sends them back as f16 (half the bytes), as in `extract --dtype f16`.
+    #[arg(long, env = "SONOGRAPH_DTYPE", value_enum, default_value_t)]
+    dtype: DtypeArg,
     #[command(flatten)]
     limits: LimitArgs,
 }

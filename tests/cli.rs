@@ -43,31 +43,43 @@ fn features_writes_the_same_array_as_the_library() {
     assert_eq!(values, expect);
 }
 
-/// `--dtype f16` stores the f32 features rounded to the nearest f16, in half the bytes.
+/// `--dtype f16` stores the f32 features rounded to the nearest f16, in half the bytes, on the
+/// CPU and on the GPU (whose rows come back as f16, rounded on the device as the CPU rounds).
 #[test]
 fn features_dtype_f16_rounds_the_f32_output() {
     let tmp = Tmp::new("features-f16");
     let input = data("speech_16000_mono_s16.wav");
-    let (a, b) = (tmp.path("a.npy"), tmp.path("b.npy"));
-    for (out, dtype) in [(&a, "f32"), (&b, "f16")] {
-        let o = bin()
-            .args(["features", input.to_str().unwrap(), "--preset", "whisper"])
-            .args(["--dtype", dtype, "--out"])
-            .arg(out)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", stderr(&o));
+    let mut devices = vec!["cpu"];
+    if cfg!(feature = "gpu") && common::has_gpu_adapter() {
+        devices.push("gpu");
     }
-    let (shape, dtype, halves) = read_npy(&b).unwrap();
-    let (full_shape, full) = read_npy_f32(&a).unwrap();
-    assert_eq!(dtype, Dtype::F16);
-    assert_eq!(shape, full_shape);
-    let rounded: Vec<f32> = full
-        .iter()
-        .map(|&v| half::f16::from_f32(v).to_f32())
-        .collect();
-    assert_eq!(halves, rounded);
-    assert_ne!(halves, full, "whisper features are not all exact in f16");
+    for device in devices {
+        let (a, b) = (
+            tmp.path(&format!("{device}-a.npy")),
+            tmp.path(&format!("{device}-b.npy")),
+        );
+        for (out, dtype) in [(&a, "f32"), (&b, "f16")] {
+            let o = bin()
+                .args(["features", input.to_str().unwrap(), "--preset", "whisper"])
+                .args(["--device", device, "--dtype", dtype, "--out"])
+                .arg(out)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{device}: {}", stderr(&o));
+        }
+        let (shape, dtype, halves) = read_npy(&b).unwrap();
+        let (full_shape, full) = read_npy_f32(&a).unwrap();
+        assert_eq!(dtype, Dtype::F16);
+        assert_eq!(shape, full_shape);
+        let rounded = full
+            .iter()
+            .map(|&v| half::f16::from_f32(v).to_f32().to_bits());
+        assert!(
+            rounded.eq(halves.iter().map(|v| v.to_bits())),
+            "{device}: the f16 array is not the f32 one rounded"
+        );
+        assert_ne!(halves, full, "whisper features are not all exact in f16");
+    }
 }
 
 /// `features --device gpu` (lavapipe here) writes the CPU's array within 1e-4, Kaldi's deep
@@ -102,18 +114,19 @@ fn features_on_the_gpu_match_the_cpu() {
 }
 
 /// `bench --pcm16` rounds its generated clips to 16-bit samples, and the GPU is sent them as
-/// such: every chunk, half the bytes of the same clips as f32.
+/// such: every chunk, half the bytes of the same clips as f32. `bench --dtype f16` has the
+/// rows back as f16: half the bytes of f32 rows.
 #[cfg(feature = "gpu")]
 #[test]
 fn bench_pcm16_sends_the_gpu_half_the_bytes() {
     if !common::has_gpu_adapter() {
         return;
     }
-    let transfer = |pcm16: bool| {
+    let transfer = |extra: &[&str]| {
         let o = bin()
             .args(["bench", "--device", "gpu", "--preset", "whisper"])
             .args(["--clips", "3", "--seconds", "2", "--repeat", "1"])
-            .args(pcm16.then_some("--pcm16"))
+            .args(extra)
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", stderr(&o));
@@ -122,8 +135,22 @@ fn bench_pcm16_sends_the_gpu_half_the_bytes() {
         assert_eq!(line["failed_items"], 0, "{line}");
         line["transfer"].clone()
     };
-    let (f32s, pcm16) = (transfer(false), transfer(true));
+    let (f32s, pcm16) = (transfer(&[]), transfer(&["--pcm16"]));
     assert_eq!(f32s["pcm16_chunks_per_run"], 0.0, "{f32s}");
+    // 3 clips of 201 frames of 80 bands, in one chunk: 4 bytes a value as f32, 2 as f16.
+    let f16s = transfer(&["--dtype", "f16"]);
+    assert_eq!(f32s["f16_chunks_per_run"], 0.0, "{f32s}");
+    assert_eq!(f16s["f16_chunks_per_run"], f16s["chunks_per_run"], "{f16s}");
+    assert_eq!(
+        f32s["row_bytes_per_run"],
+        4.0 * 3.0 * 201.0 * 80.0,
+        "{f32s}"
+    );
+    assert_eq!(
+        f16s["row_bytes_per_run"],
+        2.0 * 3.0 * 201.0 * 80.0,
+        "{f16s}"
+    );
     assert!(pcm16["chunks_per_run"].as_f64().unwrap() >= 1.0, "{pcm16}");
     assert_eq!(
         pcm16["pcm16_chunks_per_run"], pcm16["chunks_per_run"],

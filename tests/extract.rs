@@ -705,6 +705,70 @@ fn sixteen_bit_wavs_go_to_the_gpu_as_16_bit_samples_and_give_the_cpu_rows() {
     );
 }
 
+#[cfg(feature = "gpu")]
+#[test]
+fn a_gpu_job_storing_f16_has_its_rows_sent_back_as_f16_with_the_same_stored_values() {
+    if !common::has_gpu_adapter() {
+        return;
+    }
+    // `--dtype f16` with nothing between the executors and the writer: the GPU sends Whisper's
+    // rows back as f16 (half the bytes), each value rounded as the writer rounds the f32 rows
+    // of the same job in f32, so that the parts hold the same values bit for bit, the long
+    // item's pieces included.
+    let tmp = Tmp::new("gpu-f16");
+    let corpus = tmp.path("corpus");
+    make_corpus(&corpus, 3);
+    write_wav(&corpus.join("long.wav"), 16_000, 75.0, 9);
+    let spec_id = FeatureSpec::preset("whisper").unwrap().spec_id();
+    let extract = |out: &Path, dtype: &str| {
+        let o = run(&[
+            "extract",
+            corpus.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--preset",
+            "whisper",
+            "--device",
+            "gpu",
+            "--dtype",
+            dtype,
+        ]);
+        assert_eq!(o.status.code(), Some(3), "{dtype}: {}", stderr(&o));
+        report(out, "report.json").devices[0]
+            .transfer
+            .expect("a GPU reports its data path")
+    };
+    let (f32_out, f16_out) = (tmp.path("f32"), tmp.path("f16"));
+    let (a, b) = (extract(&f32_out, "f32"), extract(&f16_out, "f16"));
+    assert_eq!(a.f16_chunks, 0, "{a:?}");
+    assert!(b.chunks > 0 && b.f16_chunks == b.chunks, "{b:?}");
+    assert!(
+        2 * b.row_bytes_read >= a.row_bytes_read
+            && 2 * b.row_bytes_read <= a.row_bytes_read + 4 * b.chunks,
+        "{} bytes of rows as f16, {} as f32",
+        b.row_bytes_read,
+        a.row_bytes_read
+    );
+    let (want, got) = (
+        read_dataset(&f32_out, &spec_id),
+        read_dataset(&f16_out, &spec_id),
+    );
+    assert_eq!(
+        want.keys().collect::<Vec<_>>(),
+        got.keys().collect::<Vec<_>>()
+    );
+    assert_eq!(want.keys().filter(|(id, _)| id.contains("long")).count(), 3);
+    for (key, (frames, bins, x)) in &want {
+        let (gf, gb, y) = &got[key];
+        assert_eq!((frames, bins), (gf, gb), "{key:?}");
+        let rounded = x.iter().map(|&v| half::f16::from_f32(v).to_f32().to_bits());
+        assert!(
+            rounded.eq(y.iter().map(|v| v.to_bits())),
+            "{key:?}: the stored f16 values differ"
+        );
+    }
+}
+
 #[test]
 fn long_items_are_cut_into_pieces_that_concatenate_to_the_whole() {
     let tmp = Tmp::new("pieces");

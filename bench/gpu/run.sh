@@ -128,6 +128,18 @@ print(json.dumps({"item_steps_on": sys.argv[1], "preset": sys.argv[2], "precisio
     "host_ms_per_run": {k: round(1e3 * t[f"{k}_seconds_per_run"], 2) for k in ("fill", "wait", "finish")}}))' "$steps" "$1" "$2" | log
   done
 done
+# The rows back as f16 for a job that stores f16 (`--dtype f16`): half the 61 MB of rows of a
+# 64-clip Whisper batch (16-bit clips, the steps on the device), beside the same as f32.
+for dtype in f32 f16; do
+  timeout 60 $bin bench --device gpu --preset whisper --clips 64 --seconds 30 --repeat 5 \
+    --precision f32 --pcm16 --dtype $dtype 2>/dev/null | python3 -c '
+import json, sys
+r = json.loads(sys.stdin.readline()); t = r.get("transfer") or {}
+print(json.dumps({"rows_as": sys.argv[1], "host_to_host": round(r["audio_seconds_per_second"]),
+    "row_mb_per_run": round(t.get("row_bytes_per_run", 0) / 2**20, 1),
+    "f16_chunks_per_run": t.get("f16_chunks_per_run"), "chunks_per_run": t.get("chunks_per_run"),
+    "host_ms_per_run": {k: round(1e3 * t[f"{k}_seconds_per_run"], 2) for k in ("fill", "wait", "finish")}}))' "$dtype" | log
+done
 MIMALLOC_PURGE_DELAY=-1 timeout 60 $bin bench --device gpu --preset whisper --clips 64 \
   --seconds 30 --repeat 5 --precision f32 2>/dev/null | python3 -c '
 import json, sys

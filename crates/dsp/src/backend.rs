@@ -262,6 +262,14 @@ pub trait Extractor: Send {
     fn transfer_stats(&self) -> Option<TransferStats> {
         None
     }
+    /// The job stores its rows as f16 and nothing reads them before (no model, no row
+    /// stage): a device may then send them as f16, each value rounded to f16 as the writer
+    /// would round it (to nearest, ties to even), so that the stored values are the same.
+    /// Returns whether it will; the CPU (the default) gives f32 rows, which the writer
+    /// rounds.
+    fn rows_stored_as_f16(&mut self) -> bool {
+        false
+    }
 }
 
 /// What a device's data path has done since it opened: its staging memory, the chunks it
@@ -279,6 +287,9 @@ pub struct TransferStats {
     /// Bytes of samples sent to the device, and the chunks that went as 16-bit samples.
     pub sample_bytes_sent: u64,
     pub pcm16_chunks: u64,
+    /// Bytes of rows read back from the device, and the chunks whose rows came as f16.
+    pub row_bytes_read: u64,
+    pub f16_chunks: u64,
     /// Chunks the host finished filling while the device was still running the chunk before:
     /// the transfers and the kernels overlapped.
     pub chunks_filled_while_busy: u64,
@@ -302,6 +313,8 @@ impl TransferStats {
             chunks: self.chunks - before.chunks,
             sample_bytes_sent: self.sample_bytes_sent - before.sample_bytes_sent,
             pcm16_chunks: self.pcm16_chunks - before.pcm16_chunks,
+            row_bytes_read: self.row_bytes_read - before.row_bytes_read,
+            f16_chunks: self.f16_chunks - before.f16_chunks,
             chunks_filled_while_busy: self.chunks_filled_while_busy
                 - before.chunks_filled_while_busy,
             kernel_seconds: self.kernel_seconds - before.kernel_seconds,
@@ -479,6 +492,8 @@ mod tests {
             chunks: 5,
             sample_bytes_sent: 1000,
             pcm16_chunks: 2,
+            row_bytes_read: 400,
+            f16_chunks: 1,
             kernel_seconds: 0.5,
             ..Default::default()
         };
@@ -488,6 +503,8 @@ mod tests {
             chunks: 9,
             sample_bytes_sent: 1800,
             pcm16_chunks: 6,
+            row_bytes_read: 1000,
+            f16_chunks: 3,
             kernel_seconds: 1.25,
             ..Default::default()
         };
@@ -497,6 +514,7 @@ mod tests {
             (0, 200, 4)
         );
         assert_eq!((job.sample_bytes_sent, job.pcm16_chunks), (800, 4));
+        assert_eq!((job.row_bytes_read, job.f16_chunks), (600, 2));
         assert_eq!(job.kernel_seconds, 0.75);
     }
 

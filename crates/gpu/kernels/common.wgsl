@@ -49,7 +49,8 @@ struct Params {
     // The signal's pre-emphasis where the kernels apply it as they read each sample (NeMo's
     // y[n] = x[n] - a x[n-1], y[0] = x[0]); 0 where the host applied it, or none is.
     signal_preemph: f32,
-    _pad: u32,
+    // Workgroups per row of the f16_rows kernel's grid (which wraps as grid_y does).
+    pack_row: u32,
     // 28 words: a whole number of 16-byte rows, as a uniform must be.
 }
 

@@ -17,6 +17,7 @@ use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
 use bytemuck::{Pod, Zeroable};
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use rayon::prelude::*;
 use sonograph_dsp::dct::Dct;
 use sonograph_dsp::mel::MelBank;
@@ -32,7 +33,7 @@ use wgpu::util::DeviceExt;
 use crate::context::{self, GpuDevice};
 use crate::plan::{
     batch_buffers, device_item_steps, finish_item, gpu_row_width, host_finish_spec, log_params,
-    scalar_bytes, uses_mel, ItemSteps,
+    rows_final_on_device, scalar_bytes, uses_mel, ItemSteps,
 };
 use crate::pool::{human_bytes, BlockAllocator, BlockKind, MemoryPool, MemoryStats, PoolBlock};
 use crate::transfer::{StagingRing, RING_DEPTH};
@@ -46,6 +47,7 @@ const DFT: &str = include_str!("../kernels/dft.wgsl");
 const FUSED: &str = include_str!("../kernels/fused.wgsl");
 const MEL: &str = include_str!("../kernels/mel.wgsl");
 const ITEM_STEPS: &str = include_str!("../kernels/item_steps.wgsl");
+const F16_ROWS: &str = include_str!("../kernels/f16_rows.wgsl");
 
 /// Samples per chunk sent to the device, in bytes: big enough that a chunk holds an item per
 /// core for the host's per-item finishing (64 × 30 s Whisper clips on an H200 machine with 16
@@ -197,7 +199,7 @@ struct Params {
     affine_add: f32,
     affine_scale: f32,
     signal_preemph: f32,
-    _pad: u32,
+    pack_row: u32,
 }
 
 // A uniform is a whole number of 16-byte rows; the kernels' struct has no padding of its own.
@@ -315,6 +317,12 @@ pub struct GpuBackend {
     item_steps: Option<(ItemSteps, StepKernels)>,
     /// The spec the host finishes the device's rows by: without the device's steps.
     host_spec: FeatureSpec,
+    /// kernels/f16_rows.wgsl, where the device's rows are the output values
+    /// (`plan::rows_final_on_device`).
+    f16_pack: Option<wgpu::ComputePipeline>,
+    /// The rows come back as f16: the job stores f16 and nothing reads them before
+    /// ([`Extractor::rows_stored_as_f16`]).
+    f16_rows: bool,
 }
 
 /// kernels/item_steps.wgsl's entry points: each item's statistics (its maximum, or its bands'
@@ -406,6 +414,11 @@ impl GpuBackend {
                 };
                 (steps, kernels)
             });
+        let host_spec = host_finish_spec(spec, item_steps.as_ref().map(|s| s.0));
+        let f16_pack = rows_final_on_device(spec, &host_spec).then(|| {
+            let source = kernel_source(precision.name(), F16_ROWS);
+            context::compute_pipeline(d, "f16 rows", &source, "pack")
+        });
         let init = |label: &str, contents: &[u8]| {
             d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
@@ -497,8 +510,10 @@ impl GpuBackend {
                     });
                     (queries, resolved)
                 }),
-            host_spec: host_finish_spec(spec, item_steps.as_ref().map(|s| s.0)),
+            host_spec,
             item_steps,
+            f16_pack,
+            f16_rows: false,
             gpu,
         })
     }
@@ -578,7 +593,14 @@ impl GpuBackend {
         }
     }
 
-    fn params(&self, total_frames: usize, grid_y: u32, frame_row: u32, items: ItemGrid) -> Params {
+    fn params(
+        &self,
+        total_frames: usize,
+        grid_y: u32,
+        frame_row: u32,
+        items: ItemGrid,
+        pack_row: u32,
+    ) -> Params {
         let s = &self.spec;
         let (log_kind, guard_add, guard) = log_params(s);
         let steps = self.item_steps.as_ref().map(|(steps, _)| *steps);
@@ -623,7 +645,7 @@ impl GpuBackend {
             } else {
                 0.0
             },
-            _pad: 0,
+            pack_row,
         }
     }
 
@@ -656,6 +678,7 @@ impl GpuBackend {
             &self.spec,
             self.precision,
             self.fused(),
+            self.f16_rows,
             items,
             samples,
             frames,
@@ -799,7 +822,10 @@ impl GpuBackend {
             row,
             rows,
         };
-        let params = self.params(frames, grid_y, frame_x * 64, item_grid);
+        // The f16 kernel: an invocation per word of two values.
+        let words = (frames * gpu_row_width(spec)).div_ceil(2);
+        let pack_grid = wrapped(words.div_ceil(64), max_dim);
+        let params = self.params(frames, grid_y, frame_x * 64, item_grid, pack_grid.0);
         let mut records = Vec::with_capacity(items.len());
         let (mut next_sample, mut next_frame) = (0usize, 0usize);
         for l in items {
@@ -875,6 +901,7 @@ impl GpuBackend {
             frames,
             grid: (grid_y, grid_z, frame_x, frame_y),
             item_grid,
+            pack_grid,
             result_bytes,
         })
     }
@@ -1011,6 +1038,10 @@ impl GpuBackend {
         if staged.format == SampleFormat::Pcm16 {
             self.ring.stats.pcm16_chunks += 1;
         }
+        self.ring.stats.row_bytes_read += staged.result_bytes;
+        if self.f16_rows {
+            self.ring.stats.f16_chunks += 1;
+        }
         let index = self.submit(k, device, &staged)?;
         self.ring.submitted(&self.gpu, k, index, read_bytes);
         tracing::debug!(
@@ -1033,14 +1064,18 @@ impl GpuBackend {
         }
     }
 
-    /// Bytes of the rows a chunk of `frames` frames gives back.
+    /// Bytes of the rows a chunk of `frames` frames gives back (f16 rows in whole words).
     fn result_bytes(&self, frames: usize) -> u64 {
+        let values = (frames * gpu_row_width(&self.spec)) as u64;
+        if self.f16_rows {
+            return (2 * values).next_multiple_of(4);
+        }
         let per_value = if spectrum_is_f64(&self.spec, self.precision) {
             8
         } else {
             4
         };
-        per_value * (frames * gpu_row_width(&self.spec)) as u64
+        per_value * values
     }
 
     /// Encodes and submits chunk `k`: its staging copied into the device buffers, the kernels,
@@ -1221,8 +1256,22 @@ impl GpuBackend {
                 pass.set_bind_group(0, &bind_group("item steps", &steps.apply, list), &[]);
                 pass.dispatch_workgroups(spec.n_mels.div_ceil(64) as u32, grid_y, grid_z);
             }
+            if let (true, Some(pack)) = (self.f16_rows, &self.f16_pack) {
+                let list = vec![
+                    (0, bind(block::PARAMS)),
+                    (1, bind(block::MEL_ROWS)),
+                    (2, bind(block::F16_ROWS)),
+                ];
+                pass.set_pipeline(pack);
+                pass.set_bind_group(0, &bind_group("f16 rows", pack, list), &[]);
+                pass.dispatch_workgroups(staged.pack_grid.0, staged.pack_grid.1, 1);
+            }
         }
-        let result_buf = if mel { b_mel } else { b_spec };
+        let result_buf = match (self.f16_rows, mel) {
+            (true, _) => &blocks[block::F16_ROWS].block,
+            (false, true) => b_mel,
+            (false, false) => b_spec,
+        };
         if result_bytes > 0 {
             enc.copy_buffer_to_buffer(result_buf, 0, self.ring.readback(k), 0, result_bytes);
         }
@@ -1266,6 +1315,7 @@ impl GpuBackend {
         let dct = self.dct.as_ref();
         let width = gpu_row_width(spec);
         let f64_rows = spectrum_is_f64(spec, self.precision);
+        let f16_rows = self.f16_rows;
         let timed = self.timestamps.is_some();
         let period_ns = f64::from(self.gpu.queue.get_timestamp_period());
         self.ring.read_rows(k, result_bytes, |bytes| {
@@ -1297,7 +1347,11 @@ impl GpuBackend {
                         return Err(e.clone());
                     }
                     let (a, b) = (at * width, (at + l.frames) * width);
-                    let rows: std::borrow::Cow<[f32]> = if f64_rows {
+                    let rows: std::borrow::Cow<[f32]> = if f16_rows {
+                        // Widened exactly: each value is what the writer stores.
+                        let bits: &[u16] = bytemuck::cast_slice(&bytes[2 * a..2 * b]);
+                        bits.reinterpret_cast::<half::f16>().to_f32_vec().into()
+                    } else if f64_rows {
                         bytes[8 * a..8 * b]
                             .chunks_exact(8)
                             .map(|v| f64::from_le_bytes(v.try_into().expect("8 bytes")) as f32)
@@ -1307,7 +1361,7 @@ impl GpuBackend {
                         bytemuck::cast_slice::<u8, f32>(&bytes[4 * a..4 * b]).into()
                     };
                     let mut out = Vec::new();
-                    let frames = finish_item(spec, dct, &rows, l.frames, l.span.last, &mut out);
+                    let frames = finish_item(spec, dct, rows, l.frames, l.span.last, &mut out);
                     Ok((frames, out))
                 })
                 .collect::<Vec<_>>();
@@ -1457,7 +1511,8 @@ mod block {
     pub const SPECTRUM: usize = 4;
     pub const MEL_ROWS: usize = 5;
     pub const STATISTICS: usize = 6;
-    pub const PARAMS: usize = 7;
+    pub const F16_ROWS: usize = 7;
+    pub const PARAMS: usize = 8;
 }
 
 /// The device buffers of a batch (see [`block`]) and their sizes.
@@ -1479,6 +1534,8 @@ struct Staged {
     /// The dispatch grid: (grid_y, grid_z, frame_x, frame_y).
     grid: (u32, u32, u32, u32),
     item_grid: ItemGrid,
+    /// The f16 kernel's grid: (workgroups per row, rows).
+    pack_grid: (u32, u32),
     /// Bytes of rows the chunk gives back.
     result_bytes: u64,
 }
@@ -1637,6 +1694,13 @@ impl Extractor for GpuBackend {
         Some(self.ring.stats)
     }
 
+    /// Where the device's rows are the output values (`plan::rows_final_on_device`): they
+    /// come back as f16, rounded as the writer rounds them, in half the bytes.
+    fn rows_stored_as_f16(&mut self) -> bool {
+        self.f16_rows = self.f16_pack.is_some();
+        self.f16_rows
+    }
+
     fn recover(&mut self) -> bool {
         fail::fail_point!("gpu::recover_fails", |_| false);
         if self.gpu.is_lost() {
@@ -1659,6 +1723,7 @@ impl Extractor for GpuBackend {
             &self.spec,
             self.precision,
             self.fused(),
+            self.f16_rows,
             1,
             item_samples,
             frames,
@@ -1817,7 +1882,7 @@ mod tests {
                 affine_add: "f32",
                 affine_scale: "f32",
                 signal_preemph: "f32",
-                _pad: "u32",
+                pack_row: "u32",
             }),
             size_of::<Params>(),
         );

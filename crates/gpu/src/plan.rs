@@ -2,6 +2,8 @@
 //! dynamic range, DCT, affine, per-feature normalisation, Welch averaging), which are
 //! transcriptions of `sonograph_dsp::extractor` so that both backends mean the same thing.
 
+use std::borrow::Cow;
+
 use sonograph_dsp::dct::Dct;
 use sonograph_dsp::extractor::{finish_rows, log_row, welch_row};
 use sonograph_dsp::spec::{FeatureSpec, LogGuard, LogKind, Normalize, OutputKind};
@@ -36,15 +38,16 @@ pub fn scalar_bytes(precision: Precision) -> u64 {
 /// frames, in binding order: (name, bytes). The extractor allocates exactly these (plus its
 /// parameter uniform); the batcher's first estimate sums them. The fused kernel keeps frames
 /// and spectra in workgroup memory: a buffer it does not bind is one word, so that the
-/// indices stay fixed.
+/// indices stay fixed. `f16_rows`: the rows come back as f16 (kernels/f16_rows.wgsl).
 pub fn batch_buffers(
     spec: &FeatureSpec,
     precision: Precision,
     fused: bool,
+    f16_rows: bool,
     items: usize,
     samples: usize,
     frames: usize,
-) -> [(&'static str, u64); 8] {
+) -> [(&'static str, u64); 9] {
     let real = scalar_bytes(precision);
     let n_freq = (spec.n_fft / 2 + 1) as u64;
     let frames = frames as u64;
@@ -71,6 +74,13 @@ pub fn batch_buffers(
         Some(_) => real * items.max(1) as u64,
         None => 4,
     };
+    let values = frames * gpu_row_width(spec) as u64;
+    let (packed, row_bytes) = if f16_rows {
+        let packed = 2 * values.next_multiple_of(2);
+        (packed.max(4), 2)
+    } else {
+        (4, row_bytes)
+    };
     [
         ("samples", 4 * samples.max(1) as u64),
         // Ten words an item (`Item` in kernels/common.wgsl).
@@ -80,8 +90,21 @@ pub fn batch_buffers(
         ("spectrum", spectrum_bytes),
         ("mel rows", mel_rows),
         ("item statistics", statistics_bytes),
-        ("readback", row_bytes * frames * gpu_row_width(spec) as u64),
+        ("f16 rows", packed),
+        ("readback", (row_bytes * values).next_multiple_of(4)),
     ]
+}
+
+/// Whether the device's rows for `spec` are its output values, so that they may come back
+/// as f16 for a job that stores f16: mel and log-mel rows whose whole-row steps the device
+/// applies or that have none (`host` is the spec the host finishes them by). The host then
+/// only drops a last frame and completes stacked rows with zeros, which f16 rows allow
+/// alike; MFCC's DCT, the spectra's log and Welch's mean need the f32 values.
+pub fn rows_final_on_device(spec: &FeatureSpec, host: &FeatureSpec) -> bool {
+    matches!(spec.output, OutputKind::Mel | OutputKind::Logmel)
+        && host.dynamic_range.is_none()
+        && host.affine.is_none()
+        && host.normalize == Normalize::None
 }
 
 /// The whole-row steps the device applies after its mel kernel (kernels/item_steps.wgsl).
@@ -200,16 +223,16 @@ pub fn log_params(spec: &FeatureSpec) -> (u32, u32, f32) {
 pub fn finish_item(
     spec: &FeatureSpec,
     dct: Option<&Dct>,
-    gpu_rows: &[f32],
+    gpu_rows: Cow<'_, [f32]>,
     frames: usize,
     last: bool,
     out: &mut Vec<f32>,
 ) -> usize {
     let width = gpu_row_width(spec);
-    let mut raw: Vec<f32> = Vec::with_capacity(frames * spec.n_bins());
-    match spec.output {
-        OutputKind::Psd => return finish_psd(spec, gpu_rows, frames, out),
+    let mut raw: Vec<f32> = match spec.output {
+        OutputKind::Psd => return finish_psd(spec, &gpu_rows, frames, out),
         OutputKind::Power | OutputKind::Magnitude => {
+            let mut raw = Vec::with_capacity(frames * spec.n_bins());
             let keep = spec.n_spectrum_bins();
             let mut row = Vec::with_capacity(keep);
             for r in gpu_rows.chunks_exact(width) {
@@ -221,12 +244,12 @@ pub fn finish_item(
                 }
                 log_row(spec, &mut row, &mut raw);
             }
+            raw
         }
-        // The mel kernel has applied the guard and the log already.
-        OutputKind::Mel | OutputKind::Logmel | OutputKind::Mfcc => {
-            raw.extend_from_slice(gpu_rows);
-        }
-    }
+        // The mel kernel has applied the guard and the log already. (Rows widened from f16
+        // are the host's own already: they are not copied again.)
+        OutputKind::Mel | OutputKind::Logmel | OutputKind::Mfcc => gpu_rows.into_owned(),
+    };
     finish_rows(spec, dct, &mut raw, last && spec.drop_last_frame, out)
 }
 

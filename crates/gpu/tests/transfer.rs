@@ -656,3 +656,140 @@ fn whole_row_steps_on_the_device_give_the_hosts_rows() {
         }
     }
 }
+
+/// `rows` as a writer storing f16 stores them (the `half` crate's rounding), widened back.
+fn as_stored_in_f16(rows: &FeatureBatch) -> FeatureBatch {
+    let mut out = FeatureBatch::new(rows.bins());
+    for i in 0..rows.len() {
+        match rows.item(i) {
+            Ok((frames, r)) => out.push_owned(
+                frames,
+                r.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect(),
+            ),
+            Err(e) => out.push_error(e.clone()),
+        }
+    }
+    out
+}
+
+/// Items of a tone from near-silence to far over full scale (1e-7 to 100, exponentially).
+fn silence_to_overload(spec: &FeatureSpec) -> AudioBatch {
+    let mut batch = AudioBatch::new();
+    for k in 0..3 {
+        let n = 12_001 + 3_331 * k;
+        let item: Vec<f32> = (0..n)
+            .map(|i| {
+                let level = 1e-7f32 * 1e9f32.powf(i as f32 / n as f32);
+                (i as f32 * (0.05 + 0.02 * k as f32)).sin() * level
+            })
+            .collect();
+        batch.push(&item);
+    }
+    let others = whole_items_and_every_piece(spec, false);
+    for i in 0..others.len() {
+        batch.push_piece(others.item(i), others.span(i).copied());
+    }
+    batch
+}
+
+#[test]
+fn f16_rows_are_the_f32_rows_rounded_as_the_writer_rounds_them() {
+    // A job that stores f16 (`--dtype f16`) with nothing reading its rows before the writer
+    // has the device send them as f16 (kernels/f16_rows.wgsl), in half the bytes. Each value
+    // must be what the writer would store of the device's f32 row (`half`'s rounding: to
+    // nearest, ties to even), bit for bit: Whisper (its clamp and affine on the device),
+    // librosa's mel at 512 points, Kaldi's 23 bands (odd: rows start inside a word), NeMo in
+    // f64 (normalised on the device) and mel power without a log (from 1e-7 to 100 times full
+    // scale, so that every case of the rounding is met: infinity past 65504, f16 subnormals,
+    // underflow to zero, ties); in one chunk and an item a chunk (words across two items), with
+    // pieces of a long item and an item refused in the middle. Specs whose rows the host still
+    // works on (MFCC's DCT, NeMo normalised on the host in f32) refuse, and give f32 rows.
+    use sonograph_dsp::spec::{LogKind, OutputKind};
+    let mut power = FeatureSpec::whisper(80);
+    (power.log, power.dynamic_range, power.affine) = (LogKind::None, None, None);
+    power.output = OutputKind::Mel;
+    let mut mfcc = librosa_512();
+    mfcc.output = OutputKind::Mfcc;
+    let (f32, f64) = (Precision::F32, Precision::F64);
+    let mut cases = [0usize; 4];
+    for (spec, precision, takes_f16) in [
+        (FeatureSpec::whisper(80), f32, true),
+        (librosa_512(), f32, true),
+        (FeatureSpec::kaldi(23), f32, true),
+        (FeatureSpec::nemo(80), f64, true),
+        (power.clone(), f32, true),
+        (FeatureSpec::nemo(80), f32, false),
+        (mfcc, f32, false),
+    ] {
+        let options = GpuOptions {
+            precision,
+            ..Default::default()
+        };
+        let batch = if spec == power {
+            silence_to_overload(&spec)
+        } else {
+            whole_items_and_every_piece(&spec, false)
+        };
+        for chunk_bytes in [32 << 20, 4] {
+            let Some(mut as_f32) = gpu_with(&spec, &options) else {
+                return;
+            };
+            if as_f32.precision() != precision {
+                // No f64 in this adapter's shaders: NeMo is normalised on the host.
+                continue;
+            }
+            let mut as_f16 = gpu_with(&spec, &options).expect("opened above");
+            let what = format!(
+                "{} ({precision:?}, chunks of {chunk_bytes} bytes)",
+                spec.spec_id()
+            );
+            assert_eq!(as_f16.rows_stored_as_f16(), takes_f16, "{what}");
+            as_f32.set_chunk_bytes(chunk_bytes);
+            as_f16.set_chunk_bytes(chunk_bytes);
+            let want = rows(&mut as_f32, &batch);
+            let got = rows(&mut as_f16, &batch);
+            let (a, b) = (
+                as_f32.transfer_stats().unwrap(),
+                as_f16.transfer_stats().unwrap(),
+            );
+            assert_eq!((a.f16_chunks, a.chunks), (0, b.chunks), "{what}: {a:?}");
+            if !takes_f16 {
+                assert_eq!(b.f16_chunks, 0, "{what}: {b:?}");
+                same_bits(&want, &got, &what);
+                continue;
+            }
+            assert_eq!(b.f16_chunks, b.chunks, "{what}: {b:?}");
+            // Half, but for each chunk's last word.
+            assert!(
+                2 * b.row_bytes_read >= a.row_bytes_read
+                    && 2 * b.row_bytes_read <= a.row_bytes_read + 4 * b.chunks,
+                "{what}: {} bytes of rows as f16, {} as f32",
+                b.row_bytes_read,
+                a.row_bytes_read
+            );
+            same_bits(&as_stored_in_f16(&want), &got, &what);
+            for i in 0..want.len() {
+                let Ok((_, r)) = want.item(i) else { continue };
+                for &v in r {
+                    let h = half::f16::from_f32(v);
+                    let low_bits = v.to_bits() & 0x1fff;
+                    if h.is_infinite() && v.is_finite() {
+                        cases[0] += 1;
+                    } else if h.classify() == std::num::FpCategory::Subnormal {
+                        cases[1] += 1;
+                    } else if v != 0.0 && h.to_f32() == 0.0 {
+                        cases[2] += 1;
+                    } else if h.is_normal() && low_bits == 0x1000 {
+                        cases[3] += 1;
+                    }
+                }
+            }
+        }
+    }
+    let [overflow, subnormal, underflow, ties] = cases;
+    assert!(
+        overflow > 0 && subnormal > 0 && underflow > 0 && ties > 0,
+        "values that overflow f16: {overflow}, f16 subnormals: {subnormal}, underflow to \
+         zero: {underflow}, ties: {ties}"
+    );
+}

@@ -65,6 +65,9 @@ pub struct TransferTiming {
     /// Bytes of samples sent to the device, and chunks sent as 16-bit samples.
     pub sample_bytes_per_run: f64,
     pub pcm16_chunks_per_run: f64,
+    /// Bytes of rows read back, and chunks whose rows came back as f16.
+    pub row_bytes_per_run: f64,
+    pub f16_chunks_per_run: f64,
 }
 
 /// Runs `f` once to warm up, then `repeat` times; the sorted durations in seconds.
@@ -291,6 +294,8 @@ pub fn time_device(
                     .then(|| seconds * runs / d.kernel_seconds),
                 sample_bytes_per_run: d.sample_bytes_sent as f64 / runs,
                 pcm16_chunks_per_run: d.pcm16_chunks as f64 / runs,
+                row_bytes_per_run: d.row_bytes_read as f64 / runs,
+                f16_chunks_per_run: d.f16_chunks as f64 / runs,
             }
         });
     Ok(DeviceTiming {

@@ -12,7 +12,7 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use sonograph_dsp::Extractor;
 use sonograph_io::ledger::LedgerReader;
 use sonograph_io::manifest::Entry;
-use sonograph_io::parquet::PartMeta;
+use sonograph_io::parquet::{Dtype, PartMeta};
 
 use crate::bucket::BucketOutput;
 use crate::config::JobConfig;
@@ -261,6 +261,8 @@ fn run_stages(
         live.set_capacity(Queue::Model, row_capacity);
         row_stages.push(Box::new(stage));
     }
+    // Rows that go straight to a writer storing f16 may come from a device as f16.
+    let rows_stored_as_f16 = config.dtype == Dtype::F16 && row_stages.is_empty();
     let (writer_tx, writer_rx, row_stage_handles) = chain(
         writer_tx,
         writer_rx,
@@ -304,7 +306,10 @@ fn run_stages(
     let executors_running = Arc::new(());
     let executor_handles: Vec<_> = devices
         .into_iter()
-        .map(|device| {
+        .map(|mut device| {
+            if rows_stored_as_f16 {
+                device.rows_stored_as_f16();
+            }
             let (units, writer_tx) = (unit_rx.clone(), writer_tx.clone());
             let live = live_executors.clone();
             let running = executors_running.clone();

@@ -70,6 +70,9 @@ pub fn file_features(
         max: 1,
         ..Default::default()
     });
+    if dtype == Dtype::F16 {
+        gpu.rows_stored_as_f16();
+    }
     let mut batch = FeatureBatch::new(spec.n_bins());
     batcher.run(
         &AudioBatch::from_items([samples.as_slice()]),
