@@ -39,7 +39,8 @@ pub fn webdataset_shard(data: &[u8]) {
                     for field in &member.sample {
                         assert!(field.offset.saturating_add(field.size) <= len);
                     }
-                    match read_sample(&Roots::anywhere(), member) {
+                    let archive = member.open(&Roots::anywhere()).expect("the shard opens");
+                    match read_sample(&archive, member) {
                         Ok(Some(text)) => {
                             let fields: serde_json::Value =
                                 serde_json::from_str(&text).expect("a sample is JSON");

@@ -17,7 +17,7 @@ use crate::error::DecodeError;
 use crate::item::{ArchiveMember, SourceItem};
 use crate::ogg_guard::check_ogg_comments;
 use crate::roots::Roots;
-use crate::span::Span;
+use crate::span::{Blob, Span};
 
 /// Sample rates under this are taken as a lying header (no audio format goes lower).
 pub const MIN_RATE: u32 = 1_000;
@@ -210,28 +210,32 @@ impl AudioReader {
     ) -> Result<Self, DecodeError> {
         match &item.member {
             None => Self::open_in(roots, &item.path, opts),
-            Some(member) => Self::open_member(roots, member, &item.path, opts),
+            Some(member) => {
+                let archive = member.open(roots).map_err(|source| DecodeError::Open {
+                    path: item.path.clone(),
+                    source,
+                })?;
+                Self::open_member(&archive, member, &item.path, opts)
+            }
         }
     }
 
-    /// `member`'s bytes of its archive (opened beneath `roots`), decoded where they lie, as
-    /// the file `path`.
-    fn open_member(
-        roots: &Roots,
+    /// `member`'s bytes of its `archive` (as [`ArchiveMember::open`] opens it, which a caller
+    /// reading the sample's text members too shares), decoded where they lie, as the file
+    /// `path`.
+    pub fn open_member(
+        archive: &Blob,
         member: &ArchiveMember,
         path: &Path,
         opts: &DecodeOptions,
     ) -> Result<Self, DecodeError> {
         Self::open_span(path, opts, || {
-            let open = |source| DecodeError::Open {
-                path: path.to_path_buf(),
-                source,
-            };
-            let file = roots.open_blob(&member.archive).map_err(open)?;
             // The archive was listed before it is read: it may have changed since.
-            Span::range(file, member.offset, member.size).map_err(|e| DecodeError::Corrupt {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
+            Span::range(archive.clone(), member.offset, member.size).map_err(|e| {
+                DecodeError::Corrupt {
+                    path: path.to_path_buf(),
+                    reason: e.to_string(),
+                }
             })
         })
     }

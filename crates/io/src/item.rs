@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
+use crate::roots::Roots;
 use crate::sigmf::IqSource;
+use crate::span::{Blob, ListedObject};
 
 /// File extensions treated as audio when walking a directory.
 pub const AUDIO_EXTENSIONS: &[&str] = &["wav", "wave", "flac", "mp3", "ogg", "oga"];
@@ -40,6 +42,33 @@ pub struct ArchiveMember {
     /// The text members of its WebDataset sample (`.json`, `.txt`, ...), whose contents the
     /// output carries in its `sample` column.
     pub sample: Vec<SampleMember>,
+    /// The archive as its listing opened it, where it is an object (its size and ETag): the
+    /// member is read without asking for them again, and from that version only.
+    pub listed: Option<ListedObject>,
+}
+
+/// A sample's members read at once at most (a sample's members lie side by side in a shard,
+/// as WebDataset writes them); a larger sample's audio is read by itself.
+const SAMPLE_READ: u64 = 8 << 20;
+
+impl ArchiveMember {
+    /// Opens its archive beneath `roots` (as listed: no request) for reading this item: its
+    /// audio and its sample's text members come in one read where they lie together.
+    pub fn open(&self, roots: &Roots) -> std::io::Result<Blob> {
+        let archive = roots.open_listed(&self.archive, self.listed.as_ref())?;
+        let members = self.sample.iter().map(|m| (m.offset, m.size));
+        let (start, end) = members
+            .chain([(self.offset, self.size)])
+            .fold((u64::MAX, 0), |(start, end), (offset, size)| {
+                (start.min(offset), end.max(offset + size))
+            });
+        archive.expect(if end - start <= SAMPLE_READ {
+            start..end
+        } else {
+            self.offset..self.offset + self.size
+        });
+        Ok(archive)
+    }
 }
 
 /// A text member of a WebDataset sample: its extension (as webdataset names the field, after

@@ -9,6 +9,7 @@ use std::rc::Rc;
 
 use crate::item::{ArchiveMember, SourceItem};
 use crate::roots::Roots;
+use crate::span::ListedObject;
 use crate::tar_index::{tar_members, TarListError, TarMember};
 use crate::webdataset::check_end;
 
@@ -16,8 +17,8 @@ use crate::webdataset::check_end;
 /// out of order costs a listing of its shard's headers again, not a wrong item).
 const SHARDS_KEPT: usize = 4;
 
-/// A shard's members by name, or why it cannot be listed.
-type Listing = Rc<Result<HashMap<String, TarMember>, String>>;
+/// A shard's members by name and the shard as listed, or why it cannot be listed.
+type Listing = Rc<Result<(HashMap<String, TarMember>, Option<ListedObject>), String>>;
 
 /// The shards of a tarred manifest, each listed (its headers alone) when a line first names it.
 pub(crate) struct TarredShards {
@@ -48,7 +49,7 @@ impl TarredShards {
     ) -> Result<SourceItem, String> {
         let tar = self.folder.join(format!("audio_{shard_id}.tar"));
         let members = self.members(shard_id, &tar);
-        let members = members.as_ref().as_ref().map_err(Clone::clone)?;
+        let (members, listed) = members.as_ref().as_ref().map_err(Clone::clone)?;
         // NeMo names a file's second and later entries `name-subN.ext` and writes its audio
         // once, as `name.ext`.
         let member = members
@@ -65,6 +66,7 @@ impl TarredShards {
                 offset: member.offset,
                 size: member.size,
                 sample: Vec::new(),
+                listed: listed.clone(),
             }),
         })
     }
@@ -85,13 +87,11 @@ impl TarredShards {
                     }
                 })?;
                 check_end(&f, &members).map_err(|reason| format!("{}: {reason}", tar.display()))?;
-                Ok(members)
+                Ok((members, f.listed()))
             })
-            .map(|members| {
-                members
-                    .into_iter()
-                    .map(|m| (m.name.clone(), m))
-                    .collect::<HashMap<_, _>>()
+            .map(|(members, listed)| {
+                let by_name = members.into_iter().map(|m| (m.name.clone(), m));
+                (by_name.collect::<HashMap<_, _>>(), listed)
             });
         let listed = Rc::new(listed);
         if self.listed.len() == SHARDS_KEPT {

@@ -46,6 +46,13 @@ pub const FIRST_READ_WHOLE: u64 = 1 << 20;
 pub const FIRST_READ_SPAN: u64 = FIRST_READ_AHEAD;
 const MAX_READ_AHEAD: u64 = 8 << 20;
 
+/// A read this far past the block's end, at most (and no further than the next read-ahead),
+/// fetches from the block's end, the gap included, instead of asking again where it lands:
+/// a tar listing hops from header to header over small members (a WebDataset shard of 2 s
+/// clips: one request per member, where now the shard streams in doubling blocks), and a
+/// request's round trip costs more than this many bytes.
+const READ_THROUGH: u64 = 1 << 20;
+
 /// Attempts of one read or upload: the store's client retries a request that fails with a
 /// transient status itself; a body cut short or a connection dropped mid-answer is retried
 /// here, after the same backoff.
@@ -502,8 +509,27 @@ impl RemoteObject {
         })
     }
 
+    /// `url` as a listing saw it (`len` bytes, ETag `version`): opened without a request, and
+    /// every answer must come from that version.
+    pub fn known(url: &Path, len: u64, version: Option<String>) -> io::Result<RemoteObject> {
+        let location = Location::parse(url)?;
+        Ok(RemoteObject {
+            url: url.to_path_buf(),
+            store: store(url, &location)?,
+            location: location.object_path(url)?,
+            len,
+            version: Self::pinnable(url, version),
+            block: Mutex::new(Block::default()),
+        })
+    }
+
     pub fn len(&self) -> u64 {
         self.len
+    }
+
+    /// The ETag the object was opened at (`None` where it is read unpinned).
+    pub fn version(&self) -> Option<&str> {
+        self.version.as_deref()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -511,8 +537,9 @@ impl RemoteObject {
     }
 
     /// Says which bytes the reader expects to read (a span of a long file, which the decoder
-    /// estimates): a read among them fetches to their end in one request, and no further;
-    /// a read elsewhere fetches as before.
+    /// estimates; a member of a tar shard and its sample's others): a read among them fetches
+    /// them all in one request where they fit in one ([`MAX_READ_AHEAD`]), else to their end,
+    /// and no further; a read elsewhere fetches as before.
     pub fn expect(&self, bytes: Range<u64>) {
         let mut block = self.block.lock().unwrap_or_else(|e| e.into_inner());
         block.expected = Some(bytes);
@@ -538,21 +565,34 @@ impl RemoteObject {
             {
                 block.head = block.bytes.clone();
             }
+            let expected = block.expected.clone().filter(|e| e.contains(&at));
+            // A short way on, and no expected bytes to read instead: read through the gap.
+            let through = expected.is_none()
+                && !block.bytes.is_empty()
+                && at > end
+                && at - end <= block.read_ahead.min(READ_THROUGH);
             // In order (the read starts where the block ended): read further ahead next time.
-            block.read_ahead = if at == end && !block.bytes.is_empty() {
+            block.read_ahead = if (at == end || through) && !block.bytes.is_empty() {
                 (block.read_ahead * 2).min(MAX_READ_AHEAD)
             } else {
                 FIRST_READ_AHEAD
             };
-            let want = match block.expected.as_ref().filter(|e| e.contains(&at)) {
+            let want = match &expected {
                 Some(expected) => expected.end - at,
                 None => block.read_ahead,
             }
             .max(buf.len() as u64)
             .min(MAX_READ_AHEAD);
-            let range = at..(at + want).min(self.len);
+            let range = match expected {
+                // Expected bytes that fit in one read come whole, wherever among them the
+                // first read is (a sample's text members before its audio, or after).
+                Some(e) if e.end - e.start <= MAX_READ_AHEAD => e.start..e.end.min(self.len),
+                _ if through => end..(at + want).min(self.len),
+                _ => at..(at + want).min(self.len),
+            };
+            let start = range.start;
             block.bytes = self.fetch(range)?;
-            block.start = at;
+            block.start = start;
         }
         let from = (at - block.start) as usize;
         let n = buf.len().min(block.bytes.len() - from);
@@ -907,6 +947,48 @@ mod tests {
         ) -> object_store::Result<()> {
             self.inner.copy_opts(from, to, options).await
         }
+    }
+
+    /// A read a short way past the block reads through the gap, reading further ahead each
+    /// time (a tar listing hopping over small members streams in doubling blocks); one far
+    /// past it fetches where it lands; expected bytes that fit in one read come whole wherever
+    /// the first read among them is (a sample's text member before its audio).
+    #[test]
+    fn short_hops_read_through_and_expected_bytes_come_whole() {
+        let data: Vec<u8> = (0..4_000_000u32).map(|i| (i * 13 % 251) as u8).collect();
+        let store = Arc::new(Counted::default());
+        let path = ObjectPath::from("shard.tar");
+        let payload = Bytes::from(data.clone());
+        let put = store.clone();
+        let p = path.clone();
+        wait(async move { put.put(&p, payload.into()).await }).unwrap();
+        let object =
+            RemoteObject::open_in(store.clone(), path, Path::new("mem://shard.tar")).unwrap();
+        let read = |at: u64| {
+            let mut buf = vec![0u8; 512];
+            let got = object.read_at(&mut buf, at).unwrap();
+            assert_eq!(got, 512);
+            assert_eq!(buf, data[at as usize..at as usize + 512], "at {at}");
+        };
+        for at in (0..=400_000).step_by(20_000) {
+            read(at);
+        }
+        read(3_000_000);
+        object.expect(3_500_000..3_600_000);
+        read(3_550_000);
+        read(3_500_000);
+        let ranges = store.ranges.lock().unwrap().clone();
+        assert_eq!(
+            ranges,
+            [
+                0..32_768,
+                32_768..105_536,
+                105_536..251_072,
+                251_072..522_144,
+                3_000_000..3_032_768,
+                3_500_000..3_600_000,
+            ]
+        );
     }
 
     /// Reads in order fetch doubling blocks, the first block is kept for a return to the

@@ -14,7 +14,7 @@ use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 
 use crate::remote::RemoteObject;
-use crate::span::Blob;
+use crate::span::{Blob, ListedObject};
 
 /// Where files may be opened from. Cheap to clone.
 #[derive(Clone, Default)]
@@ -67,6 +67,20 @@ impl Roots {
         self.0.is_some()
     }
 
+    /// Refuses object storage to a confined job.
+    fn check_remote(&self, path: &Path) -> io::Result<()> {
+        if self.is_confined() {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{}: object storage is outside the data roots",
+                    path.display()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Opens `path` for reading.
     pub fn open(&self, path: &Path) -> io::Result<File> {
         if !self.is_confined() {
@@ -81,19 +95,24 @@ impl Roots {
         self.open_blob_reading(path, None)
     }
 
+    /// [`open_blob`](Self::open_blob) for an object a listing opened (`listed`): without a
+    /// request, and held to the version listed.
+    pub fn open_listed(&self, path: &Path, listed: Option<&ListedObject>) -> io::Result<Blob> {
+        match listed {
+            Some(l) if crate::remote::is_url(path) => {
+                self.check_remote(path)?;
+                RemoteObject::known(path, l.len, l.version.clone())
+                    .map(|object| Blob::Remote(Arc::new(object)))
+            }
+            _ => self.open_blob(path),
+        }
+    }
+
     /// [`open_blob`](Self::open_blob), an object read from its start at once where `first`
     /// says how much (see `RemoteObject::open_reading`).
     pub fn open_blob_reading(&self, path: &Path, first: Option<u64>) -> io::Result<Blob> {
         if crate::remote::is_url(path) {
-            if self.is_confined() {
-                return Err(io::Error::new(
-                    io::ErrorKind::PermissionDenied,
-                    format!(
-                        "{}: object storage is outside the data roots",
-                        path.display()
-                    ),
-                ));
-            }
+            self.check_remote(path)?;
             let object = match first {
                 Some(first) => RemoteObject::open_reading(path, first)?,
                 None => RemoteObject::open(path)?,

@@ -8,6 +8,13 @@ use std::sync::Arc;
 
 use crate::remote::RemoteObject;
 
+/// An object as a listing opened it: its size and ETag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedObject {
+    pub len: u64,
+    pub version: Option<String>,
+}
+
 /// Bytes to read by offset: a local file, or an object read by byte range.
 #[derive(Debug, Clone)]
 pub enum Blob {
@@ -22,6 +29,25 @@ impl From<File> for Blob {
 }
 
 impl Blob {
+    /// The object as it was opened (its size and ETag), for reading its members later without
+    /// asking again; `None` for a local file.
+    pub fn listed(&self) -> Option<ListedObject> {
+        match self {
+            Blob::File(_) => None,
+            Blob::Remote(r) => Some(ListedObject {
+                len: r.len(),
+                version: r.version().map(str::to_string),
+            }),
+        }
+    }
+
+    /// Says which bytes will be read (see [`RemoteObject::expect`]); nothing for a local file.
+    pub fn expect(&self, bytes: std::ops::Range<u64>) {
+        if let Blob::Remote(r) = self {
+            r.expect(bytes);
+        }
+    }
+
     /// Its length in bytes.
     pub fn size(&self) -> io::Result<u64> {
         match self {

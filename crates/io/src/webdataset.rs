@@ -64,10 +64,10 @@ pub fn shard_entries(roots: &Roots, tar: &Path, shard_id: &str) -> Vec<Entry> {
                 TarListError::Truncated(reason) => format!("truncated: {reason}"),
             })?;
             check_end(&f, &members)?;
-            Ok(members)
+            Ok((members, f.listed()))
         });
-    let members = match listed {
-        Ok(members) => members,
+    let (members, listed) = match listed {
+        Ok(listing) => listing,
         Err(reason) => {
             return vec![Entry::Invalid {
                 id: shard_id.to_string(),
@@ -153,6 +153,7 @@ pub fn shard_entries(roots: &Roots, tar: &Path, shard_id: &str) -> Vec<Entry> {
                     offset: member.offset,
                     size: member.size,
                     sample: sample.clone(),
+                    listed: listed.clone(),
                 }),
             }));
         }
@@ -160,17 +161,15 @@ pub fn shard_entries(roots: &Roots, tar: &Path, shard_id: &str) -> Vec<Entry> {
     entries
 }
 
-/// The text members of `member`'s sample (read from its archive, opened beneath `roots`) as a
-/// JSON object by field: `json` members parsed, integer fields (`cls`, `index`, ...) as numbers
-/// where they are, the others as text; `None` for a sample without any. A member over
+/// The text members of `member`'s sample (read from its `archive`, as `ArchiveMember::open`
+/// opens it) as a JSON object by field: `json` members parsed, integer fields (`cls`,
+/// `index`, ...) as numbers where they are, the others as text; `None` for a sample without
+/// any. A member over
 /// [`MAX_SAMPLE_BYTES`] together, or one that cannot be read, is the item's failure.
-pub fn read_sample(roots: &Roots, member: &ArchiveMember) -> Result<Option<String>, String> {
+pub fn read_sample(archive: &Blob, member: &ArchiveMember) -> Result<Option<String>, String> {
     if member.sample.is_empty() {
         return Ok(None);
     }
-    let file = roots
-        .open_blob(&member.archive)
-        .map_err(|e| format!("cannot open the archive: {e}"))?;
     let total: u64 = member.sample.iter().map(|f| f.size).sum();
     if total > MAX_SAMPLE_BYTES {
         return Err(format!(
@@ -180,7 +179,7 @@ pub fn read_sample(roots: &Roots, member: &ArchiveMember) -> Result<Option<Strin
     }
     let mut fields = serde_json::Map::new();
     for field in &member.sample {
-        let bytes = Span::range(file.clone(), field.offset, field.size)
+        let bytes = Span::range(archive.clone(), field.offset, field.size)
             .map(|span| span.read_at(0, field.size as usize))
             .map_err(|e| format!("the sample's .{} member: {e}", field.extension))?;
         if bytes.len() as u64 != field.size {
@@ -298,13 +297,15 @@ mod tests {
             panic!()
         };
         let member = first.member.as_ref().unwrap();
+        assert_eq!(member.listed, None, "a local shard");
+        let archive = member.open(&Roots::anywhere()).unwrap();
         assert_eq!(
-            read_sample(&Roots::anywhere(), member).unwrap().as_deref(),
+            read_sample(&archive, member).unwrap().as_deref(),
             Some("{\"json\":{}}")
         );
         let mut big = member.clone();
         big.sample[0].size = MAX_SAMPLE_BYTES + 1;
-        let err = read_sample(&Roots::anywhere(), &big).unwrap_err();
+        let err = read_sample(&archive, &big).unwrap_err();
         assert!(err.contains("hold 1048577 bytes"), "{err}");
         // A shard of no audio is one invalid entry, the shard's (the fuzzer's first find: an
         // empty listing, silent).

@@ -11,6 +11,7 @@ use sonograph_dsp::{CpuExtractor, ItemError, OutputKind};
 use sonograph_io::decode::{AudioReader, DecodeOptions};
 use sonograph_io::manifest::{Entry, SourceItem};
 use sonograph_io::sigmf::{IqReader, IqSource};
+use sonograph_io::span::Blob;
 use sonograph_io::{ItemReader, StreamError};
 use sonograph_model::{Runtime, Segment, VadSegmenter};
 use thiserror::Error;
@@ -220,11 +221,23 @@ fn decode_item(
         offset_s: item.offset_s,
         duration_s: config.decoded_seconds(item),
     };
-    let mut reader = open_item(config, item, work.iq.as_ref(), &opts).map_err(fail)?;
+    // A shard's member: its archive opened once, as listed (no request), for its audio and its
+    // sample's text members, which come in one read.
+    let archive = match &item.member {
+        Some(member) => Some(member.open(&config.roots).map_err(|e| {
+            fail(format!(
+                "{}: cannot open its archive: {e}",
+                item.path.display()
+            ))
+        })?),
+        None => None,
+    };
+    let mut reader =
+        open_item(config, item, archive.as_ref(), work.iq.as_ref(), &opts).map_err(fail)?;
     // A WebDataset sample's text members, for its rows: sent before any row of the item, so
     // the writer has them when the first one comes (stages pass them on at once).
-    if let Some(member) = &item.member {
-        if let Some(text) = sonograph_io::webdataset::read_sample(&config.roots, member)
+    if let (Some(member), Some(archive)) = (&item.member, &archive) {
+        if let Some(text) = sonograph_io::webdataset::read_sample(archive, member)
             .map_err(|e| fail(format!("{}: {e}", item.path.display())))?
         {
             let sample = WriterMsg::Sample {
@@ -308,7 +321,8 @@ fn decode_item(
             Ok(None) if augmenter.is_some() => return Err(fail(long_augmented(config))),
             Ok(None) => {
                 tracing::debug!(id = %item.id, "its header said under max-seconds; streamed in pieces");
-                reader = open_item(config, item, work.iq.as_ref(), &opts).map_err(fail)?;
+                reader = open_item(config, item, archive.as_ref(), work.iq.as_ref(), &opts)
+                    .map_err(fail)?;
             }
         }
     }
@@ -365,12 +379,13 @@ fn decode_item(
     }
 }
 
-/// Opens an item for the spec: an audio file for a real spec, an IQ recording at the spec's
-/// rate for a complex one (IQ is never resampled). Any other pairing is the item's failure,
-/// naming the file and why.
+/// Opens an item for the spec: an audio file (or a member of `archive`, opened already) for a
+/// real spec, an IQ recording at the spec's rate for a complex one (IQ is never resampled).
+/// Any other pairing is the item's failure, naming the file and why.
 fn open_item(
     config: &JobConfig,
     item: &SourceItem,
+    archive: Option<&Blob>,
     iq: Option<&IqSource>,
     opts: &DecodeOptions,
 ) -> Result<ItemReader, String> {
@@ -378,7 +393,13 @@ fn open_item(
     let path = item.path.display();
     match (iq, spec.is_complex()) {
         (None, false) => Ok(ItemReader::Audio(
-            AudioReader::open_item(&config.roots, item, opts).map_err(|e| e.to_string())?,
+            match (archive, &item.member) {
+                (Some(archive), Some(member)) => {
+                    AudioReader::open_member(archive, member, &item.path, opts)
+                }
+                _ => AudioReader::open_item(&config.roots, item, opts),
+            }
+            .map_err(|e| e.to_string())?,
         )),
         (None, true) => Err(format!(
             "{path}: an audio file, and the spec takes complex IQ input (\"input\": \"complex\"): \
