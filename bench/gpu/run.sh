@@ -128,7 +128,7 @@ print(json.dumps({"item_steps_on": sys.argv[1], "preset": sys.argv[2], "precisio
     "host_ms_per_run": {k: round(1e3 * t[f"{k}_seconds_per_run"], 2) for k in ("fill", "wait", "finish")}}))' "$steps" "$1" "$2" | log
   done
 done
-# The rows back as f16 for a job that stores f16 (`--dtype f16`): half the 61 MB of rows of a
+# The rows back as f16 for a job that stores f16 (`--dtype f16`): half the 58 MiB of rows of a
 # 64-clip Whisper batch (16-bit clips, the steps on the device), beside the same as f32.
 for dtype in f32 f16; do
   timeout 60 $bin bench --device gpu --preset whisper --clips 64 --seconds 30 --repeat 5 \

@@ -262,12 +262,12 @@ pub trait Extractor: Send {
     fn transfer_stats(&self) -> Option<TransferStats> {
         None
     }
-    /// The job stores its rows as f16 and nothing reads them before (no model, no row
-    /// stage): a device may then send them as f16, each value rounded to f16 as the writer
+    /// Whether the job stores its rows as f16 with nothing reading them before (no model, no
+    /// row stage): a device may then send them as f16, each value rounded to f16 as the writer
     /// would round it (to nearest, ties to even), so that the stored values are the same.
-    /// Returns whether it will; the CPU (the default) gives f32 rows, which the writer
-    /// rounds.
-    fn rows_stored_as_f16(&mut self) -> bool {
+    /// Returns whether the rows now come as f16; the CPU (the default) gives f32 rows, which
+    /// the writer rounds.
+    fn set_rows_stored_as_f16(&mut self, _stored: bool) -> bool {
         false
     }
 }

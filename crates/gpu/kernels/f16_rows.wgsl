@@ -2,15 +2,15 @@
 // for a job that stores f16 (`--dtype f16`): half the bytes come back. Each value is rounded
 // as the host's writer rounds it (the `half` crate's f32 -> f16: to nearest, ties to even;
 // overflow to infinity; f16 subnormals; NaN kept quiet with its sign and top payload bits),
-// in integer arithmetic on the value's bits, so that no device's own conversion (whose rounding
-// WGSL leaves open) or flushing of subnormals enters.
+// in integer arithmetic on the value's bits, read as bits, so that no device's own conversion
+// (whose rounding WGSL leaves open), flushing of subnormals or quieting of NaNs enters.
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> rows: array<f32>;
+// The mel rows (f32), as their bits.
+@group(0) @binding(1) var<storage, read> rows: array<u32>;
 @group(0) @binding(2) var<storage, read_write> packed: array<u32>;
 
-fn f16_bits(value: f32) -> u32 {
-    let x = bitcast<u32>(value);
+fn f16_bits(x: u32) -> u32 {
     let sign = (x >> 16u) & 0x8000u;
     let exp = x & 0x7f800000u;
     let man = x & 0x007fffffu;

@@ -293,7 +293,7 @@ pub struct GpuBackend {
     label: String,
     kernels: Kernels,
     /// The same kernels reading 16-bit samples, made when a chunk first needs them.
-    kernels_pcm16: Pcm16Kernels,
+    kernels_pcm16: OnDemand<Kernels>,
     /// The fused kernel's FFT radices (`None`: the three passes).
     radices: Option<Vec<u32>>,
     /// The spectral core's scalar (`real` in the kernels).
@@ -317,11 +317,12 @@ pub struct GpuBackend {
     item_steps: Option<(ItemSteps, StepKernels)>,
     /// The spec the host finishes the device's rows by: without the device's steps.
     host_spec: FeatureSpec,
-    /// kernels/f16_rows.wgsl, where the device's rows are the output values
-    /// (`plan::rows_final_on_device`).
-    f16_pack: Option<wgpu::ComputePipeline>,
+    /// The device's rows are the output values (`plan::rows_final_on_device`): they may come
+    /// back as f16, through kernels/f16_rows.wgsl, made at first need.
+    rows_final: bool,
+    f16_pack: OnDemand<wgpu::ComputePipeline>,
     /// The rows come back as f16: the job stores f16 and nothing reads them before
-    /// ([`Extractor::rows_stored_as_f16`]).
+    /// ([`Extractor::set_rows_stored_as_f16`]).
     f16_rows: bool,
 }
 
@@ -345,11 +346,11 @@ enum Kernels {
     },
 }
 
-/// The kernels that read 16-bit samples, made at first need.
-enum Pcm16Kernels {
+/// Kernels made at first need (those that read 16-bit samples, the f16 rows' kernel).
+enum OnDemand<T> {
     NotYet,
-    Ready(Kernels),
-    /// The adapter would not build them (logged once): chunks go as f32.
+    Ready(T),
+    /// The adapter would not build them (logged once): chunks go as f32, rows come as f32.
     Refused,
 }
 
@@ -415,10 +416,6 @@ impl GpuBackend {
                 (steps, kernels)
             });
         let host_spec = host_finish_spec(spec, item_steps.as_ref().map(|s| s.0));
-        let f16_pack = rows_final_on_device(spec, &host_spec).then(|| {
-            let source = kernel_source(precision.name(), F16_ROWS);
-            context::compute_pipeline(d, "f16 rows", &source, "pack")
-        });
         let init = |label: &str, contents: &[u8]| {
             d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
@@ -482,7 +479,7 @@ impl GpuBackend {
             spec: spec.clone(),
             label,
             kernels,
-            kernels_pcm16: Pcm16Kernels::NotYet,
+            kernels_pcm16: OnDemand::NotYet,
             radices,
             precision,
             window_buf,
@@ -510,9 +507,10 @@ impl GpuBackend {
                     });
                     (queries, resolved)
                 }),
+            rows_final: rows_final_on_device(spec, &host_spec),
             host_spec,
             item_steps,
-            f16_pack,
+            f16_pack: OnDemand::NotYet,
             f16_rows: false,
             gpu,
         })
@@ -555,7 +553,7 @@ impl GpuBackend {
         if !takes_pcm16(&self.spec) || !items.iter().all(|l| batch.is_pcm16(l.item)) {
             return SampleFormat::F32;
         }
-        if let Pcm16Kernels::NotYet = self.kernels_pcm16 {
+        if let OnDemand::NotYet = self.kernels_pcm16 {
             let scope = self
                 .gpu
                 .device
@@ -568,18 +566,18 @@ impl GpuBackend {
                 SampleFormat::Pcm16,
             );
             self.kernels_pcm16 = match pollster::block_on(scope.pop()) {
-                None => Pcm16Kernels::Ready(kernels),
+                None => OnDemand::Ready(kernels),
                 Some(e) => {
                     tracing::warn!(
                         device = %self.label,
                         "the kernels for 16-bit samples did not build; samples go as f32: {e}"
                     );
-                    Pcm16Kernels::Refused
+                    OnDemand::Refused
                 }
             };
         }
         match self.kernels_pcm16 {
-            Pcm16Kernels::Ready(_) => SampleFormat::Pcm16,
+            OnDemand::Ready(_) => SampleFormat::Pcm16,
             _ => SampleFormat::F32,
         }
     }
@@ -587,7 +585,7 @@ impl GpuBackend {
     /// The kernels that read `format`.
     fn kernels(&self, format: SampleFormat) -> &Kernels {
         match (&self.kernels_pcm16, format) {
-            (Pcm16Kernels::Ready(k), SampleFormat::Pcm16) => k,
+            (OnDemand::Ready(k), SampleFormat::Pcm16) => k,
             // `chunk_format` chooses 16-bit samples only once their kernels are ready.
             _ => &self.kernels,
         }
@@ -1256,7 +1254,7 @@ impl GpuBackend {
                 pass.set_bind_group(0, &bind_group("item steps", &steps.apply, list), &[]);
                 pass.dispatch_workgroups(spec.n_mels.div_ceil(64) as u32, grid_y, grid_z);
             }
-            if let (true, Some(pack)) = (self.f16_rows, &self.f16_pack) {
+            if let (true, OnDemand::Ready(pack)) = (self.f16_rows, &self.f16_pack) {
                 let list = vec![
                     (0, bind(block::PARAMS)),
                     (1, bind(block::MEL_ROWS)),
@@ -1695,9 +1693,28 @@ impl Extractor for GpuBackend {
     }
 
     /// Where the device's rows are the output values (`plan::rows_final_on_device`): they
-    /// come back as f16, rounded as the writer rounds them, in half the bytes.
-    fn rows_stored_as_f16(&mut self) -> bool {
-        self.f16_rows = self.f16_pack.is_some();
+    /// come back as f16, rounded as the writer rounds them, in half the bytes (and as f32
+    /// where the adapter would not build the kernel, which is logged once).
+    fn set_rows_stored_as_f16(&mut self, stored: bool) -> bool {
+        if stored && self.rows_final {
+            if let OnDemand::NotYet = self.f16_pack {
+                let d = &self.gpu.device;
+                let scope = d.push_error_scope(wgpu::ErrorFilter::Validation);
+                let source = kernel_source(self.precision.name(), F16_ROWS);
+                let pack = context::compute_pipeline(d, "f16 rows", &source, "pack");
+                self.f16_pack = match pollster::block_on(scope.pop()) {
+                    None => OnDemand::Ready(pack),
+                    Some(e) => {
+                        tracing::warn!(
+                            device = %self.label,
+                            "the kernel for f16 rows did not build; rows come back as f32: {e}"
+                        );
+                        OnDemand::Refused
+                    }
+                };
+            }
+        }
+        self.f16_rows = stored && matches!(self.f16_pack, OnDemand::Ready(_));
         self.f16_rows
     }
 
@@ -1835,7 +1852,7 @@ impl Extractor for GpuBackend {
 mod tests {
     use super::{
         fft_radices, framed, kernel_source, preemphasis_on_device, takes_pcm16, FeatureSpec,
-        FilterRecord, ItemRecord, Params, SampleFormat, FRAME,
+        FilterRecord, ItemRecord, Params, SampleFormat, F16_ROWS, FRAME, ITEM_STEPS,
     };
     use crate::mirror::{fields, Field};
     use std::mem::size_of;
@@ -1943,6 +1960,20 @@ mod tests {
                 let source = kernel_source("f32", &framed(FRAME, format, spec));
                 naga::front::wgsl::parse_str(&source).expect("the kernel parses");
             }
+        }
+    }
+
+    /// The kernels after the mel kernel (the whole-row steps, in both scalars, and the f16
+    /// rows') parse and validate as wgpu's own front end takes them, without an adapter.
+    #[test]
+    fn the_kernels_after_the_mel_kernel_validate() {
+        use naga::valid::{Capabilities, ValidationFlags, Validator};
+        for (real, body) in [("f32", ITEM_STEPS), ("f64", ITEM_STEPS), ("f32", F16_ROWS)] {
+            let source = kernel_source(real, body);
+            let module = naga::front::wgsl::parse_str(&source).expect("the kernel parses");
+            Validator::new(ValidationFlags::all(), Capabilities::FLOAT64)
+                .validate(&module)
+                .unwrap_or_else(|e| panic!("{real} kernel: {e:?}"));
         }
     }
 

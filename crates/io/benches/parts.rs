@@ -1,4 +1,4 @@
-//! The part writer: 16 rows of 30 s of Whisper features (3,000 frames of 80 bins, 15 MiB of
+//! The part writer: 16 rows of 30 s of Whisper features (3,000 frames of 80 bins, 15.4 MB of
 //! f32) written as a Parquet part, stored as f32 and as f16 (each value rounded on the way),
 //! the file synced and renamed into place as a job's writer does.
 //! Run: cargo bench -p sonograph-io --bench parts

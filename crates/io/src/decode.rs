@@ -642,7 +642,14 @@ fn check_wav_header(
     path: &Path,
     limits: &Limits,
 ) -> Result<Option<Probed>, DecodeError> {
-    let head = file.read_at(0, 4096);
+    // A read that fails here (an object replaced since it was listed) is said as it is, not
+    // taken for a short header.
+    let head = file
+        .try_read_at(0, 4096)
+        .map_err(|source| DecodeError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
     let bad = |reason: String| DecodeError::BadHeader {
         path: path.to_path_buf(),
         reason,

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use crate::remote::FIRST_READ_WHOLE;
 use crate::roots::Roots;
 use crate::sigmf::IqSource;
 use crate::span::{Blob, ListedObject};
@@ -47,26 +48,31 @@ pub struct ArchiveMember {
     pub listed: Option<ListedObject>,
 }
 
-/// A sample's members read at once at most (a sample's members lie side by side in a shard,
-/// as WebDataset writes them); a larger sample's audio is read by itself.
-const SAMPLE_READ: u64 = 8 << 20;
-
 impl ArchiveMember {
-    /// Opens its archive beneath `roots` (as listed: no request) for reading this item: its
-    /// audio and its sample's text members come in one read where they lie together.
+    /// Opens its archive beneath `roots` (as listed: no request) for reading this item. A
+    /// sample that an object holds in one run of at most [`FIRST_READ_WHOLE`] bytes (its audio
+    /// and text members side by side, as WebDataset writes them) is fetched at once, as a clip
+    /// of its own is opened by one read: whichever member is read first, the others come with
+    /// it. A larger sample, or one whose members lie apart, is read as its reader goes.
     pub fn open(&self, roots: &Roots) -> std::io::Result<Blob> {
         let archive = roots.open_listed(&self.archive, self.listed.as_ref())?;
-        let members = self.sample.iter().map(|m| (m.offset, m.size));
-        let (start, end) = members
-            .chain([(self.offset, self.size)])
-            .fold((u64::MAX, 0), |(start, end), (offset, size)| {
-                (start.min(offset), end.max(offset + size))
-            });
-        archive.expect(if end - start <= SAMPLE_READ {
-            start..end
-        } else {
-            self.offset..self.offset + self.size
+        let members = || {
+            self.sample
+                .iter()
+                .map(|m| (m.offset, m.size))
+                .chain([(self.offset, self.size)])
+        };
+        let (start, end) = members().fold((u64::MAX, 0), |(start, end), (offset, size)| {
+            (start.min(offset), end.max(offset.saturating_add(size)))
         });
+        // Side by side: nothing between them but their headers (a PAX header is a few
+        // blocks) and padding to whole blocks.
+        let held: u64 = members()
+            .map(|(_, size)| size.next_multiple_of(512) + 2048)
+            .sum();
+        if end - start <= FIRST_READ_WHOLE.min(held) {
+            archive.prefetch(start..end)?;
+        }
         Ok(archive)
     }
 }

@@ -46,8 +46,9 @@ pub const FIRST_READ_WHOLE: u64 = 1 << 20;
 pub const FIRST_READ_SPAN: u64 = FIRST_READ_AHEAD;
 const MAX_READ_AHEAD: u64 = 8 << 20;
 
-/// A read this far past the block's end, at most (and no further than the next read-ahead),
-/// fetches from the block's end, the gap included, instead of asking again where it lands:
+/// A read this far past the block's end, at most (and no further than the last fetch's
+/// read-ahead), fetches from the block's end, the gap included, instead of asking again where
+/// it lands:
 /// a tar listing hops from header to header over small members (a WebDataset shard of 2 s
 /// clips: one request per member, where now the shard streams in doubling blocks), and a
 /// request's round trip costs more than this many bytes.
@@ -404,7 +405,8 @@ pub struct RemoteObject {
 struct Block {
     start: u64,
     bytes: Bytes,
-    /// The size of the next fetch.
+    /// What the last fetch asked for beyond the read that made it: the next fetch in order
+    /// asks twice as much.
     read_ahead: u64,
     /// The bytes the reader expects to read (see [`RemoteObject::expect`]).
     expected: Option<Range<u64>>,
@@ -527,6 +529,20 @@ impl RemoteObject {
         self.len
     }
 
+    /// Fetches `bytes` (at most [`MAX_READ_AHEAD`]) now, in one request, for the reads that
+    /// follow (a shard's sample: its audio and text members, wherever the first read lands).
+    pub fn prefetch(&self, bytes: Range<u64>) -> io::Result<()> {
+        let range = bytes.start.min(self.len)..bytes.end.min(self.len);
+        if range.is_empty() || range.end - range.start > MAX_READ_AHEAD {
+            return Ok(());
+        }
+        let mut block = self.block.lock().unwrap_or_else(|e| e.into_inner());
+        block.bytes = self.fetch(range.clone())?;
+        block.start = range.start;
+        block.read_ahead = FIRST_READ_AHEAD;
+        Ok(())
+    }
+
     /// The ETag the object was opened at (`None` where it is read unpinned).
     pub fn version(&self) -> Option<&str> {
         self.version.as_deref()
@@ -537,15 +553,15 @@ impl RemoteObject {
     }
 
     /// Says which bytes the reader expects to read (a span of a long file, which the decoder
-    /// estimates; a member of a tar shard and its sample's others): a read among them fetches
-    /// them all in one request where they fit in one ([`MAX_READ_AHEAD`]), else to their end,
-    /// and no further; a read elsewhere fetches as before.
+    /// estimates): a read among them fetches to their end in one request, and no further;
+    /// a read elsewhere fetches as before.
     pub fn expect(&self, bytes: Range<u64>) {
         let mut block = self.block.lock().unwrap_or_else(|e| e.into_inner());
         block.expected = Some(bytes);
     }
 
-    /// Reads into `buf` from byte `at`; fewer bytes only at the object's end.
+    /// Reads into `buf` from byte `at`: as many bytes as the block holds from there (none only
+    /// at the object's end).
     pub fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<usize> {
         if at >= self.len || buf.is_empty() {
             return Ok(0);
@@ -583,12 +599,11 @@ impl RemoteObject {
             }
             .max(buf.len() as u64)
             .min(MAX_READ_AHEAD);
-            let range = match expected {
-                // Expected bytes that fit in one read come whole, wherever among them the
-                // first read is (a sample's text members before its audio, or after).
-                Some(e) if e.end - e.start <= MAX_READ_AHEAD => e.start..e.end.min(self.len),
-                _ if through => end..(at + want).min(self.len),
-                _ => at..(at + want).min(self.len),
+            let range = if through {
+                // The gap and the read-ahead, in one fetch no larger than a block.
+                end..(at + want).min(end + MAX_READ_AHEAD).min(self.len)
+            } else {
+                at..(at + want).min(self.len)
             };
             let start = range.start;
             block.bytes = self.fetch(range)?;
@@ -951,10 +966,10 @@ mod tests {
 
     /// A read a short way past the block reads through the gap, reading further ahead each
     /// time (a tar listing hopping over small members streams in doubling blocks); one far
-    /// past it fetches where it lands; expected bytes that fit in one read come whole wherever
-    /// the first read among them is (a sample's text member before its audio).
+    /// past it fetches where it lands; bytes prefetched serve every read among them, wherever
+    /// the first one lands (a sample's text member before its audio).
     #[test]
-    fn short_hops_read_through_and_expected_bytes_come_whole() {
+    fn short_hops_read_through_and_prefetched_bytes_serve_every_read() {
         let data: Vec<u8> = (0..4_000_000u32).map(|i| (i * 13 % 251) as u8).collect();
         let store = Arc::new(Counted::default());
         let path = ObjectPath::from("shard.tar");
@@ -974,7 +989,7 @@ mod tests {
             read(at);
         }
         read(3_000_000);
-        object.expect(3_500_000..3_600_000);
+        object.prefetch(3_500_000..3_600_000).unwrap();
         read(3_550_000);
         read(3_500_000);
         let ranges = store.ranges.lock().unwrap().clone();

@@ -41,10 +41,12 @@ impl Blob {
         }
     }
 
-    /// Says which bytes will be read (see [`RemoteObject::expect`]); nothing for a local file.
-    pub fn expect(&self, bytes: std::ops::Range<u64>) {
-        if let Blob::Remote(r) = self {
-            r.expect(bytes);
+    /// Fetches `bytes` of an object now, for the reads that follow (see
+    /// [`RemoteObject::prefetch`]); nothing for a local file.
+    pub fn prefetch(&self, bytes: std::ops::Range<u64>) -> io::Result<()> {
+        match self {
+            Blob::File(_) => Ok(()),
+            Blob::Remote(r) => r.prefetch(bytes),
         }
     }
 
@@ -125,22 +127,43 @@ impl Span {
         self.len == 0
     }
 
-    /// `len` bytes from `at` (fewer at the range's end), leaving the position alone.
+    /// `len` bytes from `at` (fewer at the range's end), leaving the position alone; what
+    /// could be read where a read fails (for the header guards, which judge the bytes they
+    /// get: the decoder meets the failure itself).
     pub(crate) fn read_at(&self, at: u64, len: usize) -> Vec<u8> {
+        self.read_up_to(at, len).0
+    }
+
+    /// [`read_at`](Self::read_at), a failed read an error: an object replaced since it was
+    /// listed, a connection lost after its retries.
+    pub(crate) fn try_read_at(&self, at: u64, len: usize) -> io::Result<Vec<u8>> {
+        match self.read_up_to(at, len) {
+            (bytes, None) => Ok(bytes),
+            (_, Some(e)) => Err(e),
+        }
+    }
+
+    fn read_up_to(&self, at: u64, len: usize) -> (Vec<u8>, Option<io::Error>) {
         let len = len.min(usize::try_from(self.len.saturating_sub(at)).unwrap_or(usize::MAX));
         let mut buf = vec![0u8; len];
         let mut got = 0;
+        let mut failed = None;
         while got < len {
             match self
                 .blob
                 .read_at(&mut buf[got..], self.start + at + got as u64)
             {
-                Ok(0) | Err(_) => break,
+                Ok(0) => break,
                 Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
             }
         }
         buf.truncate(got);
-        buf
+        (buf, failed)
     }
 }
 

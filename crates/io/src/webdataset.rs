@@ -180,7 +180,7 @@ pub fn read_sample(archive: &Blob, member: &ArchiveMember) -> Result<Option<Stri
     let mut fields = serde_json::Map::new();
     for field in &member.sample {
         let bytes = Span::range(archive.clone(), field.offset, field.size)
-            .map(|span| span.read_at(0, field.size as usize))
+            .and_then(|span| span.try_read_at(0, field.size as usize))
             .map_err(|e| format!("the sample's .{} member: {e}", field.extension))?;
         if bytes.len() as u64 != field.size {
             return Err(format!(

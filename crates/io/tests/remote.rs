@@ -49,6 +49,7 @@ fn object_storage_against_a_real_s3_server() {
     uploads_and_reads_come_back_byte_for_byte(&server, &tmp);
     a_store_answer_is_not_asked_again(&server);
     an_object_replaced_while_it_is_read_fails_its_reader(&server);
+    a_shard_replaced_after_its_listing_fails_its_members(&server);
     of_threads_creating_one_name_one_makes_it(&server);
     drop(server);
     let _ = std::fs::remove_dir_all(&tmp);
@@ -160,6 +161,87 @@ fn an_object_replaced_while_it_is_read_fails_its_reader(server: &S3Server) {
         let again = RemoteObject::open(&url).unwrap();
         assert_eq!(again.read_at(&mut buf, 2 << 20).unwrap(), 1000);
         assert_eq!(buf, new[2 << 20..(2 << 20) + 1000]);
+    }
+}
+
+/// A 16 kHz mono 16-bit WAV of `samples` samples.
+fn wav(samples: usize, seed: u32) -> Vec<u8> {
+    let data = bytes(2 * samples, seed);
+    let mut out = b"RIFF".to_vec();
+    out.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
+    out.extend_from_slice(b"WAVEfmt ");
+    out.extend_from_slice(&16u32.to_le_bytes());
+    out.extend_from_slice(&1u16.to_le_bytes());
+    out.extend_from_slice(&1u16.to_le_bytes());
+    out.extend_from_slice(&16_000u32.to_le_bytes());
+    out.extend_from_slice(&32_000u32.to_le_bytes());
+    out.extend_from_slice(&2u16.to_le_bytes());
+    out.extend_from_slice(&16u16.to_le_bytes());
+    out.extend_from_slice(b"data");
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    out.extend_from_slice(&data);
+    out
+}
+
+/// A WebDataset shard in memory: (name, bytes) members in order.
+fn shard(members: &[(&str, Vec<u8>)]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (name, data) in members {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(data.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        builder.append_data(&mut header, name, data.as_slice()).unwrap();
+    }
+    builder.into_inner().unwrap()
+}
+
+/// A shard's members are read as its listing saw it (its size and ETag): replaced after the
+/// listing, a small sample (fetched whole as its member is opened) and a large one (read as
+/// its decoder goes) fail their item naming the change, rather than read the new bytes at the
+/// old offsets (or say that a header is short).
+fn a_shard_replaced_after_its_listing_fails_its_members(server: &S3Server) {
+    use sonograph_io::decode::{AudioReader, DecodeOptions};
+    use sonograph_io::manifest::Entry;
+    use sonograph_io::roots::Roots;
+    server.bucket("remote-test");
+    let url = PathBuf::from("s3://remote-test/train-000.tar");
+    let members = |seed: u32| {
+        shard(&[
+            ("small.wav", wav(4_000, seed)),
+            ("small.json", b"{}".to_vec()),
+            ("big.wav", wav(800_000, seed + 1)),
+            ("big.json", b"{}".to_vec()),
+        ])
+    };
+    remote::upload_bytes(members(1), &url).unwrap();
+    let roots = Roots::anywhere();
+    let entries = sonograph_io::webdataset::shard_entries(&roots, &url, "train-000.tar");
+    let items: Vec<_> = entries
+        .iter()
+        .map(|e| match e {
+            Entry::Item(item) => item.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(items.len(), 2);
+    for item in &items {
+        let member = item.member.as_ref().unwrap();
+        assert!(member.listed.as_ref().is_some_and(|l| l.version.is_some()));
+        // Listed as it is: read.
+        AudioReader::open_item(&roots, item, &DecodeOptions::default()).unwrap();
+    }
+    remote::upload_bytes(members(5), &url).unwrap();
+    for item in &items {
+        let e = AudioReader::open_item(&roots, item, &DecodeOptions::default())
+            .err()
+            .unwrap_or_else(|| panic!("{}: read from the new version", item.id))
+            .to_string();
+        assert!(
+            e.contains("the object changed while it was read") && !e.contains('\n'),
+            "{}: {e}",
+            item.id
+        );
     }
 }
 

@@ -221,16 +221,21 @@ fn decode_item(
         offset_s: item.offset_s,
         duration_s: config.decoded_seconds(item),
     };
-    // A shard's member: its archive opened once, as listed (no request), for its audio and its
-    // sample's text members, which come in one read.
+    // A shard's member: its archive opened once, as listed (no HEAD), for its audio and its
+    // sample's text members, which a small sample's one request brings together. (For audio
+    // and a real spec only: another pairing fails in `open_item`, saying why.)
+    let audio = work.iq.is_none() && !config.spec.is_complex();
     let archive = match &item.member {
-        Some(member) => Some(member.open(&config.roots).map_err(|e| {
-            fail(format!(
-                "{}: cannot open its archive: {e}",
-                item.path.display()
-            ))
+        Some(member) if audio => Some(member.open(&config.roots).map_err(|source| {
+            fail(
+                sonograph_io::DecodeError::Open {
+                    path: item.path.clone(),
+                    source,
+                }
+                .to_string(),
+            )
         })?),
-        None => None,
+        _ => None,
     };
     let mut reader =
         open_item(config, item, archive.as_ref(), work.iq.as_ref(), &opts).map_err(fail)?;

@@ -308,7 +308,7 @@ fn run_stages(
         .into_iter()
         .map(|mut device| {
             if rows_stored_as_f16 {
-                device.rows_stored_as_f16();
+                device.set_rows_stored_as_f16(true);
             }
             let (units, writer_tx) = (unit_rx.clone(), writer_tx.clone());
             let live = live_executors.clone();

@@ -71,7 +71,7 @@ pub fn file_features(
         ..Default::default()
     });
     if dtype == Dtype::F16 {
-        gpu.rows_stored_as_f16();
+        gpu.set_rows_stored_as_f16(true);
     }
     let mut batch = FeatureBatch::new(spec.n_bins());
     batcher.run(

@@ -28,8 +28,10 @@ pub struct S3Server {
 #[derive(Default)]
 struct State {
     requests: AtomicU64,
-    /// Faults per 1,000 requests (0: none).
+    /// Faults per 1,000 requests (0: none), and the request they were asked for at: which of
+    /// the requests after it fail is the same whatever came before.
     faults_per_mille: AtomicU64,
+    faults_from: AtomicU64,
     faults: AtomicU64,
     get_bytes: AtomicU64,
     /// A status every request is answered with (0: none).
@@ -165,8 +167,12 @@ impl S3Server {
     }
 
     /// From now on, `per_mille` of every 1,000 requests fail: half answered 503 Slow Down,
-    /// half dropped without an answer.
+    /// half dropped without an answer; which ones, counted from this call, is the same on
+    /// every run.
     pub fn inject_faults(&self, per_mille: u64) {
+        self.state
+            .faults_from
+            .store(self.state.requests.load(Ordering::SeqCst), Ordering::SeqCst);
         self.state
             .faults_per_mille
             .store(per_mille.min(1000), Ordering::SeqCst);
@@ -221,7 +227,7 @@ async fn handle(
             .expect("a valid response"));
     }
     let per_mille = state.faults_per_mille.load(Ordering::SeqCst);
-    let draw = scramble(n);
+    let draw = scramble(n.wrapping_sub(state.faults_from.load(Ordering::SeqCst)));
     if per_mille > 0 && draw % 1000 < per_mille {
         state.faults.fetch_add(1, Ordering::SeqCst);
         if draw & (1 << 40) == 0 {
