@@ -9,6 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use sonograph_io::decode::{AudioReader, DecodeOptions};
 use sonograph_io::manifest::Source;
 
+#[path = "../../../tests/shared/wav.rs"]
+mod shared_wav;
+
 /// The system allocator, noting the largest single request since [`largest_since`] last
 /// reset it: a parser that trusts a declared length asks for it at once.
 struct Largest;
@@ -221,21 +224,7 @@ fn wav(rate: u32, samples: usize) -> Vec<u8> {
             v.to_le_bytes()
         })
         .collect();
-    let mut out = Vec::new();
-    out.extend_from_slice(b"RIFF");
-    out.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
-    out.extend_from_slice(b"WAVEfmt ");
-    out.extend_from_slice(&16u32.to_le_bytes());
-    out.extend_from_slice(&1u16.to_le_bytes());
-    out.extend_from_slice(&1u16.to_le_bytes());
-    out.extend_from_slice(&rate.to_le_bytes());
-    out.extend_from_slice(&(rate * 2).to_le_bytes());
-    out.extend_from_slice(&2u16.to_le_bytes());
-    out.extend_from_slice(&16u16.to_le_bytes());
-    out.extend_from_slice(b"data");
-    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
-    out.extend_from_slice(&data);
-    out
+    shared_wav::pcm16_wav(rate, &data)
 }
 
 /// serde_json (without its `float_roundtrip` feature) reads about one f64 in ten back 1 ULP

@@ -12,6 +12,9 @@ use std::path::{Path, PathBuf};
 use sonograph_io::remote::{self, RemoteObject};
 use sonograph_s3_fixture::S3Server;
 
+#[path = "../../../tests/shared/wav.rs"]
+mod shared_wav;
+
 fn bytes(n: usize, seed: u32) -> Vec<u8> {
     let mut state = seed.wrapping_mul(0x9e37_79b9) | 1;
     (0..n)
@@ -166,21 +169,7 @@ fn an_object_replaced_while_it_is_read_fails_its_reader(server: &S3Server) {
 
 /// A 16 kHz mono 16-bit WAV of `samples` samples.
 fn wav(samples: usize, seed: u32) -> Vec<u8> {
-    let data = bytes(2 * samples, seed);
-    let mut out = b"RIFF".to_vec();
-    out.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
-    out.extend_from_slice(b"WAVEfmt ");
-    out.extend_from_slice(&16u32.to_le_bytes());
-    out.extend_from_slice(&1u16.to_le_bytes());
-    out.extend_from_slice(&1u16.to_le_bytes());
-    out.extend_from_slice(&16_000u32.to_le_bytes());
-    out.extend_from_slice(&32_000u32.to_le_bytes());
-    out.extend_from_slice(&2u16.to_le_bytes());
-    out.extend_from_slice(&16u16.to_le_bytes());
-    out.extend_from_slice(b"data");
-    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
-    out.extend_from_slice(&data);
-    out
+    shared_wav::pcm16_wav(16_000, &bytes(2 * samples, seed))
 }
 
 /// A WebDataset shard in memory: (name, bytes) members in order.
@@ -191,7 +180,9 @@ fn shard(members: &[(&str, Vec<u8>)]) -> Vec<u8> {
         header.set_size(data.len() as u64);
         header.set_mode(0o644);
         header.set_cksum();
-        builder.append_data(&mut header, name, data.as_slice()).unwrap();
+        builder
+            .append_data(&mut header, name, data.as_slice())
+            .unwrap();
     }
     builder.into_inner().unwrap()
 }
