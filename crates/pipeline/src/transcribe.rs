@@ -593,8 +593,12 @@ fn segment_item(
         Ok(p)
     };
     // An item that fits the model's window is transcribed whole, whatever the mode: one
-    // window of the fixed cut. (A header that understates the length is cut in windows.)
-    let fits = AudioReader::open_item(&job.roots, item, &opts)
+    // window of the fixed cut. (A header that understates the length is cut in windows.) The
+    // reader that read the header is the fixed cut's: the item is not opened twice (an object's
+    // first read, or a shard's sample, fetched again).
+    let opened = AudioReader::open_item(&job.roots, item, &opts);
+    let fits = opened
+        .as_ref()
         .ok()
         .and_then(|r| r.expected_seconds())
         .is_some_and(|s| s <= job.window_s);
@@ -605,6 +609,8 @@ fn segment_item(
     };
     match mode {
         SegmentMode::Vad => {
+            // The segmenter reads the item itself.
+            drop(opened);
             stream_vad(
                 segmenters,
                 &job.roots,
@@ -636,8 +642,7 @@ fn segment_item(
         SegmentMode::Fixed => {
             let window = (job.window_s * f64::from(OUT_RATE)).round().max(1.0) as u64;
             let mut total = 0u64;
-            let reader = AudioReader::open_item(&job.roots, item, &opts)
-                .map_err(|e| ItemStop::Item(e.to_string()))?;
+            let reader = opened.map_err(|e| ItemStop::Item(e.to_string()))?;
             sonograph_io::stream_reader(reader, OUT_RATE, |chunk| {
                 buf.extend_from_slice(chunk);
                 total += chunk.len() as u64;
