@@ -49,7 +49,7 @@ pub struct ArchiveMember {
 }
 
 impl ArchiveMember {
-    /// Opens its archive beneath `roots` (as listed: no request) for reading this item. A
+    /// Opens its archive beneath `roots` (as listed: no HEAD) for reading this item. A
     /// sample that an object holds in one run of at most [`FIRST_READ_WHOLE`] bytes (its audio
     /// and text members side by side, as WebDataset writes them) is fetched at once, as a clip
     /// of its own is opened by one read: whichever member is read first, the others come with

@@ -48,9 +48,8 @@ const MAX_READ_AHEAD: u64 = 8 << 20;
 
 /// A read this far past the block's end, at most (and no further than the last fetch's
 /// read-ahead), fetches from the block's end, the gap included, instead of asking again where
-/// it lands:
-/// a tar listing hops from header to header over small members (a WebDataset shard of 2 s
-/// clips: one request per member, where now the shard streams in doubling blocks), and a
+/// it lands: a tar listing hops from header to header over small members (a WebDataset shard
+/// of 2-s clips cost a request per member; it now streams in doubling blocks), and a
 /// request's round trip costs more than this many bytes.
 const READ_THROUGH: u64 = 1 << 20;
 

@@ -164,8 +164,8 @@ pub fn shard_entries(roots: &Roots, tar: &Path, shard_id: &str) -> Vec<Entry> {
 /// The text members of `member`'s sample (read from its `archive`, as `ArchiveMember::open`
 /// opens it) as a JSON object by field: `json` members parsed, integer fields (`cls`,
 /// `index`, ...) as numbers where they are, the others as text; `None` for a sample without
-/// any. A member over
-/// [`MAX_SAMPLE_BYTES`] together, or one that cannot be read, is the item's failure.
+/// any. Members over [`MAX_SAMPLE_BYTES`] together, or one that cannot be read, are the
+/// item's failure.
 pub fn read_sample(archive: &Blob, member: &ArchiveMember) -> Result<Option<String>, String> {
     if member.sample.is_empty() {
         return Ok(None);
