@@ -92,8 +92,8 @@ fn ids(d: &Dataset) -> Vec<String> {
 
 /// A WebDataset shard in a bucket costs about a request a sample, and about its bytes twice:
 /// its listing streams through the small members in doubling blocks (it asked once per member
-/// header, three times over, with 32 kB each time), and each sample's audio and text members
-/// come in one read of the shard as listed (no HEAD), whichever comes first in the shard. (On
+/// header, 32 kB each time), and each sample's audio and text members come in one read of the
+/// shard as listed (no HEAD), whichever comes first in the shard. (On
 /// 200 2-s samples this was 1,802 requests and 6.9 times the shard's bytes; 209 and 2.0 now.)
 #[test]
 fn a_shard_in_a_bucket_costs_about_a_request_a_sample() {
