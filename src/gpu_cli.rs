@@ -215,9 +215,7 @@ pub fn bench(args: &BenchArgs, device: &str) -> Result<()> {
         cpu_threads: (args.threads > 0).then_some(args.threads),
     };
     for mut executor in open(&device_set(device)?, &spec, &options)? {
-        if args.dtype == sonograph_pipeline::DtypeChoice::F16 {
-            executor.set_rows_stored_as_f16(true);
-        }
+        executor.set_rows_stored_as_f16(args.dtype == sonograph_pipeline::DtypeChoice::F16);
         let mut fallback = CpuBackend::new(&spec, precision).map_err(|e| user(e.to_string()))?;
         let timing = bench::time_device(executor.as_mut(), &mut fallback, &clips, args.repeat)
             .map_err(crate::job_error)?;

@@ -307,9 +307,7 @@ fn run_stages(
     let executor_handles: Vec<_> = devices
         .into_iter()
         .map(|mut device| {
-            if rows_stored_as_f16 {
-                device.set_rows_stored_as_f16(true);
-            }
+            device.set_rows_stored_as_f16(rows_stored_as_f16);
             let (units, writer_tx) = (unit_rx.clone(), writer_tx.clone());
             let live = live_executors.clone();
             let running = executors_running.clone();

@@ -70,9 +70,7 @@ pub fn file_features(
         max: 1,
         ..Default::default()
     });
-    if dtype == Dtype::F16 {
-        gpu.set_rows_stored_as_f16(true);
-    }
+    gpu.set_rows_stored_as_f16(dtype == Dtype::F16);
     let mut batch = FeatureBatch::new(spec.n_bins());
     batcher.run(
         &AudioBatch::from_items([samples.as_slice()]),
