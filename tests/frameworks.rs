@@ -29,12 +29,33 @@ struct Case {
     name: String,
     signal: String,
     preset: String,
+    /// What the framework computed the reference in (`float64` where the case does not say).
+    precision: String,
 }
 
 fn cases() -> Vec<Case> {
-    let text = std::fs::read_to_string(dir().join("cases.json")).unwrap();
-    let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let manifest = manifest("cases.json");
     assert_eq!(manifest["versions"]["transformers"], "5.24.0");
+    cases_of(&manifest)
+}
+
+/// The cases of scripts/frameworks_torch_reference.py: frameworks run in torch.
+fn torch_cases() -> Vec<Case> {
+    let manifest = manifest("cases-torch.json");
+    assert_eq!(manifest["versions"]["torchaudio"], "2.11.1");
+    assert_eq!(manifest["versions"]["espnet"], ESPNET);
+    cases_of(&manifest)
+}
+
+/// The ESPnet release the `espnet` preset was read from.
+const ESPNET: &str = "202511";
+
+fn manifest(file: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir().join(file)).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn cases_of(manifest: &serde_json::Value) -> Vec<Case> {
     manifest["cases"]
         .as_array()
         .unwrap()
@@ -43,6 +64,7 @@ fn cases() -> Vec<Case> {
             name: c["case"].as_str().unwrap().into(),
             signal: c["signal"].as_str().unwrap().into(),
             preset: c["preset"].as_str().unwrap().into(),
+            precision: c["precision"].as_str().unwrap_or("float64").into(),
         })
         .collect()
 }
@@ -390,4 +412,133 @@ fn extract_rows(
     }
     rows.sort_by(|a, b| a.id.cmp(&b.id));
     rows
+}
+
+/// A band more than this many nats (≈ 61 dB) under its frame's peak, in a reference the
+/// framework computed in float32, holds float32 rounding noise rather than digits the
+/// tolerance can ask for (the golden suite's rule for kaldi-native-fbank, tests/golden.rs).
+const F32_REFERENCE_DEPTH_NATS: f64 = 14.0;
+
+/// The depth under a frame's peak below which a float32 reference's bands are not compared,
+/// in the preset's log unit; `None` for a float64 reference: every band is compared.
+fn compared_depth(case: &Case, spec: &FeatureSpec) -> Option<f64> {
+    use sonograph_dsp::spec::LogKind;
+    (case.precision == "float32").then(|| match spec.log {
+        LogKind::Db => F32_REFERENCE_DEPTH_NATS * 10.0 / std::f64::consts::LN_10,
+        LogKind::Log10 => F32_REFERENCE_DEPTH_NATS / std::f64::consts::LN_10,
+        _ => F32_REFERENCE_DEPTH_NATS,
+    })
+}
+
+/// The largest difference over the bands compared (all, or those within `depth` of their
+/// frame's peak in the reference), where, and how many were compared.
+fn worst_within(
+    got: &[f32],
+    expect: &[f32],
+    bins: usize,
+    depth: Option<f64>,
+) -> (f64, String, usize) {
+    assert_eq!(got.len(), expect.len());
+    let (mut worst, mut at, mut compared) = (0.0f64, String::new(), 0);
+    for (frame, (g, e)) in got.chunks(bins).zip(expect.chunks(bins)).enumerate() {
+        let peak = e
+            .iter()
+            .fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+        for (bin, (&a, &b)) in g.iter().zip(e).enumerate() {
+            if depth.is_some_and(|d| f64::from(b) < peak - d) {
+                continue;
+            }
+            compared += 1;
+            let err = (f64::from(a) - f64::from(b)).abs();
+            if err > worst || err.is_nan() {
+                (worst, at) = (err, format!("frame {frame} bin {bin}: {a} vs {b}"));
+            }
+        }
+    }
+    (worst, at, compared)
+}
+
+/// Presets whose reference is the framework run in torch on every signal of the fixtures:
+/// `torchaudio` (`AmplitudeToDB()(MelSpectrogram()(y))` in float64, in dB: every band) and
+/// `espnet` (ESPnet2's `DefaultFrontend` as it runs, its STFT in float32, in ln: the bands
+/// above its float32 floor). Within the golden tolerance on log outputs in the preset's own
+/// precision (`auto`: f64), whole and streamed in uneven chunks.
+#[test]
+fn torch_frameworks_presets_equal_the_framework_whole_and_streamed() {
+    let cases = torch_cases();
+    for (preset, signals) in [("torchaudio", 6), ("espnet", 6)] {
+        let cases: Vec<&Case> = cases.iter().filter(|c| c.preset == preset).collect();
+        assert_eq!(cases.len(), signals, "{preset}: every signal");
+        let spec = FeatureSpec::preset(preset).unwrap();
+        for case in cases {
+            let x = input(&case.signal);
+            let (shape, expect) = reference(&case.name);
+            assert_eq!(
+                shape,
+                [spec.n_frames(x.len()), spec.n_bins()],
+                "{}",
+                case.name
+            );
+            let depth = compared_depth(case, &spec);
+            for precision in [Precision::F64, Precision::F32] {
+                let mut ex = CpuExtractor::with_precision(&spec, precision).unwrap();
+                let mut got = Vec::new();
+                assert_eq!(ex.extract(&x, &mut got), Ok(shape[0]), "{}", case.name);
+                let (err, at, compared) = worst_within(&got, &expect, shape[1], depth);
+                eprintln!(
+                    "{} {precision:?}: worst {err:.2e} ({at}) over {compared} of {} values",
+                    case.name,
+                    expect.len()
+                );
+                if precision == Precision::F64 {
+                    assert!(
+                        err <= LOG_ATOL,
+                        "{} {precision:?}: {err:e} at {at}",
+                        case.name
+                    );
+                }
+                ex.begin();
+                for chunk in x.chunks(7919) {
+                    ex.push(chunk).unwrap();
+                }
+                let mut streamed = Vec::new();
+                assert_eq!(ex.finish(&mut streamed), Ok(shape[0]), "{}", case.name);
+                assert_eq!(streamed, got, "{} {precision:?} streamed", case.name);
+            }
+        }
+    }
+}
+
+/// `extract --preset torchaudio` and `--preset espnet` write the framework's rows on the CPU
+/// and, where there is one, the GPU (compared as above).
+#[test]
+fn extract_writes_the_torch_frameworks_rows() {
+    let cases = torch_cases();
+    for preset in ["torchaudio", "espnet"] {
+        let tmp = Tmp::new(preset);
+        let spec = FeatureSpec::preset(preset).unwrap();
+        let signals = ["chirp_loud_3s", "speech_2s"];
+        for (device, rows) in rows_on_each_device(&tmp, &signals, preset) {
+            for (row, signal) in rows.iter().zip(signals) {
+                let case = cases
+                    .iter()
+                    .find(|c| c.signal == signal && c.preset == preset)
+                    .unwrap();
+                let (shape, expect) = reference(&case.name);
+                assert_eq!(
+                    (row.num_frames as usize, row.num_bins as usize),
+                    (shape[0], shape[1]),
+                    "{device} {}",
+                    case.name
+                );
+                let depth = compared_depth(case, &spec);
+                let (err, at, compared) = worst_within(&row.features, &expect, shape[1], depth);
+                eprintln!(
+                    "{device} {}: worst {err:.2e} ({at}) over {compared} values",
+                    case.name
+                );
+                assert!(err <= LOG_ATOL, "{device} {}: {err:e} at {at}", case.name);
+            }
+        }
+    }
 }

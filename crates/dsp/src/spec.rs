@@ -416,6 +416,40 @@ impl FeatureSpec {
         }
     }
 
+    /// torchaudio's `AmplitudeToDB()(MelSpectrogram()(y))` at their defaults (torchaudio
+    /// 2.11): 400-point periodic Hann frames every 200 samples (`win_length // 2`), centred with
+    /// reflect padding, power, 128 HTK mels without norm from 0 Hz to Nyquist, then
+    /// `10 log10(max(x, 1e-10))` with no `top_db`.
+    pub fn torchaudio_mel_db() -> Self {
+        FeatureSpec {
+            hop_length: 200,
+            n_mels: 128,
+            mel_scale: MelScale::Htk,
+            mel_norm: MelNorm::None,
+            log: LogKind::Db,
+            log_guard: LogGuard::Clamp(1e-10),
+            output: OutputKind::Logmel,
+            ..Self::base()
+        }
+    }
+
+    /// ESPnet2's `DefaultFrontend(fs=16000)` at its defaults (espnet 202511): a 512-point
+    /// periodic Hann window every 128 samples, centred with reflect padding (torch.stft), power,
+    /// 80 Slaney mels with Slaney norm (`librosa.filters.mel`) from 0 Hz to Nyquist, then
+    /// `ln(max(x, 1e-10))`. No normalisation: ESPnet's recipes add `global_mvn` or
+    /// `utterance_mvn` as a separate layer with statistics of their own.
+    pub fn espnet() -> Self {
+        FeatureSpec {
+            n_fft: 512,
+            win_length: 512,
+            hop_length: 128,
+            log: LogKind::Ln,
+            log_guard: LogGuard::Clamp(1e-10),
+            output: OutputKind::Logmel,
+            ..Self::base()
+        }
+    }
+
     /// librosa `feature.melspectrogram` + `power_to_db` at librosa's defaults.
     pub fn librosa_mel() -> Self {
         FeatureSpec {
@@ -528,6 +562,16 @@ impl FeatureSpec {
                 name: "nemo-legacy-128",
                 matches: "NeMo <= 2.4 AudioToMelSpectrogramPreprocessor, 128 mels",
                 spec: Self::nemo_legacy(128),
+            },
+            Preset {
+                name: "torchaudio",
+                matches: "torchaudio (2.11) AmplitudeToDB()(MelSpectrogram()(y)): 128 HTK mels, hop 200, dB without top_db",
+                spec: Self::torchaudio_mel_db(),
+            },
+            Preset {
+                name: "espnet",
+                matches: "ESPnet2 DefaultFrontend(fs=16000): n_fft 512, hop 128, 80 Slaney mels, ln",
+                spec: Self::espnet(),
             },
             Preset {
                 name: "librosa",

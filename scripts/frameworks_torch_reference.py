@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""References of the torch-based frameworks' feature frontends, for the presets that follow them.
+
+The companion of scripts/frameworks_reference.py (transformers' numpy extractors, no torch):
+this one runs frameworks that need torch (pinned in scripts/requirements-frameworks-torch.txt;
+torch from PyPI brings its CUDA libraries, about 5 GB, so it is a separate venv and these
+references are committed rather than made in CI). It reads the committed signals
+(tests/golden/frameworks/input/<signal>.npy, float32 mono at 16 kHz) and writes
+
+  tests/golden/frameworks/ref/<case>.npy      float32 features, [frames, bins] (sonograph's
+                                               row order: torch's [bins, frames] transposed)
+  tests/golden/frameworks/cases-torch.json    the cases: signal, preset, reference, versions
+
+How each runs:
+  torchaudio in float64 throughout (torch's default dtype set to float64 before the modules
+  are made, so that the window, the mel filters and the STFT are the framework's own code in
+  float64). In float32, its default, torchaudio is only good to about 1.6e-3 dB against
+  itself in float64 (its mel filters come from float32 linspace), eight times the golden
+  tolerance, and its float32 window puts a floor near -100 dB under loud frames: not a
+  definition to hold another implementation to.
+  ESPnet as it runs: its Stft casts the samples to float32 whatever the module's dtype
+  (`torch.stft(input.float(), ...)`), and its mel matrix is librosa's in float32, so its
+  quietest bands hold float32 rounding noise, as kaldi-native-fbank's do in the golden suite.
+
+Cases:
+  torchaudio: `torchaudio.transforms.AmplitudeToDB()(torchaudio.transforms.MelSpectrogram()(y))`
+  at their defaults (16 kHz, n_fft 400, hop 200, periodic Hann, centred with reflect padding,
+  power 2, 128 HTK mels without norm, 10 log10(max(x, 1e-10)), no top_db): [1 + len // 200, 128].
+  espnet: ESPnet2's `DefaultFrontend(fs=16000)` at its defaults (n_fft 512, hop 128, periodic
+  Hann, centred with reflect padding, power, 80 librosa Slaney mels, ln(max(x, 1e-10))):
+  [1 + len // 128, 80].
+
+Usage: python -m venv v && v/bin/pip install -r scripts/requirements-frameworks-torch.txt &&
+       v/bin/python scripts/frameworks_torch_reference.py
+"""
+
+import importlib.metadata
+import json
+import os
+
+import warnings
+
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "tests", "golden", "frameworks")
+RATE = 16000
+
+
+def signals():
+    folder = os.path.join(OUT, "input")
+    return {
+        name[: -len(".npy")]: np.load(os.path.join(folder, name))
+        for name in sorted(os.listdir(folder))
+        if name.endswith(".npy")
+    }
+
+
+def torchaudio_mel_db(y):
+    import torchaudio.transforms as T
+
+    torch.set_default_dtype(torch.float64)
+    try:
+        mel, db = T.MelSpectrogram(), T.AmplitudeToDB()
+        with torch.no_grad():
+            out = db(mel(torch.from_numpy(y.astype(np.float64))))
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert out.dtype == torch.float64
+    return out.numpy().T
+
+
+def espnet_frontend(y):
+    from espnet2.asr.frontend.default import DefaultFrontend
+
+    frontend = DefaultFrontend(fs=RATE).eval()
+    x = torch.from_numpy(y).unsqueeze(0)
+    with torch.no_grad():
+        feats, lengths = frontend(x, torch.tensor([len(y)]))
+    assert int(lengths[0]) == feats.shape[1]
+    return feats[0].numpy()
+
+
+CASES = {
+    "torchaudio": (
+        torchaudio_mel_db,
+        lambda n: (1 + n // 200, 128),
+        "torchaudio.transforms.AmplitudeToDB()(torchaudio.transforms.MelSpectrogram()(y))",
+    ),
+    "espnet": (
+        espnet_frontend,
+        lambda n: (1 + n // 128, 80),
+        "espnet2.asr.frontend.default.DefaultFrontend(fs=16000)(y, [len(y)])",
+    ),
+}
+
+
+def main():
+    # torchaudio's default 128 HTK mels over 201 bins leave the lowest filters empty, and it
+    # says so for every signal; the preset gives those bands the floor, as it does.
+    warnings.filterwarnings("ignore", message="At least one mel filterbank has all zero values")
+    cases = []
+    for preset, (run, shape, reference) in CASES.items():
+        for name, y in signals().items():
+            ref = np.ascontiguousarray(run(y), dtype=np.float32)
+            assert ref.shape == shape(len(y)), (preset, name, ref.shape)
+            assert np.isfinite(ref).all(), (preset, name)
+            case = f"{name}.{preset}"
+            np.save(os.path.join(OUT, "ref", f"{case}.npy"), ref)
+            cases.append({"case": case, "signal": name, "preset": preset, "reference": reference,
+                          "precision": "float64" if preset == "torchaudio" else "float32"})
+    versions = {p: importlib.metadata.version(p) for p in ("torch", "torchaudio", "espnet", "numpy")}
+    with open(os.path.join(OUT, "cases-torch.json"), "w") as f:
+        json.dump({"versions": versions, "cases": cases}, f, indent=1)
+        f.write("\n")
+    print(f"{len(cases)} cases in {OUT}; {versions}")
+
+
+if __name__ == "__main__":
+    main()
