@@ -12,7 +12,7 @@ references are committed rather than made in CI). It reads the committed signals
   tests/golden/frameworks/cases-torch.json    the cases: signal, preset, reference, versions
 
 How each runs:
-  torchaudio in float64 throughout (torch's default dtype set to float64 before the modules
+  torchaudio and SpeechBrain in float64 throughout (torch's default dtype set to float64 before the modules
   are made, so that the window, the mel filters and the STFT are the framework's own code in
   float64). In float32, its default, torchaudio is only good to about 1.6e-3 dB against
   itself in float64 (its mel filters come from float32 linspace), eight times the golden
@@ -29,6 +29,10 @@ Cases:
   espnet: ESPnet2's `DefaultFrontend(fs=16000)` at its defaults (n_fft 512, hop 128, periodic
   Hann, centred with reflect padding, power, 80 librosa Slaney mels, ln(max(x, 1e-10))):
   [1 + len // 128, 80].
+  speechbrain: SpeechBrain's `speechbrain.lobes.features.Fbank()` at its defaults (16 kHz,
+  n_fft 400, hop 160, periodic Hamming, centred with zero padding, power, 40 filters on HTK's
+  scale shaped as its own `Filterbank` shapes them, 10 log10(max(x, 1e-10)), top_db 80 over
+  the item): [1 + len // 160, 40].
 
 Usage: python -m venv v && v/bin/pip install -r scripts/requirements-frameworks-torch.txt &&
        v/bin/python scripts/frameworks_torch_reference.py
@@ -82,6 +86,20 @@ def espnet_frontend(y):
     return feats[0].numpy()
 
 
+def speechbrain_fbank(y):
+    from speechbrain.lobes.features import Fbank
+
+    torch.set_default_dtype(torch.float64)
+    try:
+        fbank = Fbank().eval()
+        with torch.no_grad():
+            out = fbank(torch.from_numpy(y.astype(np.float64)).unsqueeze(0))
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert out.dtype == torch.float64
+    return out[0].numpy()
+
+
 CASES = {
     "torchaudio": (
         torchaudio_mel_db,
@@ -92,6 +110,11 @@ CASES = {
         espnet_frontend,
         lambda n: (1 + n // 128, 80),
         "espnet2.asr.frontend.default.DefaultFrontend(fs=16000)(y, [len(y)])",
+    ),
+    "speechbrain": (
+        speechbrain_fbank,
+        lambda n: (1 + n // 160, 40),
+        "speechbrain.lobes.features.Fbank()(y[None])",
     ),
 }
 
@@ -109,8 +132,8 @@ def main():
             case = f"{name}.{preset}"
             np.save(os.path.join(OUT, "ref", f"{case}.npy"), ref)
             cases.append({"case": case, "signal": name, "preset": preset, "reference": reference,
-                          "precision": "float64" if preset == "torchaudio" else "float32"})
-    versions = {p: importlib.metadata.version(p) for p in ("torch", "torchaudio", "espnet", "numpy")}
+                          "precision": "float32" if preset == "espnet" else "float64"})
+    versions = {p: importlib.metadata.version(p) for p in ("torch", "torchaudio", "espnet", "speechbrain", "numpy")}
     with open(os.path.join(OUT, "cases-torch.json"), "w") as f:
         json.dump({"versions": versions, "cases": cases}, f, indent=1)
         f.write("\n")

@@ -44,6 +44,7 @@ fn torch_cases() -> Vec<Case> {
     let manifest = manifest("cases-torch.json");
     assert_eq!(manifest["versions"]["torchaudio"], "2.11.1");
     assert_eq!(manifest["versions"]["espnet"], ESPNET);
+    assert_eq!(manifest["versions"]["speechbrain"], "1.1.2");
     cases_of(&manifest)
 }
 
@@ -458,17 +459,21 @@ fn worst_within(
     (worst, at, compared)
 }
 
+/// The presets of scripts/frameworks_torch_reference.py.
+const TORCH_PRESETS: [&str; 3] = ["torchaudio", "espnet", "speechbrain"];
+
 /// Presets whose reference is the framework run in torch on every signal of the fixtures:
-/// `torchaudio` (`AmplitudeToDB()(MelSpectrogram()(y))` in float64, in dB: every band) and
-/// `espnet` (ESPnet2's `DefaultFrontend` as it runs, its STFT in float32, in ln: the bands
-/// above its float32 floor). Within the golden tolerance on log outputs in the preset's own
-/// precision (`auto`: f64), whole and streamed in uneven chunks.
+/// `torchaudio` (`AmplitudeToDB()(MelSpectrogram()(y))`) and `speechbrain` (`Fbank()`), both
+/// in float64 and in dB: every band; `espnet` (ESPnet2's `DefaultFrontend` as it runs, its
+/// STFT in float32, in ln): the bands above its float32 floor. Within the golden tolerance on
+/// log outputs in the preset's own precision (`auto`: f64), whole and streamed in uneven
+/// chunks.
 #[test]
 fn torch_frameworks_presets_equal_the_framework_whole_and_streamed() {
     let cases = torch_cases();
-    for (preset, signals) in [("torchaudio", 6), ("espnet", 6)] {
+    for preset in TORCH_PRESETS {
         let cases: Vec<&Case> = cases.iter().filter(|c| c.preset == preset).collect();
-        assert_eq!(cases.len(), signals, "{preset}: every signal");
+        assert_eq!(cases.len(), 6, "{preset}: every signal");
         let spec = FeatureSpec::preset(preset).unwrap();
         for case in cases {
             let x = input(&case.signal);
@@ -509,12 +514,12 @@ fn torch_frameworks_presets_equal_the_framework_whole_and_streamed() {
     }
 }
 
-/// `extract --preset torchaudio` and `--preset espnet` write the framework's rows on the CPU
-/// and, where there is one, the GPU (compared as above).
+/// `extract` with each of those presets writes the framework's rows on the CPU and, where
+/// there is one, the GPU (compared as above).
 #[test]
 fn extract_writes_the_torch_frameworks_rows() {
     let cases = torch_cases();
-    for preset in ["torchaudio", "espnet"] {
+    for preset in TORCH_PRESETS {
         let tmp = Tmp::new(preset);
         let spec = FeatureSpec::preset(preset).unwrap();
         let signals = ["chirp_loud_3s", "speech_2s"];

@@ -1,4 +1,4 @@
-//! Mel filterbanks (librosa's and Kaldi's constructions) stored sparsely: each filter keeps
+//! Mel filterbanks (librosa's, Kaldi's and SpeechBrain's constructions) stored sparsely: each filter keeps
 //! only the run of FFT bins where its weight is non-zero.
 
 use crate::spec::{FeatureSpec, MelNorm, MelScale};
@@ -14,7 +14,7 @@ fn slaney_logstep() -> f64 {
 /// Hz → mel on `scale`.
 pub fn hz_to_mel(hz: f64, scale: MelScale) -> f64 {
     match scale {
-        MelScale::Htk => 2595.0 * (1.0 + hz / 700.0).log10(),
+        MelScale::Htk | MelScale::SpeechBrain => 2595.0 * (1.0 + hz / 700.0).log10(),
         MelScale::Kaldi => 1127.0 * (1.0 + hz / 700.0).ln(),
         MelScale::Slaney if hz >= SLANEY_MIN_LOG_HZ => {
             SLANEY_MIN_LOG_MEL + (hz / SLANEY_MIN_LOG_HZ).ln() / slaney_logstep()
@@ -26,7 +26,7 @@ pub fn hz_to_mel(hz: f64, scale: MelScale) -> f64 {
 /// mel → Hz on `scale`.
 pub fn mel_to_hz(mel: f64, scale: MelScale) -> f64 {
     match scale {
-        MelScale::Htk => 700.0 * (10f64.powf(mel / 2595.0) - 1.0),
+        MelScale::Htk | MelScale::SpeechBrain => 700.0 * (10f64.powf(mel / 2595.0) - 1.0),
         MelScale::Kaldi => 700.0 * ((mel / 1127.0).exp() - 1.0),
         MelScale::Slaney if mel >= SLANEY_MIN_LOG_MEL => {
             SLANEY_MIN_LOG_HZ * (slaney_logstep() * (mel - SLANEY_MIN_LOG_MEL)).exp()
@@ -120,7 +120,13 @@ fn librosa_filters(spec: &FeatureSpec, n_bins: usize, scale: MelScale) -> Vec<Me
     (0..n_mels)
         .map(|i| {
             let lower_width = mel_f[i + 1] - mel_f[i];
-            let upper_width = mel_f[i + 2] - mel_f[i + 1];
+            // SpeechBrain's `Filterbank._triangular_filters`: `1 - |f - centre| / band` with
+            // the band below the centre on both sides, so its right foot falls short of (or
+            // past) the next centre: not librosa's triangle.
+            let (upper_foot, upper_width) = match scale {
+                MelScale::SpeechBrain => (mel_f[i + 1] + lower_width, lower_width),
+                _ => (mel_f[i + 2], mel_f[i + 2] - mel_f[i + 1]),
+            };
             let enorm = match spec.mel_norm {
                 MelNorm::Slaney => 2.0 / (mel_f[i + 2] - mel_f[i]),
                 MelNorm::None => 1.0,
@@ -129,7 +135,7 @@ fn librosa_filters(spec: &FeatureSpec, n_bins: usize, scale: MelScale) -> Vec<Me
                 .iter()
                 .map(|&f| {
                     let lower = (f - mel_f[i]) / lower_width;
-                    let upper = (mel_f[i + 2] - f) / upper_width;
+                    let upper = (upper_foot - f) / upper_width;
                     lower.min(upper).max(0.0) * enorm
                 })
                 .collect()

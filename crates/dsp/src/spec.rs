@@ -61,6 +61,11 @@ pub enum MelScale {
     Htk,
     /// Kaldi's `1127 ln(1 + f/700)` with triangles in the mel domain and no Nyquist bin.
     Kaldi,
+    /// SpeechBrain's `Filterbank` (1.1): HTK's scale, triangles in Hz of height 1 centred on
+    /// each mel point, both sides as wide as the gap to the point below, so a triangle's right
+    /// foot is not the next centre as in librosa's.
+    #[serde(rename = "speechbrain")]
+    SpeechBrain,
 }
 
 /// Normalisation of each mel filter.
@@ -450,6 +455,26 @@ impl FeatureSpec {
         }
     }
 
+    /// SpeechBrain's `speechbrain.lobes.features.Fbank()` at its defaults (speechbrain
+    /// 1.1.2): a 400-point periodic Hamming window every 160 samples, centred with zero
+    /// padding (`pad_mode="constant"`), power, 40 filters on SpeechBrain's triangles over
+    /// HTK's scale from 0 Hz to Nyquist, then `10 log10(max(x, 1e-10))` floored at the item's
+    /// maximum minus 80 dB (`top_db`).
+    pub fn speechbrain_fbank() -> Self {
+        FeatureSpec {
+            window: WindowKind::Hamming,
+            pad_mode: PadMode::Constant,
+            n_mels: 40,
+            mel_scale: MelScale::SpeechBrain,
+            mel_norm: MelNorm::None,
+            log: LogKind::Db,
+            log_guard: LogGuard::Clamp(1e-10),
+            dynamic_range: Some(80.0),
+            output: OutputKind::Logmel,
+            ..Self::base()
+        }
+    }
+
     /// librosa `feature.melspectrogram` + `power_to_db` at librosa's defaults.
     pub fn librosa_mel() -> Self {
         FeatureSpec {
@@ -572,6 +597,11 @@ impl FeatureSpec {
                 name: "espnet",
                 matches: "ESPnet2 DefaultFrontend(fs=16000): n_fft 512, hop 128, 80 Slaney mels, ln",
                 spec: Self::espnet(),
+            },
+            Preset {
+                name: "speechbrain",
+                matches: "SpeechBrain (1.1) lobes.features.Fbank(): 40 filters, Hamming, zero-padded centre, dB with top_db 80",
+                spec: Self::speechbrain_fbank(),
             },
             Preset {
                 name: "librosa",
