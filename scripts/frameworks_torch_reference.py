@@ -12,7 +12,7 @@ references are committed rather than made in CI). It reads the committed signals
   tests/golden/frameworks/cases-torch.json    the cases: signal, preset, reference, versions
 
 How each runs:
-  torchaudio and SpeechBrain in float64 throughout (torch's default dtype set to float64 before the modules
+  torchaudio, SpeechBrain and lhotse in float64 throughout (torch's default dtype set to float64 before the modules
   are made, so that the window, the mel filters and the STFT are the framework's own code in
   float64). In float32, its default, torchaudio is only good to about 1.6e-3 dB against
   itself in float64 (its mel filters come from float32 linspace), eight times the golden
@@ -33,6 +33,12 @@ Cases:
   n_fft 400, hop 160, periodic Hamming, centred with zero padding, power, 40 filters on HTK's
   scale shaped as its own `Filterbank` shapes them, 10 log10(max(x, 1e-10)), top_db 80 over
   the item): [1 + len // 160, 40].
+  lhotse-fbank / lhotse-mfcc: lhotse's `Fbank(FbankConfig())` and `Mfcc(MfccConfig())` at
+  their defaults (Kaldi's fbank framed with snip_edges=False: (len + 80) // 160 frames, the
+  edges mirrored with the edge sample repeated; the samples unscaled; povey window, DC
+  removed, pre-emphasis 0.97, 512-point FFT, Kaldi mel from 20 Hz to Nyquist - 400 Hz, log
+  floored at FLT_EPSILON; the MFCC over 23 filters, 13 coefficients, Kaldi's lifter 22):
+  [frames, 80] and [frames, 13].
 
 Usage: python -m venv v && v/bin/pip install -r scripts/requirements-frameworks-torch.txt &&
        v/bin/python scripts/frameworks_torch_reference.py
@@ -100,6 +106,22 @@ def speechbrain_fbank(y):
     return out[0].numpy()
 
 
+def lhotse_features(kind):
+    def run(y):
+        from lhotse.features import Fbank, FbankConfig, Mfcc, MfccConfig
+
+        torch.set_default_dtype(torch.float64)
+        try:
+            extractor = Fbank(FbankConfig()) if kind == "fbank" else Mfcc(MfccConfig())
+            out = extractor.extract(y.astype(np.float64), sampling_rate=RATE)
+        finally:
+            torch.set_default_dtype(torch.float32)
+        assert out.dtype == np.float64
+        return out
+
+    return run
+
+
 CASES = {
     "torchaudio": (
         torchaudio_mel_db,
@@ -115,6 +137,17 @@ CASES = {
         speechbrain_fbank,
         lambda n: (1 + n // 160, 40),
         "speechbrain.lobes.features.Fbank()(y[None])",
+    ),
+    # Kaldi's snip_edges=False: (len + 80) // 160 frames.
+    "lhotse-fbank": (
+        lhotse_features("fbank"),
+        lambda n: ((n + 80) // 160, 80),
+        "lhotse.features.Fbank(FbankConfig()).extract(y, sampling_rate=16000)",
+    ),
+    "lhotse-mfcc": (
+        lhotse_features("mfcc"),
+        lambda n: ((n + 80) // 160, 13),
+        "lhotse.features.Mfcc(MfccConfig()).extract(y, sampling_rate=16000)",
     ),
 }
 
@@ -133,7 +166,7 @@ def main():
             np.save(os.path.join(OUT, "ref", f"{case}.npy"), ref)
             cases.append({"case": case, "signal": name, "preset": preset, "reference": reference,
                           "precision": "float32" if preset == "espnet" else "float64"})
-    versions = {p: importlib.metadata.version(p) for p in ("torch", "torchaudio", "espnet", "speechbrain", "numpy")}
+    versions = {p: importlib.metadata.version(p) for p in ("torch", "torchaudio", "espnet", "speechbrain", "lhotse", "numpy")}
     with open(os.path.join(OUT, "cases-torch.json"), "w") as f:
         json.dump({"versions": versions, "cases": cases}, f, indent=1)
         f.write("\n")

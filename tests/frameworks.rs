@@ -45,6 +45,7 @@ fn torch_cases() -> Vec<Case> {
     assert_eq!(manifest["versions"]["torchaudio"], "2.11.1");
     assert_eq!(manifest["versions"]["espnet"], ESPNET);
     assert_eq!(manifest["versions"]["speechbrain"], "1.1.2");
+    assert_eq!(manifest["versions"]["lhotse"], "1.33.0");
     cases_of(&manifest)
 }
 
@@ -460,7 +461,13 @@ fn worst_within(
 }
 
 /// The presets of scripts/frameworks_torch_reference.py.
-const TORCH_PRESETS: [&str; 3] = ["torchaudio", "espnet", "speechbrain"];
+const TORCH_PRESETS: [&str; 5] = [
+    "torchaudio",
+    "espnet",
+    "speechbrain",
+    "lhotse-fbank",
+    "lhotse-mfcc",
+];
 
 /// Presets whose reference is the framework run in torch on every signal of the fixtures:
 /// `torchaudio` (`AmplitudeToDB()(MelSpectrogram()(y))`) and `speechbrain` (`Fbank()`), both
@@ -545,5 +552,30 @@ fn extract_writes_the_torch_frameworks_rows() {
                 assert!(err <= LOG_ATOL, "{device} {}: {err:e} at {at}", case.name);
             }
         }
+    }
+}
+
+/// lhotse mirrors each edge once by flipping the item's own samples: under 140 samples (at its
+/// 400/160 framing) the last frame comes out short and lhotse fails (`setStorage: sizes [1, 1,
+/// 400] ... requiring a storage size`, lhotse 1.33). The presets refuse such an item by name;
+/// from 140 on, one frame, as there.
+#[test]
+fn lhotse_presets_refuse_what_lhotse_cannot_frame() {
+    use sonograph_dsp::ItemError;
+    for preset in ["lhotse-fbank", "lhotse-mfcc"] {
+        let spec = FeatureSpec::preset(preset).unwrap();
+        let x: Vec<f32> = (0..140).map(|i| 0.1 * (i as f32 * 0.3).sin()).collect();
+        let mut out = Vec::new();
+        let mut ex = CpuExtractor::new(&spec).unwrap();
+        assert_eq!(
+            ex.extract(&x[..139], &mut out),
+            Err(ItemError::TooShort {
+                samples: 139,
+                min: 140
+            }),
+            "{preset}"
+        );
+        assert_eq!(ex.extract(&x, &mut out), Ok(1), "{preset}");
+        assert!(out.iter().all(|v| v.is_finite()), "{preset}");
     }
 }

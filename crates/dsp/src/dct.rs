@@ -1,7 +1,9 @@
 //! DCT-II with orthonormal scaling (scipy's `dct(type=2, norm="ortho")`), truncated to the
-//! first `n_out` coefficients, with librosa's optional lifter.
+//! first `n_out` coefficients, with librosa's or Kaldi's optional lifter.
 
 use std::f64::consts::PI;
+
+use crate::spec::LifterStart;
 
 /// A precomputed `[n_out][n_in]` DCT-II matrix (lifter folded in).
 #[derive(Debug, Clone)]
@@ -12,8 +14,13 @@ pub struct Dct {
 
 impl Dct {
     /// `lifter > 0` multiplies coefficient `i` by `1 + lifter/2 · sin(π (i + 1) / lifter)`,
-    /// as librosa.feature.mfcc does.
-    pub fn new(n_in: usize, n_out: usize, lifter: f64) -> Self {
+    /// as librosa.feature.mfcc does, or by `1 + lifter/2 · sin(π i / lifter)` from
+    /// [`LifterStart::Zero`], as Kaldi does.
+    pub fn new(n_in: usize, n_out: usize, lifter: f64, start: LifterStart) -> Self {
+        let start = match start {
+            LifterStart::One => 1,
+            LifterStart::Zero => 0,
+        };
         let mut matrix = Vec::with_capacity(n_in * n_out);
         for k in 0..n_out {
             let scale = if k == 0 {
@@ -22,7 +29,7 @@ impl Dct {
                 (2.0 / n_in as f64).sqrt()
             };
             let lift = if lifter > 0.0 {
-                1.0 + lifter / 2.0 * (PI * (k + 1) as f64 / lifter).sin()
+                1.0 + lifter / 2.0 * (PI * (k + start) as f64 / lifter).sin()
             } else {
                 1.0
             };
@@ -53,7 +60,7 @@ mod tests {
     #[test]
     fn full_orthonormal_dct_preserves_energy_and_inverts() {
         let n = 16;
-        let dct = Dct::new(n, n, 0.0);
+        let dct = Dct::new(n, n, 0.0, LifterStart::One);
         let x: Vec<f64> = (0..n).map(|i| ((i * 7 + 3) % 11) as f64 - 5.0).collect();
         let mut y = vec![0.0; n];
         dct.apply(&x, &mut y);
@@ -69,7 +76,7 @@ mod tests {
 
     #[test]
     fn dc_input_lands_in_coefficient_zero() {
-        let dct = Dct::new(8, 4, 0.0);
+        let dct = Dct::new(8, 4, 0.0, LifterStart::One);
         let mut y = vec![0.0; 4];
         dct.apply(&[1.0; 8], &mut y);
         assert!((y[0] - 8f64.sqrt()).abs() < 1e-12);

@@ -20,11 +20,10 @@ use crate::fastlog;
 use crate::float::cast;
 pub use crate::float::Real;
 use crate::mel::MelBank;
-use crate::signal::{padded_index, reflect_index, scale_and_preemphasize};
+use crate::signal::{padded_index, scale_and_preemphasize, EdgePadding};
 use crate::span::{check_finite, check_span, piece_of_fixed_item, prepared_window, Span};
 use crate::spec::{
-    FeatureSpec, Framing, InputKind, LogGuard, LogKind, Normalize, OutputKind, PadMode,
-    PreemphasisScope,
+    FeatureSpec, Framing, InputKind, LogGuard, LogKind, Normalize, OutputKind, PreemphasisScope,
 };
 use crate::window::window;
 
@@ -384,8 +383,14 @@ impl CpuExtractor {
         let bank = uses_mel.then(|| MelBank::new(spec));
         let engine = Engine::new(spec, precision, bank.as_ref());
         Ok(CpuExtractor {
-            dct: (spec.output == OutputKind::Mfcc)
-                .then(|| Dct::new(spec.n_mels, spec.n_mfcc, f64::from(spec.lifter))),
+            dct: (spec.output == OutputKind::Mfcc).then(|| {
+                Dct::new(
+                    spec.n_mels,
+                    spec.n_mfcc,
+                    f64::from(spec.lifter),
+                    spec.lifter_start,
+                )
+            }),
             spec: spec.clone(),
             engine,
             pad_left: spec.pad_left(),
@@ -627,7 +632,7 @@ impl CpuExtractor {
         if !self.started {
             self.start_with_left_pad();
         }
-        if self.spec.framing == Framing::Center {
+        if matches!(self.spec.framing, Framing::Center | Framing::NoSnipEdges) {
             self.append_right_pad();
         }
         let total_raw = self.spec.n_raw_frames(self.signal_len);
@@ -670,10 +675,11 @@ impl CpuExtractor {
     }
 
     fn can_start(&self) -> bool {
-        match (self.spec.framing, self.spec.pad_mode) {
-            (Framing::SnipEdges, _) | (Framing::Center, PadMode::Constant) => true,
-            // Reflection needs the samples 1..=pad_left.
-            (Framing::Center, PadMode::Reflect) => self.signal_len > self.pad_left,
+        match EdgePadding::of(&self.spec) {
+            EdgePadding::Zeros => true,
+            // numpy's reflection reads the samples 1..=pad_left, Kaldi's 0..pad_left.
+            EdgePadding::Reflect => self.signal_len > self.pad_left,
+            EdgePadding::Symmetric => self.signal_len >= self.pad_left,
         }
     }
 
@@ -693,13 +699,8 @@ impl CpuExtractor {
     /// The value at signal index `i` (which may lie outside `0..n`) under the pad mode; the
     /// signal must still be in `pending`.
     fn padded_sample(&self, i: isize, n: usize) -> f32 {
-        let idx = if (0..n as isize).contains(&i) {
-            i as usize
-        } else {
-            match self.spec.pad_mode {
-                PadMode::Constant => return 0.0,
-                PadMode::Reflect => reflect_index(i, n),
-            }
+        let Some(idx) = padded_index(&self.spec, i, n) else {
+            return 0.0;
         };
         let pos = self.pad_left + idx - self.pending_start;
         if self.started {
@@ -710,9 +711,21 @@ impl CpuExtractor {
         }
     }
 
+    /// The padding after the signal that its last frame reads: `pad_left` samples when frames
+    /// are centred (torch pads both sides alike); under Kaldi's `snip_edges = false`, what the
+    /// last window reaches past the end (at most `win_length / 2 + 1`).
     fn append_right_pad(&mut self) {
         let n = self.signal_len;
-        let pad: Vec<f32> = (0..self.pad_left)
+        let right = match self.spec.framing {
+            Framing::NoSnipEdges => match self.spec.n_raw_frames(n) {
+                0 => 0,
+                frames => (self.spec.frame_start(frames - 1) + self.spec.win_length as isize
+                    - n as isize)
+                    .max(0) as usize,
+            },
+            _ => self.pad_left,
+        };
+        let pad: Vec<f32> = (0..right)
             .map(|d| self.padded_sample((n + d) as isize, n))
             .collect();
         self.pending.extend(pad);
@@ -722,10 +735,8 @@ impl CpuExtractor {
     fn run_frames(&mut self, available: usize) {
         let spec = &self.spec;
         let total_raw = spec.n_raw_frames(self.signal_len);
-        let seg_offset = match spec.framing {
-            Framing::Center => self.window_offset,
-            Framing::SnipEdges => 0,
-        };
+        // 0 but for centred frames, whose window torch centres in n_fft.
+        let seg_offset = self.window_offset;
         loop {
             let start = self.next_frame * spec.hop_length + seg_offset;
             let end = start + spec.win_length;
@@ -758,11 +769,7 @@ impl CpuExtractor {
 
     /// Drops the samples no future frame (nor the right reflection) needs.
     fn drain_consumed(&mut self) {
-        let seg_offset = match self.spec.framing {
-            Framing::Center => self.window_offset,
-            Framing::SnipEdges => 0,
-        };
-        let next_start = self.next_frame * self.spec.hop_length + seg_offset;
+        let next_start = self.next_frame * self.spec.hop_length + self.window_offset;
         let keep_tail = self.spec.n_fft + 1;
         let end = self.pending_start + self.pending.len();
         let drop_to = next_start.min(end.saturating_sub(keep_tail));
@@ -1418,7 +1425,7 @@ mod tests {
             })
         );
         spec.min_samples = 0;
-        assert_eq!(spec.pad_mode, PadMode::Reflect);
+        assert_eq!(spec.pad_mode, crate::spec::PadMode::Reflect);
         let frames = CpuExtractor::new(&spec)
             .unwrap()
             .extract(&[0.5, -0.25, 0.125], &mut out)

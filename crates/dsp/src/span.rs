@@ -7,7 +7,7 @@
 use std::ops::Range;
 
 use crate::error::ItemError;
-use crate::signal::{reflects, scale_and_preemphasize_into};
+use crate::signal::{scale_and_preemphasize_into, EdgePadding};
 use crate::spec::{FeatureSpec, OutputKind, PreemphasisScope};
 
 /// Frames `first_frame..first_frame + frames` of an item, from the window of its samples that
@@ -51,8 +51,14 @@ pub fn piece_of_fixed_item(spec: &FeatureSpec) -> ItemError {
 /// Frames whose samples all lie within the first `n` samples (or the left padding): those a
 /// stream can compute before it knows where the item ends.
 pub fn frames_ready(spec: &FeatureSpec, n: usize) -> usize {
-    // The left edge's reflection reads samples up to -frame_start(0).
-    if reflects(spec) && n as isize <= -spec.frame_start(0) {
+    // The left edge's mirror reads samples up to -frame_start(0) (numpy's) or one fewer
+    // (Kaldi's, which repeats the edge sample).
+    let mirror_reach = match EdgePadding::of(spec) {
+        EdgePadding::Zeros => 0,
+        EdgePadding::Reflect => -spec.frame_start(0),
+        EdgePadding::Symmetric => -spec.frame_start(0) - 1,
+    };
+    if mirror_reach > 0 && n as isize <= mirror_reach {
         return 0;
     }
     let need = spec.window_offset() + spec.win_length;
@@ -72,19 +78,27 @@ pub fn span_window(spec: &FeatureSpec, frames: Range<usize>, signal_len: usize) 
     }
     let first = spec.frame_start(frames.start);
     let end = spec.frame_start(frames.end - 1) + spec.win_length as isize;
-    // Beyond one reflection (items shorter than the padding) numpy's reflection is periodic:
-    // such an item is read whole.
-    if reflects(spec) && (first < -(n - 1) || end - 1 > 2 * (n - 1)) {
+    let edge = EdgePadding::of(spec);
+    // The mirror of the furthest sample read past each edge, in one reflection: numpy's
+    // reflects -i to i and n - 1 + i to n - 1 - i; Kaldi's -i to i - 1 and n - 1 + i to n - i.
+    let (left_mirror, right_mirror) = match edge {
+        EdgePadding::Zeros => (0, 0),
+        EdgePadding::Reflect => (-first, 2 * (n - 1) - (end - 1)),
+        EdgePadding::Symmetric => (-first - 1, 2 * n - 1 - (end - 1)),
+    };
+    // Beyond one reflection (items shorter than the padding) a mirror is periodic: such an
+    // item is read whole.
+    if edge.mirrors() && (left_mirror > n - 1 || right_mirror < 0) {
         return 0..signal_len;
     }
     let mut lo = first.max(0);
     let mut hi = end.min(n);
-    if reflects(spec) {
+    if edge.mirrors() {
         if first < 0 {
-            hi = hi.max(1 - first).min(n); // reflect(first) = -first
+            hi = hi.max(left_mirror + 1).min(n);
         }
         if end > n {
-            lo = lo.min(2 * (n - 1) - (end - 1)).max(0); // reflect(end - 1)
+            lo = lo.min(right_mirror).max(0);
         }
     }
     (lo - 1).max(0) as usize..hi.max(0) as usize
@@ -344,8 +358,11 @@ mod tests {
             FeatureSpec::whisper(80),
             FeatureSpec::kaldi(80),
             FeatureSpec::nemo(80),
+            FeatureSpec::lhotse_fbank(),
         ] {
-            for n in [0, 1, 199, 200, 201, 399, 400, 401, 16_000, 16_161] {
+            for n in [
+                0, 1, 119, 120, 121, 199, 200, 201, 399, 400, 401, 16_000, 16_161,
+            ] {
                 let ready = frames_ready(&spec, n);
                 if ready > 0 {
                     let end = spec.frame_start(ready - 1) + spec.win_length as isize;
@@ -367,21 +384,35 @@ mod tests {
 
     #[test]
     fn windows_cover_every_read_including_reflections() {
-        let spec = FeatureSpec::whisper(80);
-        let n = 48_000;
-        let total = spec.n_raw_frames(n);
-        for frames in [0..3, 0..total, 100..200, total - 2..total, total - 1..total] {
-            let w = span_window(&spec, frames.clone(), n);
-            for j in frames.clone() {
-                for m in 0..spec.win_length as isize {
-                    let i = padded_index(&spec, spec.frame_start(j) + m, n).unwrap();
-                    assert!(
-                        w.contains(&i),
-                        "{frames:?}: frame {j} reads {i}, outside {w:?}"
-                    );
+        // numpy's reflection (Whisper) and Kaldi's mirror (snip_edges = false), on items long
+        // and short (shorter than the padding: the mirror is periodic).
+        for (spec, n) in [
+            (FeatureSpec::whisper(80), 48_000),
+            (FeatureSpec::whisper(80), 150),
+            (FeatureSpec::lhotse_fbank(), 48_000),
+            (FeatureSpec::lhotse_fbank(), 16_161),
+            (FeatureSpec::lhotse_fbank(), 100),
+        ] {
+            let total = spec.n_raw_frames(n);
+            let mut ranges = vec![0..total, total - 1..total];
+            if total > 200 {
+                ranges.extend([0..3, 100..200, total - 2..total]);
+            }
+            for frames in ranges {
+                let w = span_window(&spec, frames.clone(), n);
+                for j in frames.clone() {
+                    for m in 0..spec.win_length as isize {
+                        let i = padded_index(&spec, spec.frame_start(j) + m, n).unwrap();
+                        assert!(
+                            w.contains(&i),
+                            "n {n}, {frames:?}: frame {j} reads {i}, outside {w:?}"
+                        );
+                    }
                 }
             }
         }
+        let spec = FeatureSpec::whisper(80);
+        let n = 48_000;
         // A frame inside the item gets one sample of context before it.
         let inner = span_window(&spec, 100..101, n);
         assert_eq!(inner.start as isize, spec.frame_start(100) - 1);

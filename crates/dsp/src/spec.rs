@@ -29,9 +29,16 @@ pub enum Framing {
     /// Kaldi's `snip_edges = true`: frame `t` starts at sample `t * hop`; only frames that fit
     /// whole are kept, `1 + (len - win_length) / hop` frames (zero when shorter than a window).
     SnipEdges,
+    /// Kaldi's `snip_edges = false` (lhotse's default): `(len + hop / 2) / hop` frames, frame
+    /// `t` centred on sample `t * hop + hop / 2` (it starts at `t * hop + hop / 2 −
+    /// win_length / 2`), the signal mirrored at its edges with the edge sample repeated
+    /// (Kaldi's `ExtractWindow`: index −1 reads sample 0, index `len` reads `len − 1`,
+    /// periodic beyond one reflection). `pad_mode` does not apply. The window sits at the
+    /// frame's start, zero-padded to `n_fft`, as with `SnipEdges`.
+    NoSnipEdges,
 }
 
-/// Padding used by [`Framing::Center`].
+/// Padding used by [`Framing::Center`] ([`Framing::NoSnipEdges`] always mirrors as Kaldi does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PadMode {
@@ -116,6 +123,24 @@ pub enum Normalize {
     /// minus its mean over time, divided by the square root of its sample variance (n − 1)
     /// plus 1e-7. An item of one frame has no sample variance: NaN, as there.
     PerMelBin,
+}
+
+/// Where the cepstral lifter's sine counts from: coefficient `i` is multiplied by
+/// `1 + L/2 sin(π (i + start) / L)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LifterStart {
+    /// librosa's `feature.mfcc(lifter=L)`: `sin(π (i + 1) / L)`.
+    #[default]
+    One,
+    /// Kaldi's `ComputeLifterCoeffs` (and lhotse's): `sin(π i / L)`, so c0 is kept as is.
+    Zero,
+}
+
+impl LifterStart {
+    fn is_one(&self) -> bool {
+        *self == LifterStart::One
+    }
 }
 
 /// What the extractor returns per frame.
@@ -244,8 +269,13 @@ pub struct FeatureSpec {
     pub stack_frames: usize,
     /// Number of cepstral coefficients kept for `output = "mfcc"`.
     pub n_mfcc: usize,
-    /// Cepstral lifter coefficient (0 = off): `c[i] *= 1 + L/2 sin(pi (i + 1) / L)`, as librosa.
+    /// Cepstral lifter coefficient (0 = off): `c[i] *= 1 + L/2 sin(pi (i + 1) / L)`, as librosa,
+    /// or from `i` with [`lifter_start`](Self::lifter_start) `zero`, as Kaldi.
     pub lifter: f32,
+    /// Where the lifter's sine counts from. Left out of the JSON at librosa's `one`, so that
+    /// specs without it keep their `spec_id`.
+    #[serde(default, skip_serializing_if = "LifterStart::is_one")]
+    pub lifter_start: LifterStart,
     pub output: OutputKind,
 }
 
@@ -313,6 +343,7 @@ impl FeatureSpec {
             stack_frames: 0,
             n_mfcc: 20,
             lifter: 0.0,
+            lifter_start: LifterStart::One,
             output: OutputKind::Mel,
         }
     }
@@ -475,6 +506,36 @@ impl FeatureSpec {
         }
     }
 
+    /// lhotse's `Fbank()` (`FbankConfig` defaults, lhotse 1.33): the Kaldi fbank of
+    /// [`Self::kaldi`] on the samples as they are (no 2^15 scale), framed as Kaldi's
+    /// `snip_edges = false` (`(len + 80) / 160` frames, the edges mirrored), mel up to 400 Hz
+    /// under Nyquist (`high_freq = -400`). lhotse mirrors each edge once by flipping the
+    /// item's own samples, so an item under 140 samples leaves its last frame short and
+    /// lhotse fails: refused here too.
+    pub fn lhotse_fbank() -> Self {
+        FeatureSpec {
+            framing: Framing::NoSnipEdges,
+            input_scale: 1.0,
+            fmax: Some(-400.0),
+            min_samples: 140,
+            ..Self::kaldi(80)
+        }
+    }
+
+    /// lhotse's `Mfcc()` (`MfccConfig` defaults, lhotse 1.33): [`Self::lhotse_fbank`]'s
+    /// framing over 23 filters, then the orthonormal DCT-II to 13 coefficients and Kaldi's
+    /// lifter of 22 (`1 + 11 sin(π i / 22)`, c0 kept).
+    pub fn lhotse_mfcc() -> Self {
+        FeatureSpec {
+            n_mels: 23,
+            n_mfcc: 13,
+            lifter: 22.0,
+            lifter_start: LifterStart::Zero,
+            output: OutputKind::Mfcc,
+            ..Self::lhotse_fbank()
+        }
+    }
+
     /// librosa `feature.melspectrogram` + `power_to_db` at librosa's defaults.
     pub fn librosa_mel() -> Self {
         FeatureSpec {
@@ -602,6 +663,16 @@ impl FeatureSpec {
                 name: "speechbrain",
                 matches: "SpeechBrain (1.1) lobes.features.Fbank(): 40 filters, Hamming, zero-padded centre, dB with top_db 80",
                 spec: Self::speechbrain_fbank(),
+            },
+            Preset {
+                name: "lhotse-fbank",
+                matches: "lhotse (1.33) Fbank(): Kaldi fbank of 80 bins, snip_edges=False, samples unscaled, mel up to Nyquist - 400 Hz",
+                spec: Self::lhotse_fbank(),
+            },
+            Preset {
+                name: "lhotse-mfcc",
+                matches: "lhotse (1.33) Mfcc(): 23 filters, 13 coefficients, Kaldi's lifter 22, snip_edges=False",
+                spec: Self::lhotse_mfcc(),
             },
             Preset {
                 name: "librosa",
@@ -775,10 +846,13 @@ impl FeatureSpec {
         frames.div_ceil(self.stack_frames.max(1))
     }
 
-    /// Samples of padding before the signal: `n_fft / 2` when frames are centred, else 0.
+    /// Samples of padding before the signal: `n_fft / 2` when frames are centred,
+    /// `win_length / 2 − hop / 2` under Kaldi's `snip_edges = false` (each floored, as Kaldi's
+    /// `FirstSampleOfFrame` computes it; `validate` keeps the hop within the window), else 0.
     pub fn pad_left(&self) -> usize {
         match self.framing {
             Framing::Center => self.n_fft / 2,
+            Framing::NoSnipEdges => (self.win_length / 2).saturating_sub(self.hop_length / 2),
             Framing::SnipEdges => 0,
         }
     }
@@ -788,7 +862,7 @@ impl FeatureSpec {
     pub fn window_offset(&self) -> usize {
         match self.framing {
             Framing::Center => (self.n_fft - self.win_length) / 2,
-            Framing::SnipEdges => 0,
+            Framing::SnipEdges | Framing::NoSnipEdges => 0,
         }
     }
 
@@ -808,6 +882,7 @@ impl FeatureSpec {
             }
             Framing::SnipEdges if n_samples < self.win_length => 0,
             Framing::SnipEdges => 1 + (n_samples - self.win_length) / self.hop_length,
+            Framing::NoSnipEdges => (n_samples + self.hop_length / 2) / self.hop_length,
         }
     }
 
@@ -923,6 +998,16 @@ impl FeatureSpec {
             return bad("lifter", format!("{} must be finite and ≥ 0", self.lifter));
         }
         self.validate_input()?;
+        if self.framing == Framing::NoSnipEdges && self.hop_length > self.win_length {
+            return bad(
+                "hop_length",
+                format!(
+                    "{} must be ≤ win_length ({}) under \"no_snip_edges\": Kaldi centres each \
+                     window on its hop",
+                    self.hop_length, self.win_length
+                ),
+            );
+        }
         if self.output == OutputKind::Psd && self.framing != Framing::SnipEdges {
             return bad(
                 "framing",

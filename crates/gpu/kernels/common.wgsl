@@ -13,7 +13,9 @@ struct Params {
     hop: u32,
     // Where the window sits inside the n_fft frame (torch centres it; Kaldi puts it first).
     window_offset: u32,
-    reflect: u32,
+    // Beyond the item's edges: 0 zeros, 1 numpy's reflection, 2 Kaldi's mirror (the edge
+    // sample repeated: snip_edges = false).
+    edge: u32,
     remove_dc: u32,
     // Per-frame (Kaldi) pre-emphasis; 0 when the spec pre-emphasises the signal on the host.
     preemph: f32,

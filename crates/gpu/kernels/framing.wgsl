@@ -18,6 +18,19 @@ fn reflect_index(i: i32, n: i32) -> i32 {
     return period - m;
 }
 
+// Kaldi's mirror index for any i (the edge sample repeated: -1 reads 0, n reads n - 1),
+// periodic with period 2n (as the CPU path).
+fn symmetric_index(i: i32, n: i32) -> i32 {
+    var m = i % (2 * n);
+    if (m < 0) {
+        m += 2 * n;
+    }
+    if (m < n) {
+        return m;
+    }
+    return 2 * n - 1 - m;
+}
+
 // Index (relative to the item's first uploaded sample) of the first window sample of the
 // item's local frame `local`; negative inside the left padding.
 fn window_start(it: Item, local: u32) -> i32 {
@@ -25,7 +38,7 @@ fn window_start(it: Item, local: u32) -> i32 {
 }
 
 // Sample m of the window starting at `start` (from `window_start`) of item `it`, whose frame
-// index in the item is j: outside the signal, numpy's reflection or zero; then the spec's
+// index in the item is j: outside the signal, numpy's reflection, Kaldi's mirror or zero; then the spec's
 // dither. Relative indices reflect as the item's own: the left edge only ever falls in a
 // window that starts the item, and the host checked that a window holds what its frames read.
 fn frame_sample(it: Item, start: i32, j: u32, m: u32) -> real {
@@ -33,10 +46,14 @@ fn frame_sample(it: Item, start: i32, j: u32, m: u32) -> real {
     let n = i32(it.signal_len);
     var v: real = 0.0;
     if (idx < 0 || idx >= n) {
-        if (p.reflect == 0u) {
+        if (p.edge == 0u) {
             return dithered(v, j, m);
         }
-        idx = reflect_index(idx, n);
+        if (p.edge == 2u) {
+            idx = symmetric_index(idx, n);
+        } else {
+            idx = reflect_index(idx, n);
+        }
     }
     v = real(signal_sample(it, u32(idx)));
     return dithered(v, j, m);

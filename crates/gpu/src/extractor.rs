@@ -22,10 +22,11 @@ use rayon::prelude::*;
 use sonograph_dsp::dct::Dct;
 use sonograph_dsp::mel::MelBank;
 use sonograph_dsp::pcm16::to_pcm16_into;
+use sonograph_dsp::signal::EdgePadding;
 use sonograph_dsp::span::{
     check_finite, prepare_piece_into, prepared_as_is, prepared_layout, Span,
 };
-use sonograph_dsp::spec::{FeatureSpec, OutputKind, PadMode, PreemphasisScope};
+use sonograph_dsp::spec::{FeatureSpec, OutputKind, PreemphasisScope};
 use sonograph_dsp::window::window;
 use sonograph_dsp::{AudioBatch, DeviceError, Extractor, FeatureBatch, ItemError, Precision};
 use wgpu::util::DeviceExt;
@@ -176,7 +177,7 @@ struct Params {
     win_length: u32,
     hop: u32,
     window_offset: u32,
-    reflect: u32,
+    edge: u32,
     remove_dc: u32,
     preemph: f32,
     total_frames: u32,
@@ -474,8 +475,14 @@ impl GpuBackend {
             max_buffer: gpu.limits.max_buffer_size,
         };
         Ok(GpuBackend {
-            dct: (spec.output == OutputKind::Mfcc)
-                .then(|| Dct::new(spec.n_mels, spec.n_mfcc, f64::from(spec.lifter))),
+            dct: (spec.output == OutputKind::Mfcc).then(|| {
+                Dct::new(
+                    spec.n_mels,
+                    spec.n_mfcc,
+                    f64::from(spec.lifter),
+                    spec.lifter_start,
+                )
+            }),
             spec: spec.clone(),
             label,
             kernels,
@@ -609,7 +616,11 @@ impl GpuBackend {
             win_length: s.win_length as u32,
             hop: s.hop_length as u32,
             window_offset: s.window_offset() as u32,
-            reflect: u32::from(s.pad_mode == PadMode::Reflect),
+            edge: match EdgePadding::of(s) {
+                EdgePadding::Zeros => 0,
+                EdgePadding::Reflect => 1,
+                EdgePadding::Symmetric => 2,
+            },
             remove_dc: u32::from(s.remove_dc),
             preemph: if s.preemphasis_scope == PreemphasisScope::Frame {
                 s.preemphasis
@@ -1876,7 +1887,7 @@ mod tests {
                 win_length: "u32",
                 hop: "u32",
                 window_offset: "u32",
-                reflect: "u32",
+                edge: "u32",
                 remove_dc: "u32",
                 preemph: "f32",
                 total_frames: "u32",

@@ -553,7 +553,7 @@ fn dithered_specs_match_the_cpu() {
 /// give the CPU's pieces: the edges' padding, pre-emphasis across a window's first sample,
 /// dither keyed by the item's frame index, Whisper's dropped frame on the last piece only, a
 /// piece far into a very long item; through both kernels, on centred (reflect and zero
-/// padding) and snip-edges specs.
+/// padding), snip-edges and Kaldi-mirrored (snip_edges = false) specs.
 #[test]
 fn pieces_of_long_items_match_the_cpu() {
     use sonograph_dsp::span::{span_window, Span};
@@ -580,6 +580,8 @@ fn pieces_of_long_items_match_the_cpu() {
         // Reflect padding of the signal the kernels pre-emphasise.
         FeatureSpec::nemo_legacy(80),
         FeatureSpec::librosa_mel(),
+        // Kaldi's mirror (snip_edges = false): the first piece's left edge, the last's right.
+        FeatureSpec::lhotse_fbank(),
     ] {
         let total = spec.n_raw_frames(x.len());
         let mut batch = AudioBatch::new();
