@@ -12,7 +12,7 @@ references are committed rather than made in CI). It reads the committed signals
   tests/golden/frameworks/cases-torch.json    the cases: signal, preset, reference, versions
 
 How each runs:
-  torchaudio, SpeechBrain and lhotse in float64 throughout (torch's default dtype set to float64 before the modules
+  torchaudio, SpeechBrain, lhotse and AST's extractor in float64 throughout (torch's default dtype set to float64 before the modules
   are made, so that the window, the mel filters and the STFT are the framework's own code in
   float64). In float32, its default, torchaudio is only good to about 1.6e-3 dB against
   itself in float64 (its mel filters come from float32 linspace), eight times the golden
@@ -39,6 +39,13 @@ Cases:
   removed, pre-emphasis 0.97, 512-point FFT, Kaldi mel from 20 Hz to Nyquist - 400 Hz, log
   floored at FLT_EPSILON; the MFCC over 23 filters, 13 coefficients, Kaldi's lifter 22):
   [frames, 80] and [frames, 13].
+  ast: transformers' `ASTFeatureExtractor()(y, sampling_rate=16000)` with torchaudio installed
+  (its usual path: `torchaudio.compliance.kaldi.fbank(waveform, sample_frequency=16000,
+  window_type="hanning", num_mel_bins=128)`): the Kaldi fbank of 128 bins of the samples as
+  they are, a symmetric Hann window, cut or completed with zero frames to 1,024, then
+  (x + 4.2677393) / (2 * 4.5689974): [1024, 128]. Its own `_extract_fbank_features` and
+  `normalize` in float64 (`__call__` casts the samples to float32 first; its output is checked
+  to lie within 2e-3 nats of these on the bands within 14 nats of their frame's peak).
 
 Usage: python -m venv v && v/bin/pip install -r scripts/requirements-frameworks-torch.txt &&
        v/bin/python scripts/frameworks_torch_reference.py
@@ -122,6 +129,29 @@ def lhotse_features(kind):
     return run
 
 
+def transformers_ast(y):
+    from transformers import ASTFeatureExtractor
+
+    fe = ASTFeatureExtractor()
+    # __call__ casts the samples to float32, and torchaudio's Kaldi fbank then builds its mel
+    # filters in float32 too: 3.9e-4 nats from the float64 definition in a chirp's loud band.
+    # The extractor's own two steps, given the float64 samples with torch's default dtype at
+    # float64, are that definition; __call__ is held to them within float32's distance.
+    as_called = fe(y, sampling_rate=RATE, return_tensors="np")["input_values"][0]
+    torch.set_default_dtype(torch.float64)
+    try:
+        fbank = fe._extract_fbank_features(y.astype(np.float64), max_length=fe.max_length)
+        out = fe.normalize(fbank)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert out.dtype == np.float64
+    # In nats, on the bands within 14 of their frame's peak (deeper ones hold float32 noise).
+    deep = fbank < fbank.max(axis=1, keepdims=True) - 14.0
+    gap = np.where(deep, 0.0, np.abs(as_called - out)).max() * 2 * fe.std
+    assert gap < 2e-3, gap
+    return out
+
+
 CASES = {
     "torchaudio": (
         torchaudio_mel_db,
@@ -149,6 +179,12 @@ CASES = {
         lambda n: ((n + 80) // 160, 13),
         "lhotse.features.Mfcc(MfccConfig()).extract(y, sampling_rate=16000)",
     ),
+    # 1,024 frames whatever the item: cut, or completed with zero frames before normalising.
+    "ast": (
+        transformers_ast,
+        lambda n: (1024, 128),
+        "transformers.ASTFeatureExtractor()(y, sampling_rate=16000) (torchaudio installed)",
+    ),
 }
 
 
@@ -166,7 +202,7 @@ def main():
             np.save(os.path.join(OUT, "ref", f"{case}.npy"), ref)
             cases.append({"case": case, "signal": name, "preset": preset, "reference": reference,
                           "precision": "float32" if preset == "espnet" else "float64"})
-    versions = {p: importlib.metadata.version(p) for p in ("torch", "torchaudio", "espnet", "speechbrain", "lhotse", "numpy")}
+    versions = {p: importlib.metadata.version(p) for p in ("torch", "torchaudio", "espnet", "speechbrain", "lhotse", "transformers", "numpy")}
     with open(os.path.join(OUT, "cases-torch.json"), "w") as f:
         json.dump({"versions": versions, "cases": cases}, f, indent=1)
         f.write("\n")

@@ -46,6 +46,7 @@ fn torch_cases() -> Vec<Case> {
     assert_eq!(manifest["versions"]["espnet"], ESPNET);
     assert_eq!(manifest["versions"]["speechbrain"], "1.1.2");
     assert_eq!(manifest["versions"]["lhotse"], "1.33.0");
+    assert_eq!(manifest["versions"]["transformers"], "5.24.0");
     cases_of(&manifest)
 }
 
@@ -432,26 +433,35 @@ fn compared_depth(case: &Case, spec: &FeatureSpec) -> Option<f64> {
     })
 }
 
+/// What a difference in the output is worth in the log's own units: the affine's divisor
+/// (AST's `2 std`), else 1.
+fn log_units(spec: &FeatureSpec) -> f64 {
+    spec.affine.map_or(1.0, |a| f64::from(a.div))
+}
+
 /// The largest difference over the bands compared (all, or those within `depth` of their
-/// frame's peak in the reference), where, and how many were compared.
+/// frame's peak in the reference), in the log's units (`units` per output unit), where, and
+/// how many were compared.
 fn worst_within(
     got: &[f32],
     expect: &[f32],
     bins: usize,
     depth: Option<f64>,
+    units: f64,
 ) -> (f64, String, usize) {
     assert_eq!(got.len(), expect.len());
     let (mut worst, mut at, mut compared) = (0.0f64, String::new(), 0);
     for (frame, (g, e)) in got.chunks(bins).zip(expect.chunks(bins)).enumerate() {
         let peak = e
             .iter()
-            .fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+            .fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)))
+            * units;
         for (bin, (&a, &b)) in g.iter().zip(e).enumerate() {
-            if depth.is_some_and(|d| f64::from(b) < peak - d) {
+            if depth.is_some_and(|d| f64::from(b) * units < peak - d) {
                 continue;
             }
             compared += 1;
-            let err = (f64::from(a) - f64::from(b)).abs();
+            let err = (f64::from(a) - f64::from(b)).abs() * units;
             if err > worst || err.is_nan() {
                 (worst, at) = (err, format!("frame {frame} bin {bin}: {a} vs {b}"));
             }
@@ -461,12 +471,13 @@ fn worst_within(
 }
 
 /// The presets of scripts/frameworks_torch_reference.py.
-const TORCH_PRESETS: [&str; 5] = [
+const TORCH_PRESETS: [&str; 6] = [
     "torchaudio",
     "espnet",
     "speechbrain",
     "lhotse-fbank",
     "lhotse-mfcc",
+    "ast",
 ];
 
 /// Presets whose reference is the framework run in torch on every signal of the fixtures:
@@ -496,7 +507,8 @@ fn torch_frameworks_presets_equal_the_framework_whole_and_streamed() {
                 let mut ex = CpuExtractor::with_precision(&spec, precision).unwrap();
                 let mut got = Vec::new();
                 assert_eq!(ex.extract(&x, &mut got), Ok(shape[0]), "{}", case.name);
-                let (err, at, compared) = worst_within(&got, &expect, shape[1], depth);
+                let (err, at, compared) =
+                    worst_within(&got, &expect, shape[1], depth, log_units(&spec));
                 eprintln!(
                     "{} {precision:?}: worst {err:.2e} ({at}) over {compared} of {} values",
                     case.name,
@@ -544,7 +556,8 @@ fn extract_writes_the_torch_frameworks_rows() {
                     case.name
                 );
                 let depth = compared_depth(case, &spec);
-                let (err, at, compared) = worst_within(&row.features, &expect, shape[1], depth);
+                let (err, at, compared) =
+                    worst_within(&row.features, &expect, shape[1], depth, log_units(&spec));
                 eprintln!(
                     "{device} {}: worst {err:.2e} ({at}) over {compared} values",
                     case.name
@@ -577,5 +590,38 @@ fn lhotse_presets_refuse_what_lhotse_cannot_frame() {
         );
         assert_eq!(ex.extract(&x, &mut out), Ok(1), "{preset}");
         assert!(out.iter().all(|v| v.is_finite()), "{preset}");
+    }
+}
+
+/// `extract --preset ast`: an item longer than 1,024 frames (31 s) is cut to the 10.255 s
+/// those frames read, and its row says so; a three-frame item is completed with frames of
+/// zeros before the normalisation (1,021 rows of AudioSet's `mean / (2 std)`), on the CPU and,
+/// where there is one, the GPU.
+#[test]
+fn extract_cuts_and_completes_ast_items_to_1024_frames() {
+    let tmp = Tmp::new("ast");
+    let spec = FeatureSpec::preset("ast").unwrap();
+    let signals = ["noise_31s", "tiny_800"];
+    let padding = 4.267_739_3f32 / (2.0 * 4.568_997_4);
+    for (device, rows) in rows_on_each_device(&tmp, &signals, "ast") {
+        for (row, (signal, seconds)) in rows.iter().zip([(signals[0], 10.255), (signals[1], 0.05)])
+        {
+            assert_eq!(
+                (row.num_frames, row.num_bins),
+                (1024, 128),
+                "{device} {signal}"
+            );
+            assert!(
+                (row.duration_s - seconds).abs() < 1e-9,
+                "{device} {signal}: {} s",
+                row.duration_s
+            );
+            let (_, expect) = reference(&format!("{signal}.ast"));
+            let (err, at, _) = worst_within(&row.features, &expect, 128, None, log_units(&spec));
+            assert!(err <= LOG_ATOL, "{device} {signal}: {err:e} at {at}");
+        }
+        let tiny = &rows[1].features;
+        assert!(tiny[3 * 128..].iter().all(|&v| v == padding), "{device}");
+        assert!(tiny[..3 * 128].iter().all(|&v| v != padding), "{device}");
     }
 }

@@ -122,7 +122,7 @@ impl AudioBatch {
     /// padded or cut to it ([`FeatureSpec::fixed_length`]); a piece of an item as it is (a
     /// fixed-length spec refuses pieces). `None` where the spec takes items as they are.
     pub fn fixed_for(&self, spec: &FeatureSpec) -> Option<AudioBatch> {
-        if spec.fixed_samples == 0 {
+        if !spec.is_fixed_length() {
             return None;
         }
         let mut b = AudioBatch::new();

@@ -415,7 +415,7 @@ impl CpuExtractor {
     /// Computes the features of one whole item and appends them (row-major, frames × bins)
     /// to `out`; returns the frame count.
     pub fn extract(&mut self, samples: &[f32], out: &mut Vec<f32>) -> Result<usize, ItemError> {
-        if self.spec.fixed_samples > 0 && samples.is_empty() {
+        if self.spec.is_fixed_length() && samples.is_empty() {
             // Nothing to pad: as the CPU's stream and the GPU say of an empty item.
             return Err(ItemError::Empty);
         }
@@ -441,12 +441,12 @@ impl CpuExtractor {
         span: &Span,
         out: &mut Vec<f32>,
     ) -> Result<usize, ItemError> {
-        if self.spec.fixed_samples > 0 {
+        if self.spec.is_fixed_length() {
             // An item is padded or cut whole: a piece of one has no fixed length to take.
             if *span != Span::whole(&self.spec, window.len()) {
                 return Err(piece_of_fixed_item(&self.spec));
             }
-            if window.len() != self.spec.fixed_samples {
+            if self.spec.fixed_length(window).len() != window.len() {
                 // `extract` pads or cuts it to exactly that length (an empty one is refused),
                 // and comes back here with it.
                 return self.extract(window, out);
@@ -568,7 +568,7 @@ impl CpuExtractor {
             return self.push_complex(samples);
         }
         // A fixed length takes the item's first samples only (the rest is cut).
-        let samples = match self.spec.fixed_samples {
+        let samples = match self.spec.cut_samples() {
             0 => samples,
             n => &samples[..samples.len().min(n.saturating_sub(self.signal_len))],
         };
@@ -851,6 +851,12 @@ pub fn finish_rows(
     if drop_last && frames > 0 {
         frames -= 1;
         raw.truncate(frames * width);
+    }
+    if spec.fixed_frames > 0 {
+        // Cut, or completed with frames of zeros in the log's units (before the affine, as
+        // transformers' ASTFeatureExtractor pads its fbank).
+        frames = spec.fixed_frames;
+        raw.resize(frames * width, 0.0);
     }
     if let Some(range) = spec.dynamic_range {
         let max = raw.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -1179,7 +1185,7 @@ mod tests {
         dithered.dither = 1e-3;
         specs.push(("nemo dithered", dithered));
         // A fixed item length is padded or cut whole: it has no pieces (refused, tested in spec.rs).
-        specs.retain(|(_, spec)| spec.fixed_samples == 0);
+        specs.retain(|(_, spec)| !spec.is_fixed_length());
         for (name, spec) in specs {
             for precision in [Precision::F32, Precision::F64] {
                 let mut ex = CpuExtractor::with_precision(&spec, precision).unwrap();

@@ -41,10 +41,13 @@ impl Span {
 /// Why a piece of an item cannot be computed under a spec of fixed item length: the item is
 /// padded or cut whole, and a piece has no length of its own to take.
 pub fn piece_of_fixed_item(spec: &FeatureSpec) -> ItemError {
+    let length = match spec.fixed_samples {
+        0 => format!("{} frames", spec.fixed_frames),
+        samples => format!("{samples} samples"),
+    };
     ItemError::BadSpan(format!(
-        "the spec pads or cuts every item to {} samples, so an item is computed whole, not in \
-         pieces",
-        spec.fixed_samples
+        "the spec pads or cuts every item to {length}, so an item is computed whole, not in \
+         pieces"
     ))
 }
 
@@ -433,8 +436,12 @@ mod tests {
                 } else {
                     raw
                 };
-                // Output rows: frames stacked where the spec stacks them.
-                let rows = expect.div_ceil(p.spec.stack_frames.max(1));
+                // Output rows: frames stacked where the spec stacks them; a fixed frame count
+                // whatever the item.
+                let rows = match p.spec.fixed_frames {
+                    0 => expect.div_ceil(p.spec.stack_frames.max(1)),
+                    fixed => fixed,
+                };
                 assert_eq!(p.spec.n_frames(n), rows, "{} n={n}", p.name);
             }
         }

@@ -261,6 +261,13 @@ pub struct FeatureSpec {
     /// out of the JSON when 0, so that specs without it keep their `spec_id`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub fixed_samples: usize,
+    /// Every item gives exactly this many frames: a longer one is cut to the samples they read
+    /// (whole frames only: `snip_edges` framing), a shorter one's frames are followed by frames
+    /// of zeros in the log's units, before the affine scaling (transformers'
+    /// `ASTFeatureExtractor`: 1,024). 0 = the item's own frames. Left out of the JSON when 0,
+    /// so that specs without it keep their `spec_id`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub fixed_frames: usize,
     /// Consecutive frames concatenated into one output row after the item-level steps, the
     /// last row zero-padded where the frames do not divide (SeamlessM4T's `stride` 2: rows of
     /// 160 from 80 bins). 0 or 1 = a row a frame, left out of the JSON so that specs without
@@ -340,6 +347,7 @@ impl FeatureSpec {
             fftshift: false,
             min_samples: 0,
             fixed_samples: 0,
+            fixed_frames: 0,
             stack_frames: 0,
             n_mfcc: 20,
             lifter: 0.0,
@@ -536,6 +544,26 @@ impl FeatureSpec {
         }
     }
 
+    /// transformers 5.24's `ASTFeatureExtractor()(audio, sampling_rate=16000)` (the Audio
+    /// Spectrogram Transformer, as its AudioSet checkpoints are fine-tuned), its torchaudio path
+    /// (`torchaudio.compliance.kaldi.fbank(window_type="hanning", num_mel_bins=128)`): the
+    /// Kaldi fbank of 128 bins on the samples as they are (no 2^15), a symmetric Hann window,
+    /// 1,024 frames (10.24 s) whatever the item (cut, or completed with frames of zeros), then
+    /// `(x − mean) / (2 std)` with AudioSet's mean −4.2677393 and std 4.5689974.
+    pub fn ast() -> Self {
+        FeatureSpec {
+            window: WindowKind::Hann,
+            periodic: false,
+            input_scale: 1.0,
+            fixed_frames: 1024,
+            affine: Some(Affine {
+                add: 4.267_739_3,
+                div: 2.0 * 4.568_997_4,
+            }),
+            ..Self::kaldi(128)
+        }
+    }
+
     /// librosa `feature.melspectrogram` + `power_to_db` at librosa's defaults.
     pub fn librosa_mel() -> Self {
         FeatureSpec {
@@ -628,6 +656,11 @@ impl FeatureSpec {
                 name: "seamless-m4t",
                 matches: "transformers SeamlessM4TFeatureExtractor (5.24): Kaldi fbank of 80 bins, per-bin normalisation, two frames to a row of 160",
                 spec: Self::seamless_m4t(),
+            },
+            Preset {
+                name: "ast",
+                matches: "transformers ASTFeatureExtractor (5.24, torchaudio path): Kaldi fbank of 128 bins, 1024 frames, AudioSet mean/std",
+                spec: Self::ast(),
             },
             Preset {
                 name: "nemo",
@@ -758,21 +791,40 @@ impl FeatureSpec {
         self.input == InputKind::Complex
     }
 
-    /// The fixed item length in seconds, where the spec has one.
-    pub fn fixed_seconds(&self) -> Option<f64> {
-        (self.fixed_samples > 0).then(|| self.fixed_samples as f64 / f64::from(self.sample_rate))
+    /// Whether every item is taken whole at a fixed length (`fixed_samples` or
+    /// `fixed_frames`): such an item is never cut into pieces.
+    pub fn is_fixed_length(&self) -> bool {
+        self.fixed_samples > 0 || self.fixed_frames > 0
     }
 
-    /// `samples` as the spec frames them: zero-padded at the end to, or cut at,
-    /// `fixed_samples` where it is set (an empty item stays empty: it has nothing to pad);
-    /// as they are otherwise.
+    /// Where every item is cut (0: nowhere): at `fixed_samples`, or after the samples that
+    /// `fixed_frames` whole frames read.
+    pub fn cut_samples(&self) -> usize {
+        match (self.fixed_samples, self.fixed_frames) {
+            (0, 0) => 0,
+            (0, frames) => (frames - 1) * self.hop_length + self.win_length,
+            (samples, _) => samples,
+        }
+    }
+
+    /// The fixed item length in seconds (the audio an item's features can hold), where the
+    /// spec has one.
+    pub fn fixed_seconds(&self) -> Option<f64> {
+        self.is_fixed_length()
+            .then(|| self.cut_samples() as f64 / f64::from(self.sample_rate))
+    }
+
+    /// `samples` as the spec frames them: cut at [`cut_samples`](Self::cut_samples), and
+    /// zero-padded at the end to `fixed_samples` where it is set (an empty item stays empty:
+    /// it has nothing to pad); as they are otherwise.
     pub fn fixed_length<'a>(&self, samples: &'a [f32]) -> std::borrow::Cow<'a, [f32]> {
+        let cut = self.cut_samples();
+        if cut > 0 && samples.len() > cut {
+            return std::borrow::Cow::Borrowed(&samples[..cut]);
+        }
         let n = self.fixed_samples;
         if n == 0 || samples.is_empty() || samples.len() == n {
             return std::borrow::Cow::Borrowed(samples);
-        }
-        if samples.len() > n {
-            return std::borrow::Cow::Borrowed(&samples[..n]);
         }
         let mut padded = Vec::with_capacity(n);
         padded.extend_from_slice(samples);
@@ -832,6 +884,9 @@ impl FeatureSpec {
     pub fn n_frames(&self, n_samples: usize) -> usize {
         if n_samples == 0 {
             return 0;
+        }
+        if self.fixed_frames > 0 {
+            return self.fixed_frames;
         }
         let framed = match self.fixed_samples {
             0 => n_samples,
@@ -1057,6 +1112,27 @@ impl FeatureSpec {
                 );
             }
         }
+        if self.fixed_frames > 0 {
+            let why = match () {
+                _ if self.fixed_samples > 0 => "pads or cuts rows; fixed_samples already fixes them",
+                _ if self.framing != Framing::SnipEdges => {
+                    "cuts an item to the samples its frames read: whole frames only (\"snip_edges\")"
+                }
+                _ if self.input != InputKind::Real || self.output == OutputKind::Psd => {
+                    "pads or cuts the frames of audio features; a PSD or IQ has no such frames"
+                }
+                _ if self.drop_last_frame || self.stack_frames > 1 => {
+                    "counts the item's frames as they come: not with drop_last_frame or stack_frames"
+                }
+                _ if self.fixed_frames > MAX_FIXED_SAMPLES / self.hop_length => {
+                    "is longer than the longest fixed item"
+                }
+                _ => "",
+            };
+            if !why.is_empty() {
+                return bad("fixed_frames", format!("{}: {why}", self.fixed_frames));
+            }
+        }
         if self.input == InputKind::Real {
             if self.fftshift {
                 return bad(
@@ -1161,6 +1237,70 @@ mod tests {
         assert!(FeatureSpec::from_json("{\"sample_rate\": 1}").is_err());
         let err = FeatureSpec::preset("nope").unwrap_err().to_string();
         assert!(err.contains("whisper"), "{err}");
+    }
+
+    /// `fixed_frames` (AST): every item gives that many frames; a longer one is cut where its
+    /// last frame ends, a piece refused; where the framing does not take whole frames, or
+    /// another fixed length is set, the spec says why.
+    #[test]
+    fn fixed_frames_cut_where_the_last_frame_ends_and_refuse_what_they_cannot_mean() {
+        let spec = FeatureSpec::ast();
+        spec.validate().unwrap();
+        assert_eq!(spec.cut_samples(), 1023 * 160 + 400);
+        assert_eq!(spec.fixed_seconds(), Some(10.255));
+        for n in [1, 400, 164_080, 1_000_000] {
+            assert_eq!(spec.n_frames(n), 1024, "{n}");
+        }
+        assert_eq!(spec.n_frames(0), 0);
+        let long = vec![0.1f32; 200_000];
+        assert_eq!(spec.fixed_length(&long).len(), 164_080);
+        assert_eq!(
+            spec.fixed_length(&long[..1000]).len(),
+            1000,
+            "not padded: its frames are"
+        );
+        assert!(spec.to_json().contains("\"fixed_frames\": 1024"));
+        assert!(!FeatureSpec::kaldi(80).to_json().contains("fixed_frames"));
+        let field = |f: &dyn Fn(&mut FeatureSpec)| {
+            let mut s = FeatureSpec::ast();
+            f(&mut s);
+            match s.validate() {
+                Err(SpecError::Invalid { field, .. }) => field,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(field(&|s| s.framing = Framing::Center), "fixed_frames");
+        assert_eq!(field(&|s| s.fixed_samples = 16_000), "fixed_frames");
+        assert_eq!(field(&|s| s.stack_frames = 2), "fixed_frames");
+        assert_eq!(field(&|s| s.fixed_frames = usize::MAX / 2), "fixed_frames");
+        let mut ex = crate::CpuExtractor::new(&spec).unwrap();
+        let piece = crate::span::Span {
+            sample_start: 0,
+            signal_len: 200_000,
+            first_frame: 0,
+            frames: 40,
+            last: false,
+        };
+        assert!(matches!(
+            ex.extract_span(&long[..8000], &piece, &mut Vec::new()),
+            Err(crate::ItemError::BadSpan(_))
+        ));
+        // Whole, streamed, or given longer than the cut: the same 1,024 rows.
+        let x: Vec<f32> = (0..200_000)
+            .map(|i| (i as f32 * 0.01).sin() * 0.3)
+            .collect();
+        let mut whole = Vec::new();
+        assert_eq!(ex.extract(&x, &mut whole), Ok(1024));
+        let mut cut = Vec::new();
+        assert_eq!(ex.extract(&x[..164_080], &mut cut), Ok(1024));
+        assert_eq!(whole, cut);
+        ex.begin();
+        for c in x.chunks(7777) {
+            ex.push(c).unwrap();
+        }
+        let mut streamed = Vec::new();
+        assert_eq!(ex.finish(&mut streamed), Ok(1024));
+        assert_eq!(streamed, whole);
     }
 
     /// The fields complex input brought are left out of audio specs' JSON, so their ids are

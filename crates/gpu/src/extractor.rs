@@ -1786,7 +1786,7 @@ impl Extractor for GpuBackend {
         let checked: Vec<Result<Laid, ItemError>> = (0..batch.len())
             .map(|i| {
                 let item = batch.item(i);
-                if spec.fixed_samples > 0 {
+                if spec.is_fixed_length() {
                     // `fixed_for` made every whole item the fixed length and left pieces be.
                     if batch.span(i).is_some() {
                         return Err(sonograph_dsp::span::piece_of_fixed_item(spec));

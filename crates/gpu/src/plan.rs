@@ -102,6 +102,7 @@ pub fn batch_buffers(
 /// alike; MFCC's DCT, the spectra's log and Welch's mean need the f32 values.
 pub fn rows_final_on_device(spec: &FeatureSpec, host: &FeatureSpec) -> bool {
     matches!(spec.output, OutputKind::Mel | OutputKind::Logmel)
+        && host.fixed_frames == 0
         && host.dynamic_range.is_none()
         && host.affine.is_none()
         && host.normalize == Normalize::None
@@ -138,7 +139,11 @@ pub fn device_item_steps(spec: &FeatureSpec, precision: Precision) -> Option<Ite
     let finite_logs = match spec.log_guard {
         LogGuard::Clamp(floor) | LogGuard::Add(floor) => floor > 0.0,
     };
-    if !matches!(spec.output, OutputKind::Mel | OutputKind::Logmel) || !finite_logs {
+    // Frames of zeros completing a `fixed_frames` item go in before the affine: on the host.
+    if !matches!(spec.output, OutputKind::Mel | OutputKind::Logmel)
+        || !finite_logs
+        || spec.fixed_frames > 0
+    {
         return None;
     }
     match spec.normalize {

@@ -390,7 +390,7 @@ fn sixteen_bit_items_go_as_half_the_bytes_and_give_the_same_rows() {
                 f32_batch.push_piece(&item, plain.span(i).copied());
             }
         }
-        if spec.fixed_samples == 0 {
+        if !spec.is_fixed_length() {
             f32_batch.push(&long);
         }
         let mut pcm16_batch = f32_batch.clone();
@@ -498,7 +498,7 @@ fn whole_items_and_every_piece(spec: &FeatureSpec, pcm16: bool) -> AudioBatch {
     for i in 0..plain.len() {
         out.push_piece(&round(plain.item(i)), plain.span(i).copied());
     }
-    if spec.fixed_samples == 0 {
+    if !spec.is_fixed_length() {
         let long = round(
             &(0..50_000)
                 .map(|i| ((i as f32 * 0.0021).sin() * 0.3) * (1.0 + (i as f32 * 1e-4).cos()))

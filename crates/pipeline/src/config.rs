@@ -246,7 +246,7 @@ impl JobConfig {
         let values_per_sample = if spec.is_complex() { 2.0 } else { 1.0 };
         // A fixed item length is what the devices hold of an item, however short it was.
         let samples = (seconds * f64::from(spec.sample_rate)).max(spec.fixed_samples as f64);
-        let frames = samples / spec.hop_length as f64 + 1.0;
+        let frames = (samples / spec.hop_length as f64 + 1.0).max(spec.fixed_frames as f64);
         let bytes = 4.0 * (samples * values_per_sample + frames * spec.frame_bins() as f64);
         bytes.min(u64::MAX as f64) as u64
     }

@@ -86,9 +86,9 @@ pub(crate) fn feature_row(
 /// Seconds of a whole item of `values` samples at `spec`'s rate (IQ samples are two values).
 pub(crate) fn item_seconds(spec: &FeatureSpec, values: usize) -> f64 {
     let mut samples = values / spec.values_per_sample();
-    if spec.fixed_samples > 0 {
+    if spec.is_fixed_length() {
         // The audio the row's features hold: the rest was cut (padding holds none).
-        samples = samples.min(spec.fixed_samples);
+        samples = samples.min(spec.cut_samples());
     }
     samples as f64 / f64::from(spec.sample_rate)
 }
