@@ -26,6 +26,9 @@ Cases:
   sampling_rate=16000)`: the same Kaldi fbank, each bin normalised over the frames (mean,
   variance with ddof=1, + 1e-7 under the root), padded with zero frames to a multiple of 2 and
   reshaped to rows of two frames: [ceil(frames / 2), 160].
+  wav2vec2: transformers' Wav2Vec2FeatureExtractor() (numpy only), `fe(y, sampling_rate=16000)`:
+  the samples in float32, minus their mean, divided by sqrt(var + 1e-7) (`do_normalize`, the
+  population variance): [samples, 1].
 
 Usage: python -m venv v && v/bin/pip install -r scripts/requirements-frameworks.txt &&
        v/bin/python scripts/frameworks_reference.py
@@ -40,6 +43,7 @@ import numpy as np
 from transformers import (
     SeamlessM4TFeatureExtractor,
     Speech2TextFeatureExtractor,
+    Wav2Vec2FeatureExtractor,
     WhisperFeatureExtractor,
 )
 
@@ -125,6 +129,18 @@ def main():
         np.save(os.path.join(OUT, "ref", f"{case}.npy"), ref)
         cases.append({"case": case, "signal": name, "preset": "seamless-m4t",
                       "reference": "transformers.SeamlessM4TFeatureExtractor()(y, sampling_rate=16000)"})
+    w2v = Wav2Vec2FeatureExtractor()
+    for name, y in signals().items():
+        if name == "noise_31s":
+            continue  # 2 MB of reference that shows nothing the others do not
+        y = np.asarray(y, dtype=np.float32)
+        ref = w2v(y, sampling_rate=RATE, return_tensors="np")["input_values"][0]
+        assert ref.shape == y.shape and ref.dtype == np.float32, (ref.shape, ref.dtype)
+        case = f"{name}.wav2vec2"
+        # One sample a row, as sonograph's waveform rows are: [samples, 1].
+        np.save(os.path.join(OUT, "ref", f"{case}.npy"), np.ascontiguousarray(ref[:, None]))
+        cases.append({"case": case, "signal": name, "preset": "wav2vec2",
+                      "reference": "transformers.Wav2Vec2FeatureExtractor()(y, sampling_rate=16000)"})
     versions = {p: importlib.metadata.version(p) for p in ("transformers", "numpy")}
     try:
         versions["torch"] = importlib.metadata.version("torch")

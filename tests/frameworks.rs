@@ -377,7 +377,8 @@ fn rows_on_each_device(
         );
     }
     let mut devices = vec!["cpu"];
-    if common::has_gpu_adapter() {
+    // A waveform has nothing for a device to compute: the GPU refuses it (tested apart).
+    if common::has_gpu_adapter() && preset != "wav2vec2" {
         devices.push("gpu");
     }
     devices
@@ -623,5 +624,82 @@ fn extract_cuts_and_completes_ast_items_to_1024_frames() {
         let tiny = &rows[1].features;
         assert!(tiny[3 * 128..].iter().all(|&v| v == padding), "{device}");
         assert!(tiny[..3 * 128].iter().all(|&v| v != padding), "{device}");
+    }
+}
+
+/// `wav2vec2` against transformers' `Wav2Vec2FeatureExtractor` (numpy only) on five signals:
+/// the waveform itself, zero mean and unit variance over the item, one sample a row. Within
+/// 1e-5 in both precisions (transformers takes the mean and variance in float32), whole and
+/// streamed.
+#[test]
+fn wav2vec2_equals_transformers_whole_streamed_and_in_both_precisions() {
+    let cases: Vec<Case> = cases()
+        .into_iter()
+        .filter(|c| c.preset == "wav2vec2")
+        .collect();
+    assert_eq!(cases.len(), 5, "every signal but the 31 s of noise");
+    let spec = FeatureSpec::preset("wav2vec2").unwrap();
+    for case in &cases {
+        let x = input(&case.signal);
+        let (shape, expect) = reference(&case.name);
+        assert_eq!(shape, [x.len(), 1], "{}", case.name);
+        for precision in [Precision::F64, Precision::F32] {
+            let mut ex = CpuExtractor::with_precision(&spec, precision).unwrap();
+            let mut got = Vec::new();
+            assert_eq!(ex.extract(&x, &mut got), Ok(x.len()), "{}", case.name);
+            let (err, at) = worst(&got, &expect, 1);
+            eprintln!("{} {precision:?}: worst {err:.2e} ({at})", case.name);
+            assert!(err <= 1e-5, "{} {precision:?}: {err:e} at {at}", case.name);
+            ex.begin();
+            for chunk in x.chunks(7919) {
+                ex.push(chunk).unwrap();
+            }
+            let mut streamed = Vec::new();
+            assert_eq!(ex.finish(&mut streamed), Ok(x.len()), "{}", case.name);
+            assert_eq!(streamed, got, "{} {precision:?} streamed", case.name);
+        }
+    }
+}
+
+/// `extract --preset wav2vec2` writes transformers' `input_values` as rows of one sample on
+/// the CPU, and `auto` takes the CPU for it; `--device gpu` says in one line that a waveform
+/// has nothing for a device to compute, rather than pretend.
+#[test]
+fn extract_writes_wav2vec2_rows_on_the_cpu_and_a_gpu_says_why_not() {
+    let tmp = Tmp::new("wav2vec2");
+    let signals = ["chirp_loud_3s", "speech_2s"];
+    let rows = &rows_on_each_device(&tmp, &signals, "wav2vec2")[0];
+    assert_eq!(rows.0, "cpu");
+    for (row, signal) in rows.1.iter().zip(signals) {
+        let (shape, expect) = reference(&format!("{signal}.wav2vec2"));
+        assert_eq!(
+            (row.num_frames as usize, row.num_bins),
+            (shape[0], 1),
+            "{signal}"
+        );
+        let (err, at) = worst(&row.features, &expect, 1);
+        assert!(err <= 1e-5, "{signal}: {err:e} at {at}");
+    }
+    let corpus = tmp.path("corpus");
+    let auto = extract_rows(&corpus, &tmp.path("out-auto"), "wav2vec2", "auto");
+    assert!(auto
+        .iter()
+        .zip(&rows.1)
+        .all(|(a, c)| a.features == c.features));
+    if common::has_gpu_adapter() {
+        let o = bin()
+            .arg("extract")
+            .arg(&corpus)
+            .arg("--out")
+            .arg(tmp.path("out-gpu"))
+            .args(["--preset", "wav2vec2", "--device", "gpu", "--no-progress"])
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        let err = stderr(&o);
+        assert!(
+            err.contains("waveform") && err.contains("--device cpu"),
+            "{err}"
+        );
     }
 }

@@ -184,6 +184,11 @@ fn frame_kernel<T: Real>(
                 *v = *v * w;
             }
         }
+        if spec.output == OutputKind::Waveform {
+            // The sample itself (scaled, pre-emphasised, dithered): no spectrum.
+            out.push(seg[0].to_f64().unwrap_or(f64::NAN) as f32);
+            return;
+        }
         this.fft
             .process_with_scratch(&mut this.frame, &mut this.spectrum, &mut this.scratch)
             .expect("buffer lengths come from the plan");
@@ -207,6 +212,8 @@ fn frame_kernel<T: Real>(
                 }
                 return;
             }
+            // Its row went out before the FFT.
+            OutputKind::Waveform => return,
             OutputKind::Mel | OutputKind::Logmel | OutputKind::Mfcc => {
                 if spec.power == 1.0 {
                     this.power.iter_mut().for_each(|p| *p = p.sqrt());
@@ -962,6 +969,7 @@ fn normalize_bins(rows: &mut [f32], width: usize, frames: usize, kind: Normalize
         .map(|s| match kind {
             Normalize::UtteranceCmvn => (s / frames as f64).sqrt(),
             Normalize::PerMelBin => (s / (frames as f64 - 1.0) + 1e-7).sqrt(),
+            Normalize::ZeroMeanUnitVar => (s / frames as f64 + 1e-7).sqrt(),
             _ => {
                 let var = s / (frames as f64 - 1.0);
                 (if var.is_nan() { 0.0 } else { var.sqrt() }) + 1e-5

@@ -123,6 +123,10 @@ pub enum Normalize {
     /// minus its mean over time, divided by the square root of its sample variance (n − 1)
     /// plus 1e-7. An item of one frame has no sample variance: NaN, as there.
     PerMelBin,
+    /// transformers' `Wav2Vec2FeatureExtractor.zero_mean_unit_var_norm`: each bin minus its
+    /// mean over time, divided by the square root of its population variance plus 1e-7 (of
+    /// a [`OutputKind::Waveform`], the item's samples).
+    ZeroMeanUnitVar,
 }
 
 /// Where the cepstral lifter's sine counts from: coefficient `i` is multiplied by
@@ -160,6 +164,11 @@ pub enum OutputKind {
     /// Power spectral density by Welch's method: the mean periodogram of all frames, one row,
     /// scaled to units²/Hz and one-sided (doubled except DC and Nyquist), as scipy.signal.welch.
     Psd,
+    /// The samples themselves, one a row, as a waveform model takes them (wav2vec 2.0,
+    /// HuBERT): no spectrum. Frames of one sample (`n_fft`, `win_length` and `hop_length` 1,
+    /// `snip_edges`, a rectangular window), after the input scale, pre-emphasis and dither;
+    /// then the item-level steps (a normalisation over the item).
+    Waveform,
 }
 
 /// What the samples of an item are.
@@ -564,6 +573,23 @@ impl FeatureSpec {
         }
     }
 
+    /// transformers 5.24's `Wav2Vec2FeatureExtractor()(audio, sampling_rate=16000)` (wav2vec
+    /// 2.0, HuBERT, WavLM, XLS-R as fine-tuned in transformers): the waveform itself, zero mean
+    /// and unit variance over the item (`do_normalize`: population variance + 1e-7), one sample
+    /// a row.
+    pub fn wav2vec2() -> Self {
+        FeatureSpec {
+            n_fft: 1,
+            win_length: 1,
+            hop_length: 1,
+            window: WindowKind::Rectangular,
+            framing: Framing::SnipEdges,
+            normalize: Normalize::ZeroMeanUnitVar,
+            output: OutputKind::Waveform,
+            ..Self::base()
+        }
+    }
+
     /// librosa `feature.melspectrogram` + `power_to_db` at librosa's defaults.
     pub fn librosa_mel() -> Self {
         FeatureSpec {
@@ -661,6 +687,11 @@ impl FeatureSpec {
                 name: "ast",
                 matches: "transformers ASTFeatureExtractor (5.24, torchaudio path): Kaldi fbank of 128 bins, 1024 frames, AudioSet mean/std",
                 spec: Self::ast(),
+            },
+            Preset {
+                name: "wav2vec2",
+                matches: "transformers Wav2Vec2FeatureExtractor (5.24): the waveform, zero mean and unit variance over the item",
+                spec: Self::wav2vec2(),
             },
             Preset {
                 name: "nemo",
@@ -876,6 +907,7 @@ impl FeatureSpec {
             OutputKind::Psd => self.n_fft / 2 + 1,
             OutputKind::Mel | OutputKind::Logmel => self.n_mels,
             OutputKind::Mfcc => self.n_mfcc,
+            OutputKind::Waveform => 1,
         }
     }
 
@@ -960,8 +992,17 @@ impl FeatureSpec {
                 ),
             );
         }
-        if !(2..=1 << 16).contains(&self.n_fft) {
-            return bad("n_fft", format!("{} is outside 2..=65536", self.n_fft));
+        // A waveform's frames are single samples (checked below); a spectrum needs two.
+        let smallest_fft = if self.output == OutputKind::Waveform {
+            1
+        } else {
+            2
+        };
+        if !(smallest_fft..=1 << 16).contains(&self.n_fft) {
+            return bad(
+                "n_fft",
+                format!("{} is outside {smallest_fft}..=65536", self.n_fft),
+            );
         }
         if self.win_length == 0 || self.win_length > self.n_fft {
             return bad(
@@ -1053,6 +1094,32 @@ impl FeatureSpec {
             return bad("lifter", format!("{} must be finite and ≥ 0", self.lifter));
         }
         self.validate_input()?;
+        if self.output == OutputKind::Waveform {
+            let why = match () {
+                _ if (self.n_fft, self.win_length, self.hop_length) != (1, 1, 1) => {
+                    "takes frames of one sample: n_fft, win_length and hop_length 1"
+                }
+                _ if self.framing != Framing::SnipEdges
+                    || self.window != WindowKind::Rectangular =>
+                {
+                    "takes every sample as it is: \"snip_edges\" framing, a rectangular window"
+                }
+                _ if self.remove_dc
+                    || (self.preemphasis != 0.0
+                        && self.preemphasis_scope == PreemphasisScope::Frame) =>
+                {
+                    "a frame of one sample has no DC to remove nor a sample before it: use \
+                     signal-scope pre-emphasis"
+                }
+                _ if self.log != LogKind::None || self.dynamic_range.is_some() => {
+                    "is a waveform: no log, no dynamic range"
+                }
+                _ => "",
+            };
+            if !why.is_empty() {
+                return bad("output", format!("\"waveform\" {why}"));
+            }
+        }
         if self.framing == Framing::NoSnipEdges && self.hop_length > self.win_length {
             return bad(
                 "hop_length",
@@ -1301,6 +1368,39 @@ mod tests {
         let mut streamed = Vec::new();
         assert_eq!(ex.finish(&mut streamed), Ok(1024));
         assert_eq!(streamed, whole);
+    }
+
+    /// A waveform output takes every sample as it is, one a row: a spec that would frame,
+    /// window, log or DC-correct it is refused by name.
+    #[test]
+    fn waveform_specs_take_single_samples_or_say_why_not() {
+        let spec = FeatureSpec::wav2vec2();
+        spec.validate().unwrap();
+        assert_eq!((spec.n_bins(), spec.n_frames(16_000)), (1, 16_000));
+        let field = |f: &dyn Fn(&mut FeatureSpec)| {
+            let mut s = FeatureSpec::wav2vec2();
+            f(&mut s);
+            match s.validate() {
+                Err(SpecError::Invalid { field, .. }) => field,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(field(&|s| s.n_fft = 2), "output");
+        assert_eq!(field(&|s| s.n_fft = 0), "n_fft");
+        assert_eq!(field(&|s| s.window = WindowKind::Hann), "output");
+        assert_eq!(field(&|s| s.log = LogKind::Ln), "output");
+        assert_eq!(field(&|s| s.remove_dc = true), "output");
+        assert_eq!(
+            field(&|s| {
+                s.preemphasis = 0.97;
+                s.preemphasis_scope = PreemphasisScope::Frame;
+            }),
+            "output"
+        );
+        // A spectrum still needs two samples a frame.
+        let mut tiny = FeatureSpec::kaldi(80);
+        (tiny.n_fft, tiny.win_length, tiny.hop_length) = (1, 1, 1);
+        assert!(tiny.validate().is_err());
     }
 
     /// The fields complex input brought are left out of audio specs' JSON, so their ids are

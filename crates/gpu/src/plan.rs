@@ -253,7 +253,10 @@ pub fn finish_item(
         }
         // The mel kernel has applied the guard and the log already. (Rows widened from f16
         // are the host's own already: they are not copied again.)
-        OutputKind::Mel | OutputKind::Logmel | OutputKind::Mfcc => gpu_rows.into_owned(),
+        // (A waveform never reaches a device: `check_spec` keeps it on the CPU.)
+        OutputKind::Mel | OutputKind::Logmel | OutputKind::Mfcc | OutputKind::Waveform => {
+            gpu_rows.into_owned()
+        }
     };
     finish_rows(spec, dct, &mut raw, last && spec.drop_last_frame, out)
 }
