@@ -192,12 +192,15 @@ fn features_batch<'py>(
         items.push((mono_samples(&samples, &at("array"))?, rate));
     }
     let bins = spec.n_bins();
+    let pool = batch_pool()?;
     let computed: Vec<Result<Vec<f32>, String>> = py.detach(|| {
         use rayon::prelude::*;
-        items
-            .into_par_iter()
-            .map(|(samples, rate)| features_at(&spec, precision, samples, rate))
-            .collect()
+        pool.install(|| {
+            items
+                .into_par_iter()
+                .map(|(samples, rate)| features_at(&spec, precision, samples, rate))
+                .collect()
+        })
     });
     let list = PyList::empty(py);
     for (i, rows) in computed.into_iter().enumerate() {
@@ -210,6 +213,35 @@ fn features_batch<'py>(
         }
     }
     Ok(list)
+}
+
+/// The pool `features_batch` computes on, one per process. rayon's global pool does not
+/// survive fork(): a child (`datasets.map(num_proc=N)`, a torch DataLoader worker, a
+/// multiprocessing pool) inherits its state but none of its threads, and its first parallel
+/// call waited on them forever. A process that finds a pool made before it was forked makes its
+/// own.
+fn batch_pool() -> PyResult<std::sync::Arc<rayon::ThreadPool>> {
+    use std::sync::{Arc, Mutex};
+    static POOL: Mutex<Option<(u32, Arc<rayon::ThreadPool>)>> = Mutex::new(None);
+    let pid = std::process::id();
+    let mut pool = POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some((owner, made)) = pool.as_ref() {
+        if *owner == pid {
+            return Ok(made.clone());
+        }
+    }
+    let made = Arc::new(
+        rayon::ThreadPoolBuilder::new()
+            .thread_name(|i| format!("sonograph-features-{i}"))
+            .build()
+            .map_err(errors::error)?,
+    );
+    if let Some((_, inherited)) = pool.replace((pid, made.clone())) {
+        // Its threads stayed in the parent: dropping it here would signal workers that do not
+        // exist in this process.
+        std::mem::forget(inherited);
+    }
+    Ok(made)
 }
 
 /// One channel of audio from a Python object: a 1-D array of floats (any float dtype,

@@ -87,6 +87,36 @@ def test_a_batch_gives_each_clips_features_and_takes_datasets_audio_dicts():
         sonograph.features_batch(audio, preset="whisper", layout="bins")  # type: ignore[arg-type]
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX's")
+def test_a_batch_in_a_forked_child_computes_as_in_its_parent():
+    # datasets.map(num_proc=N), torch's DataLoader workers and multiprocessing fork the
+    # process: the child got the parent's pool but none of its threads, and waited forever.
+    speech, rate = wav_samples(DATA / "speech_16000_mono_s16.wav")
+    clips = [speech, speech[: rate // 2], speech[: rate // 3]]
+    parent = sonograph.features_batch(clips, rate, "whisper-hf")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its features through the pipe, then out at once
+        os.close(read)
+        try:
+            child = sonograph.features_batch(clips, rate, "whisper-hf")
+            ok = all(np.array_equal(c, p) for c, p in zip(child, parent))
+            os.write(write, b"equal" if ok else b"differ")
+        finally:
+            os._exit(0)
+    os.close(write)
+    import select
+    ready, _, _ = select.select([read], [], [], 60)
+    if not ready:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child's features_batch did not finish in 60 s")
+    answer = os.read(read, 16)
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert answer == b"equal"
+
+
 def test_a_spec_dict_is_a_preset_changed_or_not():
     samples, rate = wav_samples(DATA / "speech_16000_mono_s16.wav")
     spec = sonograph.preset("nemo")
