@@ -7,7 +7,10 @@
 //! draws of an item without applying them, so that a test (or a user) can apply them
 //! independently.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use sonograph_io::decode::DecodeOptions;
@@ -256,6 +259,78 @@ pub struct Augmenter {
     pub noise_clips: Vec<Clip>,
     /// The impulse responses.
     pub rir_clips: Vec<Clip>,
+    /// Noise files decoded whole, shared by the workers.
+    pub noise_cache: Arc<NoiseCache>,
+}
+
+/// The most decoded noise the workers keep, in bytes (a MUSAN-sized corpus does not fit; its
+/// files past this are decoded for each draw, as before).
+const NOISE_CACHE_BYTES: usize = 256 << 20;
+
+/// A decoded file, shared.
+type Samples = Arc<Vec<f32>>;
+
+/// Noise files decoded whole at the items' rate. A draw otherwise decodes its file from the
+/// start to the drawn offset (the decoder reads its way there), for every item: a third of an
+/// augmented Loader's time on a corpus of 10 s FLAC noise (bench/loader_lhotse.py).
+#[derive(Default)]
+pub struct NoiseCache {
+    /// By (file, rate): its samples, or `None` where it is not kept (another rate than the
+    /// file's, a length the header does not give, or no room).
+    files: Mutex<HashMap<(PathBuf, u32), Option<Samples>>>,
+    bytes: AtomicUsize,
+}
+
+impl std::fmt::Debug for NoiseCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let files = self.files.lock().map_or(0, |m| m.len());
+        write!(
+            f,
+            "NoiseCache({files} files, {} bytes)",
+            self.bytes.load(Ordering::Relaxed)
+        )
+    }
+}
+
+impl NoiseCache {
+    /// `path`'s samples at `rate`, decoded whole the first time, where the file is at `rate`
+    /// already (so that a slice of it is what decoding from an offset gives, sample for
+    /// sample) and fits; `None` otherwise.
+    fn file(&self, path: &Path, rate: u32) -> Option<Samples> {
+        let key = (path.to_path_buf(), rate);
+        if let Some(known) = self.files.lock().ok()?.get(&key) {
+            return known.clone();
+        }
+        // Decoded outside the lock: two workers may both decode a file the first time.
+        let kept = sonograph_io::AudioReader::open(path, &DecodeOptions::default())
+            .ok()
+            .filter(|r| r.info().sample_rate == rate)
+            .and_then(|r| {
+                let bytes = r.info().declared_frames?.checked_mul(4)?;
+                let bytes = usize::try_from(bytes).ok()?;
+                self.reserve(bytes).then_some((r, bytes))
+            })
+            .and_then(|(r, bytes)| match sonograph_io::decode_reader(r, rate) {
+                Ok(samples) => Some(Arc::new(samples)),
+                Err(_) => {
+                    // The draw's own decode says why; nothing is kept.
+                    self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+                    None
+                }
+            });
+        self.files.lock().ok()?.insert(key, kept.clone());
+        kept
+    }
+
+    /// Room for `bytes` more under [`NOISE_CACHE_BYTES`], taken if there is.
+    fn reserve(&self, bytes: usize) -> bool {
+        self.bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                held.checked_add(bytes)
+                    .filter(|&total| total <= NOISE_CACHE_BYTES)
+            })
+            .is_ok()
+    }
 }
 
 /// A clip of a noise or impulse-response corpus: its file, where it starts in it, its
@@ -287,6 +362,7 @@ impl Augmenter {
             seed,
             noise_clips,
             rir_clips,
+            noise_cache: Arc::default(),
         })
     }
 
@@ -331,8 +407,19 @@ impl Augmenter {
             duration_s: Some((len as f64 / f64::from(rate)).min(clip.seconds - n.offset_s)),
             ..Default::default()
         };
-        let clip = sonograph_io::decode_mono(path, &opts, rate)
-            .map_err(|e| named_error(path, format!("noise: {e}")))?;
+        // The decoder's own offset and length in samples (`AudioReader::open`), from the file
+        // decoded whole where it is kept.
+        let cached = self.noise_cache.file(path, rate).and_then(|file| {
+            let at = |s: f64| (s.max(0.0) * f64::from(rate)).round() as usize;
+            let skip = at(opts.offset_s);
+            let take = at(opts.duration_s.unwrap_or(0.0));
+            (skip < file.len()).then(|| file[skip..(skip + take).min(file.len())].to_vec())
+        });
+        let clip = match cached {
+            Some(samples) => samples,
+            None => sonograph_io::decode_mono(path, &opts, rate)
+                .map_err(|e| named_error(path, format!("noise: {e}")))?,
+        };
         if clip.is_empty() {
             return Err(named_error(path, "noise: the clip is empty".into()));
         }
@@ -625,6 +712,7 @@ mod tests {
                     seconds: 0.5,
                 },
             ],
+            noise_cache: Arc::default(),
         }
     }
 
@@ -692,6 +780,59 @@ mod tests {
             let (left, width) = d.time_masks[0];
             assert!(left <= 1 && width <= MAX_MASK_WIDTH);
         }
+    }
+
+    /// A noise file kept decoded whole gives a draw the samples that decoding it from the
+    /// drawn offset gives, bit for bit (FLAC and WAV, offsets between samples, a draw longer
+    /// than what is left); a file at another rate than the items' is decoded for each draw,
+    /// and so is one that is not there (the draw fails naming it).
+    #[test]
+    fn kept_noise_is_what_decoding_from_the_offset_gives() {
+        let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data");
+        for (name, rate, kept) in [
+            ("speech_16000_mono_s16.flac", 16_000, true),
+            ("speech_16000_mono_s16.wav", 16_000, true),
+            ("speech_44100_stereo.flac", 16_000, false),
+        ] {
+            let path = data.join(name);
+            let seconds = sonograph_io::decode_mono(&path, &DecodeOptions::default(), rate)
+                .unwrap()
+                .len() as f64
+                / f64::from(rate);
+            let mut a = augmenter(AugmentOptions::default());
+            a.noise_clips = vec![Clip {
+                path: path.clone(),
+                offset_s: 0.25,
+                seconds: seconds - 0.25,
+            }];
+            for (offset_s, len) in [(0.0, 8000), (0.123_456_7, 4001), (1.000_031, 100_000)] {
+                let draw = NoiseDraw {
+                    clip: 0,
+                    offset_s,
+                    snr_db: 0.0,
+                };
+                let got = a.noise_samples(&draw, len, rate).unwrap();
+                let opts = DecodeOptions {
+                    offset_s: 0.25 + offset_s,
+                    duration_s: Some((len as f64 / f64::from(rate)).min(seconds - 0.25 - offset_s)),
+                    ..Default::default()
+                };
+                let decoded = sonograph_io::decode_mono(&path, &opts, rate).unwrap();
+                let want: Vec<f32> = decoded.iter().copied().cycle().take(len).collect();
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert!(bits(&got) == bits(&want), "{name} at {offset_s} s");
+            }
+            assert_eq!(a.noise_cache.file(&path, rate).is_some(), kept, "{name}");
+        }
+        let mut a = augmenter(AugmentOptions::default());
+        a.noise_clips[0].path = data.join("no such noise.flac");
+        let draw = NoiseDraw {
+            clip: 0,
+            offset_s: 0.0,
+            snr_db: 0.0,
+        };
+        let e = a.noise_samples(&draw, 100, 16_000).unwrap_err();
+        assert!(e.contains("no such noise.flac"), "{e}");
     }
 
     #[test]
