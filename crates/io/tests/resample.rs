@@ -42,6 +42,9 @@ fn passband_tones_come_through_aligned_and_clean() {
         (8_000, 16_000),
         (22_050, 16_000),
         (16_000, 22_050),
+        // Speed perturbation's 1.1 and 0.9 (resampled from 17.6 and 14.4 kHz).
+        (17_600, 16_000),
+        (14_400, 16_000),
     ] {
         let n = from as usize; // one second
         for frac in [0.05, 0.3, 0.6, 0.9] {
