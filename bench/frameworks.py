@@ -21,8 +21,9 @@ Median of --repeat passes each, alternating, after a warm-up pass of each. Print
 second and the ratios. --seconds S makes every clip S seconds long (the issue's target is on
 30 s clips, where no frame is padding); by default they are 2-15 s.
 
-  python3 -m venv v && v/bin/pip install -r scripts/requirements-frameworks.txt \
-      target/python-wheels/sonograph-*.whl && v/bin/python bench/frameworks.py
+  python3 -m venv v && v/bin/pip install -r scripts/requirements-frameworks.txt datasets \
+      target/python-wheels/sonograph-*.whl && v/bin/python bench/frameworks.py [--seconds 30]
+(datasets 5.2.0 in the committed run; without it the datasets.map passes are left out, saying so.)
 (python/test.sh builds the wheel into target/python-wheels.)
 """
 

@@ -806,6 +806,10 @@ impl CpuExtractor {
     /// (the frames, or fewer where the spec stacks frames into rows).
     /// (Welch PSD keeps no frames; it has none to take.)
     pub fn take_frames(&mut self, frames: usize, out: &mut Vec<f32>) -> usize {
+        if self.spec.is_fixed_length() {
+            // Padded or cut whole (`finish`): a piece of such an item has no length to take.
+            return 0;
+        }
         let width = self.raw_width();
         let n = frames.min(self.pending_frames());
         let mut piece: Vec<f32> = self.raw.drain(..n * width).collect();

@@ -362,6 +362,12 @@ mod tests {
             FeatureSpec::kaldi(80),
             FeatureSpec::nemo(80),
             FeatureSpec::lhotse_fbank(),
+            // Kaldi's mirror reaching past the window's own bound: pad_left 200, so frame 0
+            // reads samples 0..=199 mirrored and is ready at 200 samples.
+            FeatureSpec {
+                hop_length: 1,
+                ..FeatureSpec::lhotse_fbank()
+            },
         ] {
             for n in [
                 0, 1, 119, 120, 121, 199, 200, 201, 399, 400, 401, 16_000, 16_161,

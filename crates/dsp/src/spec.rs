@@ -557,7 +557,8 @@ impl FeatureSpec {
     /// Spectrogram Transformer, as its AudioSet checkpoints are fine-tuned), its torchaudio path
     /// (`torchaudio.compliance.kaldi.fbank(window_type="hanning", num_mel_bins=128)`): the
     /// Kaldi fbank of 128 bins on the samples as they are (no 2^15), a symmetric Hann window,
-    /// 1,024 frames (10.24 s) whatever the item (cut, or completed with frames of zeros), then
+    /// 1,024 frames whatever the item (cut after the 10.255 s they read, or completed with
+    /// frames of zeros), then
     /// `(x − mean) / (2 std)` with AudioSet's mean −4.2677393 and std 4.5689974.
     pub fn ast() -> Self {
         FeatureSpec {
@@ -1191,6 +1192,13 @@ impl FeatureSpec {
                 _ if self.drop_last_frame || self.stack_frames > 1 => {
                     "counts the item's frames as they come: not with drop_last_frame or stack_frames"
                 }
+                _ if self.dynamic_range.is_some()
+                    || self.normalize != Normalize::None
+                    || self.output == OutputKind::Waveform =>
+                {
+                    "pads with frames of zeros before the item-level steps: a dynamic range, a \
+                     normalisation or a waveform would take the padding for the item"
+                }
                 _ if self.fixed_frames > MAX_FIXED_SAMPLES / self.hop_length => {
                     "is longer than the longest fixed item"
                 }
@@ -1340,6 +1348,11 @@ mod tests {
         assert_eq!(field(&|s| s.fixed_samples = 16_000), "fixed_frames");
         assert_eq!(field(&|s| s.stack_frames = 2), "fixed_frames");
         assert_eq!(field(&|s| s.fixed_frames = usize::MAX / 2), "fixed_frames");
+        assert_eq!(field(&|s| s.dynamic_range = Some(80.0)), "fixed_frames");
+        assert_eq!(
+            field(&|s| s.normalize = Normalize::PerFeature),
+            "fixed_frames"
+        );
         let mut ex = crate::CpuExtractor::new(&spec).unwrap();
         let piece = crate::span::Span {
             sample_start: 0,
@@ -1352,6 +1365,10 @@ mod tests {
             ex.extract_span(&long[..8000], &piece, &mut Vec::new()),
             Err(crate::ItemError::BadSpan(_))
         ));
+        // A piece is not taken from a stream either: the item is finished whole.
+        ex.begin();
+        ex.push(&long).unwrap();
+        assert_eq!(ex.take_frames(40, &mut Vec::new()), 0);
         // Whole, streamed, or given longer than the cut: the same 1,024 rows.
         let x: Vec<f32> = (0..200_000)
             .map(|i| (i as f32 * 0.01).sin() * 0.3)

@@ -81,6 +81,14 @@ fn signal_len(spec: &FeatureSpec) -> Option<usize> {
         0 => n,
         fixed => fixed,
     };
+    // A fixed frame count is that many rows, whatever the signal's.
+    if spec
+        .fixed_frames
+        .saturating_mul(spec.n_fft.max(spec.frame_bins()))
+        > WORK_BUDGET
+    {
+        return None;
+    }
     tries
         .into_iter()
         .filter(|&n| n > 0 && framed(n) <= MAX_SIGNAL)

@@ -310,16 +310,33 @@ impl NoiseCache {
                 let bytes = usize::try_from(bytes).ok()?;
                 self.reserve(bytes).then_some((r, bytes))
             })
-            .and_then(|(r, bytes)| match sonograph_io::decode_reader(r, rate) {
-                Ok(samples) => Some(Arc::new(samples)),
-                Err(_) => {
-                    // The draw's own decode says why; nothing is kept.
-                    self.bytes.fetch_sub(bytes, Ordering::Relaxed);
-                    None
-                }
+            .and_then(|(r, reserved)| {
+                let samples = sonograph_io::decode_reader(r, rate).ok();
+                // Held as decoded, whatever the header said (the draw's own decode says why
+                // one failed; nothing is kept).
+                let held = samples.as_ref().map_or(0, |s| s.len() * 4);
+                let fits = held <= reserved || self.reserve(held - reserved);
+                self.release(if fits {
+                    reserved.saturating_sub(held)
+                } else {
+                    reserved
+                });
+                samples.filter(|_| fits).map(Arc::new)
             });
-        self.files.lock().ok()?.insert(key, kept.clone());
+        let mut files = self.files.lock().ok()?;
+        if let Some(first) = files.get(&key) {
+            // Another worker decoded it meanwhile: its copy is the one kept.
+            if let Some(ours) = &kept {
+                self.release(ours.len() * 4);
+            }
+            return first.clone();
+        }
+        files.insert(key, kept.clone());
         kept
+    }
+
+    fn release(&self, bytes: usize) {
+        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
     }
 
     /// Room for `bytes` more under [`NOISE_CACHE_BYTES`], taken if there is.
