@@ -536,15 +536,23 @@ fn torch_frameworks_presets_equal_the_framework_whole_and_streamed() {
     }
 }
 
-/// `extract` with each of those presets writes the framework's rows on the CPU and, where
-/// there is one, the GPU (compared as above).
+/// `extract` with each of those presets writes the framework's rows for every signal of the
+/// fixtures on the CPU and, where there is one, the GPU (compared as above).
 #[test]
 fn extract_writes_the_torch_frameworks_rows() {
     let cases = torch_cases();
     for preset in TORCH_PRESETS {
         let tmp = Tmp::new(preset);
         let spec = FeatureSpec::preset(preset).unwrap();
-        let signals = ["chirp_loud_3s", "speech_2s"];
+        // By name, as the rows come back.
+        let signals = [
+            "chirp_loud_3s",
+            "noise_31s",
+            "speech_2s",
+            "square_5s",
+            "tiny_800",
+            "two_tones_99_frames",
+        ];
         for (device, rows) in rows_on_each_device(&tmp, &signals, preset) {
             for (row, signal) in rows.iter().zip(signals) {
                 let case = cases
