@@ -613,7 +613,9 @@ fn extract_cuts_and_completes_ast_items_to_1024_frames() {
     let tmp = Tmp::new("ast");
     let spec = FeatureSpec::preset("ast").unwrap();
     let signals = ["noise_31s", "tiny_800"];
-    let padding = 4.267_739_3f32 / (2.0 * 4.568_997_4);
+    // A frame of zeros, normalised: AudioSet's mean over twice its std.
+    let affine = spec.affine.unwrap();
+    let padding = affine.add / affine.div;
     for (device, rows) in rows_on_each_device(&tmp, &signals, "ast") {
         for (row, (signal, seconds)) in rows.iter().zip([(signals[0], 10.255), (signals[1], 0.05)])
         {

@@ -3,7 +3,7 @@
 
 use std::f64::consts::PI;
 
-use crate::spec::LifterStart;
+use crate::spec::{FeatureSpec, LifterStart, OutputKind};
 
 /// A precomputed `[n_out][n_in]` DCT-II matrix (lifter folded in).
 #[derive(Debug, Clone)]
@@ -39,6 +39,18 @@ impl Dct {
             }
         }
         Dct { n_in, matrix }
+    }
+
+    /// The DCT an MFCC spec takes its log-mel rows through; `None` for any other output.
+    pub fn of_spec(spec: &FeatureSpec) -> Option<Self> {
+        (spec.output == OutputKind::Mfcc).then(|| {
+            Self::new(
+                spec.n_mels,
+                spec.n_mfcc,
+                f64::from(spec.lifter),
+                spec.lifter_start,
+            )
+        })
     }
 
     pub fn n_out(&self) -> usize {

@@ -390,14 +390,7 @@ impl CpuExtractor {
         let bank = uses_mel.then(|| MelBank::new(spec));
         let engine = Engine::new(spec, precision, bank.as_ref());
         Ok(CpuExtractor {
-            dct: (spec.output == OutputKind::Mfcc).then(|| {
-                Dct::new(
-                    spec.n_mels,
-                    spec.n_mfcc,
-                    f64::from(spec.lifter),
-                    spec.lifter_start,
-                )
-            }),
+            dct: Dct::of_spec(spec),
             spec: spec.clone(),
             engine,
             pad_left: spec.pad_left(),

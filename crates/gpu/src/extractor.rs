@@ -26,7 +26,7 @@ use sonograph_dsp::signal::EdgePadding;
 use sonograph_dsp::span::{
     check_finite, prepare_piece_into, prepared_as_is, prepared_layout, Span,
 };
-use sonograph_dsp::spec::{FeatureSpec, OutputKind, PreemphasisScope};
+use sonograph_dsp::spec::{FeatureSpec, PreemphasisScope};
 use sonograph_dsp::window::window;
 use sonograph_dsp::{AudioBatch, DeviceError, Extractor, FeatureBatch, ItemError, Precision};
 use wgpu::util::DeviceExt;
@@ -475,14 +475,7 @@ impl GpuBackend {
             max_buffer: gpu.limits.max_buffer_size,
         };
         Ok(GpuBackend {
-            dct: (spec.output == OutputKind::Mfcc).then(|| {
-                Dct::new(
-                    spec.n_mels,
-                    spec.n_mfcc,
-                    f64::from(spec.lifter),
-                    spec.lifter_start,
-                )
-            }),
+            dct: Dct::of_spec(spec),
             spec: spec.clone(),
             label,
             kernels,
