@@ -47,8 +47,9 @@ Cases:
   `normalize` in float64 (`__call__` casts the samples to float32 first; its output is checked
   to lie within 2e-3 nats of these on the bands within 14 nats of their frame's peak).
 
-Usage: python -m venv v && v/bin/pip install -r scripts/requirements-frameworks-torch.txt &&
+Usage: python -m venv v && v/bin/pip install --no-deps -r scripts/requirements-frameworks-torch.txt &&
        v/bin/python scripts/frameworks_torch_reference.py
+(--no-deps: the file is the whole venv, and its pins need no resolving; see its header.)
 """
 
 import importlib.metadata
