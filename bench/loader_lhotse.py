@@ -131,6 +131,12 @@ def lhotse_epoch(items: Path, noise: Path, epoch: int) -> tuple[int, float, floa
     sampler.set_epoch(epoch)
     loader = torch.utils.data.DataLoader(LhotseFeatures(cuts_of(noise)), sampler=sampler,
                                          batch_size=None, num_workers=2)
+    return padded_epoch(loader)
+
+
+def padded_epoch(loader) -> tuple[int, float, float]:
+    """An epoch of (features [batch, frames, bins], lengths) batches: their count, the audio
+    seconds their frames hold (100 frames a second) and the share of padded frames."""
     batches, frames, slots = 0, 0, 0
     for feats, lengths in loader:
         batches += 1
@@ -186,12 +192,7 @@ def torchaudio_epoch(items: Path, noise: Path, epoch: int) -> tuple[int, float, 
     batches = [(epoch, order[i:i + 32]) for i in range(0, len(order), 32)]
     dataset = TorchaudioFeatures(files, sorted(noise.glob("*.flac")), seed=0)
     loader = torch.utils.data.DataLoader(dataset, sampler=batches, batch_size=None, num_workers=2)
-    count, frames, slots = 0, 0, 0
-    for feats, lengths in loader:
-        count += 1
-        frames += int(lengths.sum())
-        slots += feats.shape[0] * feats.shape[1]
-    return count, frames / 100.0, 1 - frames / slots
+    return padded_epoch(loader)
 
 
 def main():

@@ -162,26 +162,35 @@ fn whisper_reflects_where_transformers_pads_with_zeros() {
 #[test]
 fn extract_writes_the_rows_transformers_gives() {
     let tmp = Tmp::new("whisper-hf");
+    let items = [("chirp_loud_3s", 3.0), ("noise_31s", 30.0)];
     for (device, rows) in rows_on_each_device(&tmp, &["chirp_loud_3s", "noise_31s"], "whisper-hf") {
-        for (row, (signal, seconds)) in rows
-            .iter()
-            .zip([("chirp_loud_3s", 3.0), ("noise_31s", 30.0)])
-        {
-            assert_eq!(row.id, format!("{signal}.wav"));
-            assert_eq!(
-                (row.num_frames, row.num_bins),
-                (3000, 80),
-                "{device} {signal}"
-            );
-            assert!(
-                (row.duration_s - seconds).abs() < 1e-9,
-                "{device} {signal}: {}",
-                row.duration_s
-            );
-            let (_, expect) = reference(&format!("{signal}.whisper-hf-80"));
-            let (err, at) = worst(&row.features, &expect, 80);
-            assert!(err <= LOG_ATOL, "{device} {signal}: {err:e} at {at}");
-        }
+        assert_fixed_length_rows(device, &rows, &items, (3000, 80), "whisper-hf-80", 1.0);
+    }
+}
+
+/// Rows of a fixed-length preset, one per `(signal, seconds)` in id order: each `shape`, its
+/// duration the audio its features hold, and within the golden log tolerance (in the log's
+/// units, `units` per output unit) of the reference `<signal>.<case>` on every band.
+fn assert_fixed_length_rows(
+    device: &str,
+    rows: &[sonograph_io::parquet::FeatureRow],
+    items: &[(&str, f64)],
+    shape: (u32, u32),
+    case: &str,
+    units: f64,
+) {
+    assert_eq!(rows.len(), items.len(), "{device}");
+    for (row, &(signal, seconds)) in rows.iter().zip(items) {
+        assert_eq!(row.id, format!("{signal}.wav"));
+        assert_eq!((row.num_frames, row.num_bins), shape, "{device} {signal}");
+        assert!(
+            (row.duration_s - seconds).abs() < 1e-9,
+            "{device} {signal}: {} s",
+            row.duration_s
+        );
+        let (_, expect) = reference(&format!("{signal}.{case}"));
+        let (err, at, _) = worst_within(&row.features, &expect, shape.1 as usize, None, units);
+        assert!(err <= LOG_ATOL, "{device} {signal}: {err:e} at {at}");
     }
 }
 
@@ -616,23 +625,9 @@ fn extract_cuts_and_completes_ast_items_to_1024_frames() {
     // A frame of zeros, normalised: AudioSet's mean over twice its std.
     let affine = spec.affine.unwrap();
     let padding = affine.add / affine.div;
+    let items = [(signals[0], 10.255), (signals[1], 0.05)];
     for (device, rows) in rows_on_each_device(&tmp, &signals, "ast") {
-        for (row, (signal, seconds)) in rows.iter().zip([(signals[0], 10.255), (signals[1], 0.05)])
-        {
-            assert_eq!(
-                (row.num_frames, row.num_bins),
-                (1024, 128),
-                "{device} {signal}"
-            );
-            assert!(
-                (row.duration_s - seconds).abs() < 1e-9,
-                "{device} {signal}: {} s",
-                row.duration_s
-            );
-            let (_, expect) = reference(&format!("{signal}.ast"));
-            let (err, at, _) = worst_within(&row.features, &expect, 128, None, log_units(&spec));
-            assert!(err <= LOG_ATOL, "{device} {signal}: {err:e} at {at}");
-        }
+        assert_fixed_length_rows(device, &rows, &items, (1024, 128), "ast", log_units(&spec));
         let tiny = &rows[1].features;
         assert!(tiny[3 * 128..].iter().all(|&v| v == padding), "{device}");
         assert!(tiny[..3 * 128].iter().all(|&v| v != padding), "{device}");
