@@ -208,7 +208,7 @@ mod tests {
             let n_out = n_in * to as usize / from as usize;
             assert_eq!(n_out * from as usize, n_in * to as usize, "{from} -> {to}");
             assert!(
-                n_in >= MIN_FFT_INPUT && n_in % 2 == 0 && n_out % 2 == 0,
+                n_in >= MIN_FFT_INPUT && n_in.is_multiple_of(2) && n_out.is_multiple_of(2),
                 "{from} -> {to}: {n_in}"
             );
             assert!(
