@@ -17,8 +17,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
-# The Python packages the tests use (scripts/requirements-test.txt, and onnxruntime's and
-# silero-vad's wheels, which carry the model runtime and the VAD model the model tests load), in a
+# The Python packages the tests use (scripts/requirements-test.txt; onnxruntime's and
+# silero-vad's wheels, which carry the model runtime and the VAD model the model tests load;
+# PyTorch, python/requirements-torch.txt, for the Loader's torch door: 4.5 GB), in a
 # venv of their own in the build directory, made once per set of pins and put first on PATH.
 # Without PyPI the tests that need them say they skipped (CI sets SONOGRAPH_REQUIRE_*=1, which
 # fails them instead). What needs root: `apt-get install mesa-vulkan-drivers` (lavapipe, for
@@ -29,14 +30,16 @@ target_dir=$(cargo metadata --format-version 1 --no-deps --locked |
 venv="$target_dir/test-venv"
 ort_wheels=(onnxruntime==1.31.1 silero-vad==6.2.3)
 pins=$(cat scripts/requirements-test.txt python/requirements-test.txt scripts/requirements-rf.txt \
-  scripts/requirements-readers.txt;
+  scripts/requirements-readers.txt python/requirements-torch.txt;
   echo "${ort_wheels[*]}")
 if [ "$(cat "$venv/.pins" 2>/dev/null)" != "$pins" ]; then
   echo "+ python3 -m venv $venv (the tests' pinned Python packages)"
   rm -rf "$venv"
   if python3 -m venv "$venv" &&
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r scripts/requirements-test.txt &&
-    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps "${ort_wheels[@]}"; then
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps "${ort_wheels[@]}" &&
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps \
+      -r python/requirements-torch.txt; then
     printf '%s' "$pins" >"$venv/.pins"
   else
     echo "warning: the tests' Python packages could not be installed; their tests skip" >&2

@@ -359,6 +359,7 @@ fn check_rate(sample_rate: u32) -> PyResult<()> {
 pub(crate) use sonograph_pipeline::named_error;
 
 #[pymodule]
+#[pyo3(name = "_native")]
 fn sonograph(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(presets, m)?)?;

@@ -111,9 +111,10 @@ impl Drop for Workers {
 /// Batches of features of every item of a source (a folder, a NeMo JSON-lines or CSV manifest,
 /// with offsets and durations), computed on `workers` threads. Iterating gives
 /// `(ids, features, lengths)`: the items' ids, a float32 array [batch, frames, bins] zero-padded
-/// to the longest item, and each item's frame count (int64). One pass is one epoch; iterating
-/// again after it ends starts the next (reshuffled where `shuffle`). Items that fail are in
-/// `failures` as `(id, reason)`.
+/// to the longest item, and each item's frame count (int64); with `output="torch"` both are
+/// torch tensors on the same memory (in pinned memory with `pin_memory`). One pass is one epoch;
+/// iterating again after it ends starts the next (reshuffled where `shuffle`). Items that fail
+/// are in `failures` as `(id, reason)`.
 #[pyclass(module = "sonograph")]
 pub struct Loader {
     listed: Arc<Vec<Listed>>,
@@ -154,6 +155,8 @@ pub struct Loader {
     failed: HashSet<String>,
     /// Frames given and frames of padding, over the batches given.
     frames: (u64, u64),
+    /// Where batches are torch tensors: the torch module, and whether they are pinned.
+    torch: Option<(Py<PyModule>, bool)>,
 }
 
 #[pymethods]
@@ -162,7 +165,7 @@ impl Loader {
     #[pyo3(signature = (source, preset=None, *, spec=None, precision="auto", batch_size=32,
                         max_duration=None, num_buckets=1, workers=None, prefetch=4,
                         shuffle=false, seed=0, drop_last=false, rank=None, world_size=None,
-                        augment=None, device="cpu"))]
+                        augment=None, device="cpu", output="numpy", pin_memory=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -182,8 +185,11 @@ impl Loader {
         world_size: Option<usize>,
         augment: Option<Bound<'_, PyAny>>,
         device: &str,
+        output: &str,
+        pin_memory: bool,
     ) -> PyResult<Loader> {
         let (spec, precision) = spec_of(py, preset, spec.as_ref(), precision)?;
+        let torch = torch_output(py, output, pin_memory)?;
         // The job's bounds: a loader of a billion threads or items in flight is refused.
         let bounds = [
             ("prefetch", prefetch, bounds::PREFETCH),
@@ -265,6 +271,7 @@ impl Loader {
             device,
             device_name,
             stats: (0, 0.0, 0.0),
+            torch,
         };
         loader.start(0, 0)?;
         Ok(loader)
@@ -343,8 +350,17 @@ impl Loader {
         }
         let features = padded
             .into_pyarray(py)
-            .reshape([rows.len(), longest, self.bins])?;
-        (ids, features, frames.into_pyarray(py))
+            .reshape([rows.len(), longest, self.bins])?
+            .into_any();
+        let lengths = frames.into_pyarray(py).into_any();
+        let (features, lengths) = match &self.torch {
+            None => (features, lengths),
+            Some((torch, pin)) => (
+                to_tensor(torch.bind(py), features, *pin)?,
+                to_tensor(torch.bind(py), lengths, *pin)?,
+            ),
+        };
+        (ids, features, lengths)
             .into_pyobject(py)
             .map(|t| t.into_any())
     }
@@ -675,6 +691,62 @@ impl Loader {
 
 /// The rank and world size given, else torch.distributed's launcher's (`RANK`,
 /// `WORLD_SIZE`), else a single process.
+/// The torch module where batches are to be torch tensors (`output="torch"`), and whether they
+/// are pinned: as torch's DataLoader does, `pin_memory` without an accelerator warns and pins
+/// nothing, so that one training script runs on a machine with a GPU and on one without.
+fn torch_output(
+    py: Python<'_>,
+    output: &str,
+    pin_memory: bool,
+) -> PyResult<Option<(Py<PyModule>, bool)>> {
+    match output {
+        "numpy" if pin_memory => Err(options_error(
+            "pin_memory=True: pinned memory is torch's, give output=\"torch\" too",
+        )),
+        "numpy" => Ok(None),
+        "torch" => {
+            let torch = py.import("torch").map_err(|e| {
+                options_error(format!(
+                    "output=\"torch\" needs PyTorch, and `import torch` failed: {}",
+                    e.value(py)
+                ))
+            })?;
+            let pin = pin_memory
+                && torch
+                    .getattr("cuda")?
+                    .call_method0("is_available")?
+                    .is_truthy()?;
+            if pin_memory && !pin {
+                PyErr::warn(
+                    py,
+                    &py.get_type::<pyo3::exceptions::PyUserWarning>(),
+                    c"pin_memory=True, but torch sees no CUDA device: batches are not pinned",
+                    1,
+                )?;
+            }
+            Ok(Some((torch.unbind(), pin)))
+        }
+        other => Err(options_error(format!(
+            "output {other:?}: \"numpy\" or \"torch\""
+        ))),
+    }
+}
+
+/// A numpy array as a torch tensor on the same memory (DLPack: no copy), or copied into pinned
+/// memory for a `.to(device, non_blocking=True)` that overlaps.
+fn to_tensor<'py>(
+    torch: &Bound<'py, PyModule>,
+    array: Bound<'py, PyAny>,
+    pin: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let tensor = torch.call_method1("from_dlpack", (array,))?;
+    if pin {
+        tensor.call_method0("pin_memory")
+    } else {
+        Ok(tensor)
+    }
+}
+
 fn distributed(rank: Option<usize>, world_size: Option<usize>) -> PyResult<(usize, usize)> {
     let env = |name: &str| -> PyResult<Option<usize>> {
         std::env::var(name)

@@ -1,5 +1,7 @@
-"""Type stubs of the `sonograph` extension module (python/src/*.rs). maturin puts this file and a
-py.typed marker in the wheel; python/test.sh checks them with mypy against the tests."""
+"""Type stubs of the `sonograph` package: the names of its compiled module, `sonograph._native`
+(python/src/*.rs), which python/sonograph/__init__.py re-exports. The wheel carries this file and
+a py.typed marker; python/test.sh checks them with mypy's stubtest against the module as built,
+and the tests with mypy against them."""
 
 import os
 from typing import Any, Iterable, Iterator, Literal, Mapping, Union, final
@@ -32,6 +34,9 @@ __all__ = [
 _PathLike = Union[str, "os.PathLike[str]"]
 _Precision = Literal["auto", "f32", "f64"]
 _Spec = Mapping[str, Any]
+# A batch's features and lengths: numpy arrays, or torch tensors where output="torch" (typed as
+# Any: torch is not a dependency of the package).
+_Array = Any
 
 class Error(RuntimeError):
     """Every error sonograph raises."""
@@ -146,14 +151,12 @@ class Loader:
         world_size: int | None = None,
         augment: Mapping[str, Any] | None = None,
         device: str = "cpu",
+        output: Literal["numpy", "torch"] = "numpy",
+        pin_memory: bool = False,
     ) -> "Loader": ...
     def __len__(self) -> int: ...
-    def __iter__(self) -> Iterator[
-        tuple[list[str], npt.NDArray[np.float32], npt.NDArray[np.int64]]
-    ]: ...
-    def __next__(
-        self,
-    ) -> tuple[list[str], npt.NDArray[np.float32], npt.NDArray[np.int64]]: ...
+    def __iter__(self) -> Iterator[tuple[list[str], _Array, _Array]]: ...
+    def __next__(self) -> tuple[list[str], _Array, _Array]: ...
     def augmentation(self, id: str, epoch: int | None = None) -> dict[str, Any]:
         """The draws item `id` gets in `epoch` (the current one by default)."""
     def stats(self) -> dict[str, Any]:

@@ -1,0 +1,130 @@
+"""The Loader's torch door: batches as torch tensors (output="torch", through DLPack), pinned
+where torch has a CUDA device, and `sonograph.torch.LoaderDataset` for a torch DataLoader.
+PyTorch is optional: without it both fail in one line naming it.
+
+Run by python/test.sh (which builds and installs the package; scripts/test.sh's venv has torch).
+"""
+
+import subprocess
+import sys
+import warnings
+import wave
+
+import numpy as np
+import pytest
+
+import sonograph
+from required import module
+
+RATE = 16000
+SECONDS = [0.4 + 0.3 * k for k in range(12)]
+
+
+@pytest.fixture(scope="module")
+def torch():
+    return module("torch", pins="python/requirements-torch.txt")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("torch-corpus")
+    rng = np.random.default_rng(11)
+    for k, seconds in enumerate(SECONDS):
+        samples = (rng.standard_normal(int(seconds * RATE)) * 2000).astype("<i2")
+        with wave.open(str(folder / f"clip{k:02d}.wav"), "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(RATE)
+            w.writeframes(samples.tobytes())
+    return folder
+
+
+def loader(corpus, **options):
+    return sonograph.Loader(corpus, "nemo", max_duration=4.0, num_buckets=3, shuffle=True, seed=3,
+                            workers=2, augment={"volume_db": [-6.0, 6.0], "spec_augment": {"freq_masks": 2, "time_masks": 2}}, **options)
+
+
+def test_torch_batches_are_the_numpy_batches_as_tensors(corpus, torch):
+    as_numpy = list(loader(corpus))
+    as_torch = list(loader(corpus, output="torch"))
+    assert len(as_torch) == len(as_numpy) > 2
+    for (ids, feats, lengths), (tids, tfeats, tlengths) in zip(as_numpy, as_torch):
+        assert isinstance(tfeats, torch.Tensor) and isinstance(tlengths, torch.Tensor)
+        assert (tfeats.dtype, tlengths.dtype) == (torch.float32, torch.int64)
+        assert tids == ids
+        assert np.array_equal(tfeats.numpy(), feats) and np.array_equal(tlengths.numpy(), lengths)
+        assert not tfeats.is_pinned()
+
+
+def test_pinned_batches_where_torch_has_cuda_and_a_warning_where_it_has_none(corpus, torch):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pinned = loader(corpus, output="torch", pin_memory=True)
+    _, feats, lengths = next(iter(pinned))
+    if torch.cuda.is_available():
+        assert not caught
+        assert feats.is_pinned() and lengths.is_pinned()
+    else:
+        assert [str(w.message) for w in caught] == [
+            "pin_memory=True, but torch sees no CUDA device: batches are not pinned"]
+        assert not feats.is_pinned()
+
+
+def test_torch_output_options_are_refused_by_name(corpus):
+    with pytest.raises(sonograph.OptionsError, match='give output="torch" too'):
+        loader(corpus, pin_memory=True)
+    with pytest.raises(sonograph.OptionsError, match='output "jax": "numpy" or "torch"'):
+        loader(corpus, output="jax")
+
+
+def test_without_torch_the_torch_door_says_so_in_one_line(corpus):
+    # A Python where `import torch` fails: what a user without PyTorch sees.
+    script = f"""
+import sys
+sys.modules["torch"] = None
+import sonograph
+try:
+    sonograph.Loader({str(corpus)!r}, "nemo", output="torch")
+except sonograph.OptionsError as e:
+    print("loader:", e)
+try:
+    import sonograph.torch
+except ImportError as e:
+    print("module:", e)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2, out
+    assert lines[0].startswith('loader: output="torch" needs PyTorch, and `import torch` failed:')
+    assert lines[1].startswith("module: sonograph.torch needs PyTorch (pip install torch):")
+
+
+def test_a_torch_dataloader_passes_the_loaders_batches_on(corpus, torch):
+    from torch.utils.data import DataLoader
+
+    from sonograph.torch import LoaderDataset
+
+    direct = list(loader(corpus, output="torch"))
+    dataset = LoaderDataset(loader(corpus))
+    batches = DataLoader(dataset, batch_size=None)
+    assert len(batches) == len(direct)
+    through = list(batches)
+    assert len(through) == len(direct)
+    for (ids, feats, lengths), (tids, tfeats, tlengths) in zip(direct, through):
+        assert tids == ids and torch.equal(tfeats, feats) and torch.equal(tlengths, lengths)
+    # The next pass is the next epoch, as the Loader's own.
+    assert dataset.state_dict()["epoch"] == 0
+    second = list(batches)
+    assert dataset.state_dict()["epoch"] == 1
+    assert [b[0] for b in second] != [b[0] for b in through]
+
+
+def test_a_dataloader_with_workers_of_its_own_is_refused(corpus, torch):
+    from torch.utils.data import DataLoader
+
+    from sonograph.torch import LoaderDataset
+
+    with pytest.raises(sonograph.OptionsError, match="num_workers=0"):
+        next(iter(DataLoader(LoaderDataset(loader(corpus)), batch_size=None, num_workers=1)))
+    with pytest.raises(sonograph.OptionsError, match="takes a sonograph.Loader, not list"):
+        LoaderDataset([])  # type: ignore[arg-type]
