@@ -51,7 +51,7 @@ rm -f "$report"
 for check in "stubtest" "mypy"; do
   case $check in
     stubtest) (cd "$(mktemp -d)" && "$python" -m mypy.stubtest sonograph) ;;
-    mypy) "$python" -m mypy --check-untyped-defs --no-incremental python/tests ;;
+    mypy) "$python" -m mypy --check-untyped-defs --no-incremental python/tests python/examples ;;
   esac
   if [ $? -eq 0 ]; then
     echo "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out ($check)"
