@@ -406,8 +406,9 @@ impl Loader {
 
     /// What item `id` gets in `epoch` (the current one by default): `speed`, `gain_db`, `rir`
     /// (`path`, `offset_s`, `duration_s`), `noise` (`path`, `file_offset_s`, `snr_db`),
-    /// `freq_masks` and `time_masks` (`(first, width)` each),
-    /// the draws the loader applies to it, for checking them or applying them elsewhere.
+    /// `time_warp` (`(boundary frame, the frame it moves to)`, where the item is warped),
+    /// `freq_masks` and `time_masks` (`(first, width)` each): the draws the loader applies to
+    /// it, for checking them or applying them elsewhere.
     #[pyo3(signature = (id, epoch=None))]
     fn augmentation<'py>(
         &self,

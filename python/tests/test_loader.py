@@ -257,7 +257,8 @@ def test_speed_and_reverberation_are_what_scipy_computes_from_the_same_draws(cor
 
 
 def test_a_gpu_computes_the_cpus_batches_with_the_same_augmentation(corpus, noise):
-    augment = {**AUGMENT, "noise": {**AUGMENT["noise"], "source": str(noise)}}
+    augment = {**AUGMENT, "noise": {**AUGMENT["noise"], "source": str(noise)},
+               "spec_augment": {**AUGMENT["spec_augment"], "time_warp": 10}}
     options: dict[str, Any] = dict(batch_size=None, max_duration=15.0, num_buckets=2, shuffle=True,
                                    seed=5, augment=augment, workers=2)
     try:

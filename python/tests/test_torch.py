@@ -128,3 +128,43 @@ def test_a_dataloader_with_workers_of_its_own_is_refused(corpus, torch):
         next(iter(DataLoader(LoaderDataset(loader(corpus)), batch_size=None, num_workers=1)))
     with pytest.raises(sonograph.OptionsError, match="takes a sonograph.Loader, not list"):
         LoaderDataset([])  # type: ignore[arg-type]
+
+
+def test_time_warp_is_what_torch_interpolates_from_the_same_draws(corpus, torch):
+    """lhotse 1.33's `time_warp` (lhotse/dataset/signal_transforms.py), its body with the
+    Loader's draws in place of numpy's: torch's bicubic interpolation of the frames before the
+    drawn boundary to its new place and of those after it to the rest; then the masks."""
+    masks = {"freq_masks": 2, "freq_width": 8, "time_masks": 2, "time_width": 10}
+    options = dict(batch_size=4, seed=9, workers=2)
+    plain = {ids[k]: feats[k, :n] for ids, feats, lengths in
+             sonograph.Loader(corpus, "lhotse-fbank", **options) for k, n in enumerate(lengths)}
+    warped = sonograph.Loader(corpus, "lhotse-fbank", augment={"spec_augment": {**masks, "time_warp": 20}},
+                              **options)
+    interpolate = torch.nn.functional.interpolate
+    seen, worst = 0, 0.0
+    for ids, feats, lengths in warped:
+        for k, item in enumerate(ids):
+            drawn = warped.augmentation(item)
+            expected = plain[item].copy()
+            if "time_warp" in drawn:
+                center, to = drawn["time_warp"]
+                x = torch.from_numpy(expected)[None, None]
+                t, bins = x.shape[2], x.shape[3]
+                left = interpolate(x[:, :, :center, :], size=(to, bins), mode="bicubic", align_corners=False)
+                right = interpolate(x[:, :, center:, :], size=(t - to, bins), mode="bicubic", align_corners=False)
+                expected = torch.cat((left, right), dim=2)[0, 0].numpy().copy()
+                seen += 1
+            for first, width in drawn["freq_masks"]:
+                expected[:, first:first + width] = 0.0
+            for first, width in drawn["time_masks"]:
+                expected[first:first + width] = 0.0
+            got = feats[k, :lengths[k]]
+            assert got.shape == expected.shape
+            # Relative to the item's largest value. torch's outer weights (Keys' cubic at 1 + t
+            # and 2 − t: a difference of terms near 3) come out up to a float32 step of those
+            # terms (2^-22) from ours, as its compiled kernel rounds them its own way (the
+            # middle weights agree bit for bit); over the four taps and the sum's rounding
+            # that is within 2^-18 of the largest value (this test saw 43 × 2^-24).
+            worst = max(worst, float(np.max(np.abs(got - expected)) / np.max(np.abs(expected))))
+    assert seen >= 8, seen  # items of over 41 frames: all but the shortest, most of them warped
+    assert worst <= 2.0**-18, worst

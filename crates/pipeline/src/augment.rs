@@ -1,6 +1,6 @@
 //! Deterministic augmentation for training: speed perturbation, a volume change,
 //! reverberation by a room impulse response, noise from a noise corpus at a drawn SNR, and
-//! SpecAugment's masks on the features, in that order (lhotse's). Every draw comes from Philox4x32-10
+//! SpecAugment's time warp and masks on the features, in that order (lhotse's). Every draw comes from Philox4x32-10
 //! (`sonograph_rf::philox`, the generator `synth-iq` uses) keyed by the seed, its counter laid
 //! out as (draw, epoch and stream, item): an item gets the same augmentation in an epoch
 //! whatever the workers, the order they run in, or a resume. [`Augmenter::draw`] gives the
@@ -67,10 +67,19 @@ fn always() -> f64 {
 /// frequency mask starts at a uniform integer in 0..=bins − freq_width and is a uniform
 /// 0..=freq_width bins wide; each time mask, with `w` = time_width (frames, or a share of the
 /// item's frames, at least 1), starts in 0..=max(1, frames − w) and is 0..=w frames wide. The
-/// masked values are `mask_value` (NeMo's default, 0).
+/// masked values are `mask_value` (NeMo's default, 0). Before the masks, where `time_warp` is
+/// over 0, lhotse's time warp (`time_warp` in lhotse/dataset/signal_transforms.py, lhotse
+/// 1.33.0; NeMo has none): the item's frames before a boundary drawn uniformly in
+/// time_warp + 1..=frames − time_warp − 1 are stretched or squeezed, bicubically as
+/// `torch.nn.functional.interpolate` does, so that the boundary moves to a uniform frame within
+/// time_warp of it, and the frames after it fill the rest; an item of 2 × time_warp + 2 frames
+/// or fewer is left as it is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SpecAugmentOptions {
+    /// lhotse's `time_warp_factor` (its default is 80; here 0, none, as NeMo).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub time_warp: usize,
     #[serde(default)]
     pub freq_masks: usize,
     #[serde(default = "ten")]
@@ -81,6 +90,10 @@ pub struct SpecAugmentOptions {
     pub time_width: TimeWidth,
     #[serde(default)]
     pub mask_value: f32,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 fn ten() -> usize {
@@ -143,6 +156,12 @@ impl AugmentOptions {
                     s.freq_width
                 ));
             }
+            if s.time_warp > MAX_MASK_WIDTH {
+                return Err(format!(
+                    "spec_augment.time_warp {} is over {MAX_MASK_WIDTH} frames",
+                    s.time_warp
+                ));
+            }
             if let TimeWidth::Frames(w) = s.time_width {
                 if w > MAX_MASK_WIDTH {
                     return Err(format!(
@@ -177,6 +196,7 @@ enum Stream {
     Masks = 3,
     Speed = 4,
     Reverb = 5,
+    Warp = 6,
 }
 
 /// Sequential draws of one (seed, epoch, item, stream).
@@ -238,6 +258,9 @@ pub struct Drawn {
     pub freq_masks: Vec<(usize, usize)>,
     /// (first frame, width) of each time mask.
     pub time_masks: Vec<(usize, usize)>,
+    /// The time warp: (the boundary's frame, the frame it moves to).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_warp: Option<(usize, usize)>,
 }
 
 /// The noise an item is mixed with: the clip (by its index among the noise corpus' clips),
@@ -486,6 +509,17 @@ impl Augmenter {
                 });
             }
         }
+        if let (Some(s), Some((frames, _))) = (&o.spec_augment, features) {
+            let factor = s.time_warp;
+            // lhotse's `randint(factor + 1, t - factor)` and `randint(center - factor,
+            // center + factor + 1)`: numpy's, whose upper bound is excluded.
+            if factor > 0 && frames > 2 * factor + 1 {
+                let mut d = Draws::new(self.seed, epoch, item, Stream::Warp);
+                let center = d.randint(factor + 1, frames - factor - 1);
+                let warped = d.randint(center - factor, center + factor);
+                drawn.time_warp = (warped != center).then_some((center, warped));
+            }
+        }
         if let (Some(s), Some((frames, bins))) = (&o.spec_augment, features) {
             let mut d = Draws::new(self.seed, epoch, item, Stream::Masks);
             for _ in 0..s.freq_masks {
@@ -692,10 +726,19 @@ pub fn mask_grid(spec: &sonograph_dsp::FeatureSpec, rows: usize) -> (usize, usiz
     (rows * spec.stack_frames.max(1), spec.frame_bins())
 }
 
-/// The masks on `rows` (frames of `bins` values), NeMo's slices: a mask past the end stops
-/// there.
+/// The time warp and then the masks on `rows` (frames of `bins` values), NeMo's slices: a mask
+/// past the end stops there.
 pub fn apply_to_features(drawn: &Drawn, rows: &mut [f32], bins: usize, mask_value: f32) {
     let frames = rows.len() / bins.max(1);
+    if let Some((center, warped)) = drawn.time_warp {
+        let (before, after) = rows[..frames * bins].split_at(center * bins);
+        let warped_rows = [
+            bicubic_frames(before, bins, warped),
+            bicubic_frames(after, bins, frames - warped),
+        ]
+        .concat();
+        rows[..frames * bins].copy_from_slice(&warped_rows);
+    }
     for &(left, width) in &drawn.freq_masks {
         let end = (left + width).min(bins);
         for frame in rows.chunks_exact_mut(bins) {
@@ -706,6 +749,40 @@ pub fn apply_to_features(drawn: &Drawn, rows: &mut [f32], bins: usize, mask_valu
         let (start, end) = (left.min(frames), (left + width).min(frames));
         rows[start * bins..end * bins].fill(mask_value);
     }
+}
+
+/// `rows` (frames of `bins` values) resized to `out_frames` frames along time alone, as
+/// `torch.nn.functional.interpolate(x[None, None], size=(out_frames, bins), mode="bicubic",
+/// align_corners=False)` computes it (torch 2.15: aten/src/ATen/native/UpSample.h, as its
+/// wheel ships it, for the indices and weights): the source frame of output frame i is
+/// (i + 0.5) × in/out − 0.5 in f32, not clamped below (cubic); its whole part at most in − 1
+/// and its fraction t clamped to [0, 1]; Keys' cubic convolution with A = −0.75 at t + 1, t,
+/// 1 − t and (1 − t) + 1 over the four frames around it, the edge frames repeated; the four
+/// terms summed in order, in f32. Along the bands the size is unchanged, so torch's weights
+/// there are exactly (0, 1, 0, 0). python/tests/test_torch.py checks it against torch.
+fn bicubic_frames(rows: &[f32], bins: usize, out_frames: usize) -> Vec<f32> {
+    const A: f32 = -0.75;
+    let frames = rows.len() / bins;
+    let near = |x: f32| ((A + 2.0) * x - (A + 3.0)) * x * x + 1.0;
+    let far = |x: f32| ((A * x - 5.0 * A) * x + 8.0 * A) * x - 4.0 * A;
+    let scale = frames as f32 / out_frames as f32;
+    let mut out = Vec::with_capacity(out_frames * bins);
+    for i in 0..out_frames {
+        let source = scale * (i as f32 + 0.5) - 0.5;
+        let whole = (source.floor() as i64).min(frames as i64 - 1);
+        let t = (source - whole as f32).clamp(0.0, 1.0);
+        let weights = [far(t + 1.0), near(t), near(1.0 - t), far((1.0 - t) + 1.0)];
+        let at = |k: i64| (whole - 1 + k).clamp(0, frames as i64 - 1) as usize * bins;
+        let taps = [at(0), at(1), at(2), at(3)];
+        out.extend((0..bins).map(|b| {
+            let mut sum = rows[taps[0] + b] * weights[0];
+            for k in 1..4 {
+                sum += rows[taps[k] + b] * weights[k];
+            }
+            sum
+        }));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -750,6 +827,7 @@ mod tests {
                 time_masks: 2,
                 time_width: TimeWidth::Share(0.05),
                 mask_value: 0.0,
+                time_warp: 0,
             }),
         });
         let one = a.draw(3, 41, 1.0, Some((400, 80)));
@@ -785,6 +863,7 @@ mod tests {
                 time_masks: 1,
                 time_width: TimeWidth::Frames(width),
                 mask_value: 0.0,
+                time_warp: 0,
             }),
             ..Default::default()
         };
@@ -797,6 +876,87 @@ mod tests {
             let (left, width) = d.time_masks[0];
             assert!(left <= 1 && width <= MAX_MASK_WIDTH);
         }
+    }
+
+    #[test]
+    fn time_warps_are_drawn_as_lhotse_draws_them_and_leave_the_masks_as_they_were() {
+        let warp = |factor: usize| {
+            augmenter(AugmentOptions {
+                spec_augment: Some(SpecAugmentOptions {
+                    freq_masks: 2,
+                    freq_width: 27,
+                    time_masks: 2,
+                    time_width: TimeWidth::Frames(20),
+                    mask_value: 0.0,
+                    time_warp: factor,
+                }),
+                ..Default::default()
+            })
+        };
+        let (plain, warped) = (warp(0), warp(10));
+        let (mut centers, mut moves) = (Vec::new(), Vec::new());
+        for item in 0..3000 {
+            let d = warped.draw(1, item, 1.0, Some((40, 80)));
+            // The warp's stream is its own: the masks are those of the same job without it.
+            let p = plain.draw(1, item, 1.0, Some((40, 80)));
+            assert_eq!(
+                (&d.freq_masks, &d.time_masks),
+                (&p.freq_masks, &p.time_masks)
+            );
+            assert_eq!(p.time_warp, None);
+            if let Some((center, to)) = d.time_warp {
+                assert!((11..=29).contains(&center) && to != center, "{center} {to}");
+                centers.push(center);
+                moves.push(to as i64 - center as i64);
+            }
+        }
+        // numpy's randint(11, 30) and randint(c - 10, c + 11): both ends reached, and one
+        // draw in 21 leaves the item as it is.
+        assert_eq!(centers.iter().min(), Some(&11));
+        assert_eq!(centers.iter().max(), Some(&29));
+        assert_eq!(moves.iter().min(), Some(&-10));
+        assert_eq!(moves.iter().max(), Some(&10));
+        let unwarped = 3000 - centers.len();
+        assert!((90..200).contains(&unwarped), "{unwarped}");
+        // Items of 2 × 10 + 1 frames or fewer are not warped.
+        assert!((0..200).all(|i| warped.draw(0, i, 1.0, Some((21, 80))).time_warp.is_none()));
+        assert!((0..200).any(|i| warped.draw(0, i, 1.0, Some((22, 80))).time_warp.is_some()));
+        let e = warp(MAX_MASK_WIDTH + 1).options.check().unwrap_err();
+        assert!(e.contains("spec_augment.time_warp"), "{e}");
+    }
+
+    #[test]
+    fn bicubic_frames_keep_the_frames_at_their_size_and_a_ramp_straight() {
+        let bins = 3;
+        let rows: Vec<f32> = (0..30 * bins).map(|v| (v as f32 * 0.37).sin()).collect();
+        assert_eq!(bicubic_frames(&rows, bins, 30), rows);
+        // The four weights sum to 1: a constant stays (Keys' A = −0.75 is not the A = −0.5
+        // that would also keep a straight line; torch's output is the reference for the rest).
+        let constant = vec![-3.25f32; 30 * bins];
+        for out in [1, 17, 45] {
+            let resized = bicubic_frames(&constant, bins, out);
+            assert_eq!(resized.len(), out * bins);
+            assert!(
+                resized.iter().all(|v| (v + 3.25).abs() < 4e-6),
+                "{out}: {resized:?}"
+            );
+        }
+        let ramp: Vec<f32> = (0..30)
+            .flat_map(|f| [f as f32, 2.0 * f as f32, -1.0])
+            .collect();
+        // The warp moves the boundary frame and keeps the item's length.
+        let drawn = Drawn {
+            time_warp: Some((10, 14)),
+            ..Drawn::default()
+        };
+        let mut warped = ramp.clone();
+        apply_to_features(&drawn, &mut warped, bins, 0.0);
+        assert_eq!(warped.len(), ramp.len());
+        assert!(warped[14 * bins] > 9.5 && warped[14 * bins] < 10.5);
+        assert!(warped
+            .chunks(bins)
+            .zip(warped.chunks(bins).skip(1))
+            .all(|(a, b)| a[0] <= b[0]));
     }
 
     /// A noise file kept decoded whole gives a draw the samples that decoding it from the
