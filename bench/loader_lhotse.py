@@ -5,19 +5,20 @@ Issue 21's comparison: training batches of log-mel features with the same augmen
 same FLAC corpus (generated here: --clips clips of 1-10 s at 16 kHz, at least half an hour by
 default), one epoch each after a warm-up epoch, 2 workers each:
   (a) sonograph.Loader(corpus, "lhotse-fbank", max_duration=200, num_buckets=10, shuffle=True,
-      workers=2, augment=speed 0.9/1.0/1.1, noise at 5-20 dB SNR, SpecAugment 2 x 27 bands and
-      10 time masks of up to 5 % of the frames);
+      workers=2, augment=speed 0.9/1.0/1.1, noise at 5-20 dB SNR, SpecAugment: lhotse's time
+      warp (factor 80, its default), 2 x 27 bands and 10 time masks of up to 5 % of the frames),
+      in its own precision (`auto`: f64) and in f32 (lhotse's);
   (b) lhotse: DynamicBucketingSampler(max_duration=200, num_buckets=10, shuffle=True) over a
       CutSet of the corpus, a Dataset applying PerturbSpeed([0.9, 1.1], p=2/3) and CutMix(noise
       cuts, snr=(5, 20), p=1, pad_to_longest=False: its default pads every cut of a batch with
       noise to the longest, which hides the padding the buckets leave), OnTheFlyFeatures(Fbank())
-      and SpecAugment(time_warp_factor=None,
-      2 x 27 bands, 10 frame masks, p=1: sonograph has no time warp), in a torch
+      and SpecAugment(time_warp_factor=80, 2 x 27 bands, 10 frame masks, p=1), in a torch
       DataLoader(batch_size=None, num_workers=2), as lhotse's recipes feed a model;
   (c) a torch DataLoader(num_workers=2) of soundfile decoding, the same speed perturbation
       (torchaudio.functional.resample), noise mixing at the same SNRs, torchaudio's
-      MelSpectrogram(n_fft=400, hop 160, 80 mels) and log, and torchaudio's FrequencyMasking /
-      TimeMasking, in shuffled batches of 32 clips padded to the longest.
+      MelSpectrogram(n_fft=400, hop 160, 80 mels) and log, lhotse's time warp (torch's
+      interpolate: torchaudio has none) and the same masks, in shuffled batches of 32 clips padded
+      to the longest.
 The features are lhotse's Fbank in (a) and (b) (the `lhotse-fbank` preset is lhotse's, checked
 in tests/frameworks.rs), torchaudio's in (c). Each loader's batches per second, audio seconds per
 second and padding share (padded frames over all frames of its batches) are printed, with the
@@ -54,7 +55,8 @@ SPEEDS = [0.9, 1.0, 1.1]
 SNR = (5.0, 20.0)
 AUGMENT = {
     "speed": SPEEDS,
-    "spec_augment": {"freq_masks": 2, "freq_width": 27, "time_masks": 10, "time_width": 0.05},
+    "spec_augment": {"time_warp": 80, "freq_masks": 2, "freq_width": 27, "time_masks": 10,
+                     "time_width": 0.05},
 }
 
 
@@ -81,10 +83,11 @@ def corpus(root: Path, clips: int) -> tuple[Path, Path, float]:
     return items, noise, seconds
 
 
-def sonograph_epoch(items: Path, noise: Path, epoch: int) -> tuple[int, float, float]:
+def sonograph_epoch(items: Path, noise: Path, epoch: int, precision: str = "auto") -> tuple[int, float, float]:
     augment = dict(AUGMENT, noise={"source": str(noise), "snr_db": list(SNR)})
     loader = sonograph.Loader(items, "lhotse-fbank", batch_size=None, max_duration=MAX_DURATION,
-                              num_buckets=10, shuffle=True, seed=0, workers=2, augment=augment)
+                              num_buckets=10, shuffle=True, seed=0, workers=2, augment=augment,
+                              precision=precision)
     loader.set_epoch(epoch)
     batches, frames = 0, 0
     for _, feats, lengths in loader:
@@ -105,7 +108,7 @@ class LhotseFeatures(torch.utils.data.Dataset):
         self.cut_transforms = [PerturbSpeed(factors=[0.9, 1.1], p=2 / 3),
                                CutMix(cuts=noise_cuts, snr=SNR, p=1.0, pad_to_longest=False)]
         self.features = OnTheFlyFeatures(Fbank(FbankConfig()))
-        self.spec_augment = SpecAugment(time_warp_factor=None, num_feature_masks=2,
+        self.spec_augment = SpecAugment(time_warp_factor=80, num_feature_masks=2,
                                         features_mask_size=27, num_frame_masks=10,
                                         frames_mask_size=100, max_frames_mask_fraction=0.05, p=1.0)
 
@@ -145,6 +148,23 @@ def padded_epoch(loader) -> tuple[int, float, float]:
     return batches, frames / 100.0, 1 - frames / slots
 
 
+def time_warp(feats: torch.Tensor, factor: int, rng: random.Random) -> torch.Tensor:
+    """lhotse 1.33's `time_warp` of [frames, bins] (its draws from `rng`)."""
+    t = feats.shape[0]
+    if t - factor <= factor + 1:
+        return feats
+    center = rng.randrange(factor + 1, t - factor)
+    warped = rng.randrange(center - factor, center + factor + 1)
+    if warped == center:
+        return feats
+    x = feats[None, None]
+    left = torch.nn.functional.interpolate(x[:, :, :center], size=(warped, x.shape[3]),
+                                           mode="bicubic", align_corners=False)
+    right = torch.nn.functional.interpolate(x[:, :, center:], size=(t - warped, x.shape[3]),
+                                            mode="bicubic", align_corners=False)
+    return torch.cat((left, right), dim=2)[0, 0]
+
+
 class TorchaudioFeatures(torch.utils.data.Dataset):
     """A hand-written loader: soundfile, torchaudio's resampling, mixing and masks."""
 
@@ -170,6 +190,7 @@ class TorchaudioFeatures(torch.utils.data.Dataset):
         snr = rng.uniform(*SNR)
         scale = torch.sqrt(y.pow(2).mean() / (n.pow(2).mean() * 10 ** (snr / 10) + 1e-20))
         feats = torch.log(self.mel(y + scale * n) + 1e-6)
+        feats = time_warp(feats.T, 80, rng).T
         feats = self.freq_mask(self.freq_mask(feats))
         frames = feats.shape[1]
         for _ in range(10):
@@ -203,7 +224,9 @@ def main():
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         items, noise, seconds = corpus(Path(tmp), a.clips)
-        runs = {"sonograph.Loader": sonograph_epoch, "lhotse": lhotse_epoch,
+        runs = {"sonograph.Loader": sonograph_epoch,
+                "sonograph.Loader f32": lambda i, n, e: sonograph_epoch(i, n, e, "f32"),
+                "lhotse": lhotse_epoch,
                 "torch DataLoader + torchaudio": torchaudio_epoch}
         times = {name: [] for name in runs}
         shape = {}
@@ -226,15 +249,16 @@ def main():
               f"{batches / med[name]:6.2f} batches/s  {audio_s / med[name]:8.0f} audio-s/s  "
               f"padding {100 * padding:5.1f} %  (epochs: "
               f"{', '.join(f'{x:.2f}' for x in times[name])})")
-    sg = shape["sonograph.Loader"]
     lh = shape["lhotse"]
-    print(f"  sonograph / lhotse: {(sg[0] / med['sonograph.Loader']) / (lh[0] / med['lhotse']):.1f}x "
-          f"the batches per second, {(sg[1] / med['sonograph.Loader']) / (lh[1] / med['lhotse']):.1f}x "
-          f"the audio seconds per second, padding {100 * sg[2]:.1f} % against {100 * lh[2]:.1f} %")
     ta = shape["torch DataLoader + torchaudio"]
-    print(f"  sonograph / torch DataLoader + torchaudio: "
-          f"{(sg[1] / med['sonograph.Loader']) / (ta[1] / med['torch DataLoader + torchaudio']):.1f}x "
-          f"the audio seconds per second")
+    for ours in ("sonograph.Loader", "sonograph.Loader f32"):
+        sg = shape[ours]
+        print(f"  {ours} / lhotse: {(sg[0] / med[ours]) / (lh[0] / med['lhotse']):.1f}x the batches "
+              f"per second, {(sg[1] / med[ours]) / (lh[1] / med['lhotse']):.1f}x the audio seconds "
+              f"per second, padding {100 * sg[2]:.1f} % against {100 * lh[2]:.1f} %")
+        print(f"  {ours} / torch DataLoader + torchaudio: "
+              f"{(sg[1] / med[ours]) / (ta[1] / med['torch DataLoader + torchaudio']):.1f}x "
+              f"the audio seconds per second")
 
 
 if __name__ == "__main__":

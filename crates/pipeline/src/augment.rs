@@ -772,15 +772,20 @@ fn bicubic_frames(rows: &[f32], bins: usize, out_frames: usize) -> Vec<f32> {
         let whole = (source.floor() as i64).min(frames as i64 - 1);
         let t = (source - whole as f32).clamp(0.0, 1.0);
         let weights = [far(t + 1.0), near(t), near(1.0 - t), far((1.0 - t) + 1.0)];
-        let at = |k: i64| (whole - 1 + k).clamp(0, frames as i64 - 1) as usize * bins;
-        let taps = [at(0), at(1), at(2), at(3)];
-        out.extend((0..bins).map(|b| {
-            let mut sum = rows[taps[0] + b] * weights[0];
-            for k in 1..4 {
-                sum += rows[taps[k] + b] * weights[k];
-            }
-            sum
-        }));
+        let tap = |k: i64| {
+            let at = (whole - 1 + k).clamp(0, frames as i64 - 1) as usize * bins;
+            &rows[at..at + bins]
+        };
+        // Band by band, each the four taps in order (vectorised across the bands).
+        let [w0, w1, w2, w3] = weights;
+        out.extend(
+            tap(0)
+                .iter()
+                .zip(tap(1))
+                .zip(tap(2))
+                .zip(tap(3))
+                .map(|(((a, b), c), d)| a * w0 + b * w1 + c * w2 + d * w3),
+        );
     }
     out
 }
