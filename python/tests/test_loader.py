@@ -212,6 +212,31 @@ def test_augmentation_is_the_same_whatever_the_workers_and_changes_with_the_epoc
     assert "speed: the factor 3 is outside [0.5, 2]" in str(e.value), str(e.value)
 
 
+def test_every_augmentation_is_bit_identical_with_1_2_and_8_workers_and_after_a_resume_at_any_batch(corpus, noise):
+    augment = {"speed": [0.9, 1.0, 1.1], "volume_db": [-6.0, 6.0],
+               "noise": {"source": str(noise), "snr_db": [0.0, 15.0], "prob": 0.5},
+               "spec_augment": {"time_warp": 10, "freq_masks": 2, "freq_width": 20, "time_masks": 2,
+                                "time_width": 0.1}}
+    options: dict[str, Any] = dict(batch_size=None, max_duration=14.0, num_buckets=3, shuffle=True, seed=12,
+                                   augment=augment)
+    runs = {w: sonograph.Loader(corpus, "nemo", workers=w, **options) for w in (1, 2, 8)}
+    for loader in runs.values():
+        loader.set_epoch(2)
+    batches = {w: epoch(loader) for w, loader in runs.items()}
+    assert len(batches[1]) > 4
+    assert same(batches[1], batches[2]) and same(batches[1], batches[8])
+    for stop in range(len(batches[1])):
+        first = sonograph.Loader(corpus, "nemo", workers=2, **options)
+        first.set_epoch(2)
+        for _ in range(stop):
+            next(first)
+        state = first.state_dict()
+        del first
+        resumed = sonograph.Loader(corpus, "nemo", workers=8, **options)
+        resumed.load_state_dict(state)
+        assert same(epoch(resumed), batches[1][stop:]), stop
+
+
 def test_speed_and_reverberation_are_what_scipy_computes_from_the_same_draws(corpus, tmp_path):
     signal = pytest.importorskip("scipy.signal", reason="scipy (scripts/requirements-rf.txt) is the reference")
     rirs = tmp_path / "rirs"
