@@ -60,6 +60,9 @@ struct Core<T: Real> {
     /// Sparse mel filters as (first bin, weights).
     mel: Vec<(usize, Vec<T>)>,
     frame: Vec<T>,
+    /// The window's samples before pre-emphasis, so that it runs as one pass from them (its
+    /// recurrence in place, last sample first, does not vectorise).
+    unemphasised: Vec<T>,
     spectrum: Vec<Complex<T>>,
     scratch: Vec<Complex<T>>,
     power: Vec<T>,
@@ -93,6 +96,7 @@ impl<T: Real> Core<T> {
                 })
                 .unwrap_or_default(),
             frame: vec![T::zero(); spec.n_fft],
+            unemphasised: vec![T::zero(); spec.win_length],
             power: vec![T::zero(); spectrum.len()],
             row: Vec::with_capacity(spectrum.len().max(spec.n_mels)),
             spectrum,
@@ -174,14 +178,20 @@ fn frame_kernel<T: Real>(
                 seg.iter_mut().for_each(|v| *v = *v - mean);
             }
             if spec.preemphasis > 0.0 && spec.preemphasis_scope == PreemphasisScope::Frame {
+                // x[i] − c·x[i − 1] (x[0] − c·x[0] first), then the window: Kaldi's order, each
+                // value rounded as the GPU's in-place recurrence rounds it.
                 let c: T = cast(f64::from(spec.preemphasis));
-                for i in (1..win).rev() {
-                    seg[i] = seg[i] - c * seg[i - 1];
+                let x = &mut this.unemphasised;
+                x.copy_from_slice(seg);
+                seg[0] = (x[0] - c * x[0]) * this.window[0];
+                for ((v, pair), &w) in seg[1..].iter_mut().zip(x.windows(2)).zip(&this.window[1..])
+                {
+                    *v = (pair[1] - c * pair[0]) * w;
                 }
-                seg[0] = seg[0] - c * seg[0];
-            }
-            for (v, &w) in seg.iter_mut().zip(&this.window) {
-                *v = *v * w;
+            } else {
+                for (v, &w) in seg.iter_mut().zip(&this.window) {
+                    *v = *v * w;
+                }
             }
         }
         if spec.output == OutputKind::Waveform {
