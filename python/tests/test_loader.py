@@ -6,7 +6,6 @@ Run by python/test.sh (which builds and installs the package).
 """
 
 import os
-import wave
 from pathlib import Path
 from typing import Any
 
@@ -14,24 +13,14 @@ import numpy as np
 import pytest
 
 import sonograph
-
-RATE = 16000
+from audio import RATE, noise_clips, write_wav
 # Forty clips of 0.5 to 8.3 s, in a scattered order of lengths.
 SECONDS = [0.5 + ((k * 17) % 40) * 0.2 for k in range(40)]
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("lengths")
-    rng = np.random.default_rng(5)
-    for k, seconds in enumerate(SECONDS):
-        samples = (rng.standard_normal(int(seconds * RATE)) * 3000).astype("<i2")
-        with wave.open(str(folder / f"clip{k:02d}.wav"), "wb") as w:
-            w.setnchannels(1)
-            w.setsampwidth(2)
-            w.setframerate(RATE)
-            w.writeframes(samples.tobytes())
-    return folder
+    return noise_clips(tmp_path_factory.mktemp("lengths"), SECONDS, seed=5, scale=3000)
 
 
 def duration(item):
@@ -144,11 +133,7 @@ def noise(tmp_path_factory):
     clips = {"white.wav": rng.standard_normal(3 * RATE) * 2000,
              "buzz.wav": np.sign(np.sin(np.arange(int(0.7 * RATE)) * 0.3)) * 1500}
     for name, samples in clips.items():
-        with wave.open(str(folder / name), "wb") as w:
-            w.setnchannels(1)
-            w.setsampwidth(2)
-            w.setframerate(RATE)
-            w.writeframes(samples.astype("<i2").tobytes())
+        write_wav(folder / name, samples)
     return folder
 
 
@@ -246,11 +231,7 @@ def test_speed_and_reverberation_are_what_scipy_computes_from_the_same_draws(cor
     h = np.random.default_rng(2).standard_normal(len(t)) * np.exp(-t / 800) * 3000
     h[:40] = 0
     h[40] = 20000
-    with wave.open(str(rirs / "room.wav"), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(RATE)
-        w.writeframes(h.astype("<i2").tobytes())
+    write_wav(rirs / "room.wav", h)
     # Mel energies without a log: the two resamplers differ only near Nyquist, where a log of
     # little energy would magnify it.
     spec = sonograph.preset("nemo")

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import sonograph
+from audio import write_wav
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
@@ -277,11 +278,7 @@ def minutes_of_noise(tmp_path, files):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     samples = np.random.default_rng(3).standard_normal(16000 * 60) * 0.1
-    with wave.open(str(corpus / "000.wav"), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
+    write_wav(corpus / "000.wav", np.clip(samples, -1, 1) * 32767)
     for k in range(1, files):
         os.link(corpus / "000.wav", corpus / f"{k:03d}.wav")
     return corpus

@@ -8,15 +8,14 @@ Run by python/test.sh (which builds and installs the package; scripts/test.sh's 
 import subprocess
 import sys
 import warnings
-import wave
+from typing import Any
 
 import numpy as np
 import pytest
 
 import sonograph
+from audio import noise_clips
 from required import module
-
-RATE = 16000
 SECONDS = [0.4 + 0.3 * k for k in range(12)]
 
 
@@ -27,16 +26,7 @@ def torch():
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("torch-corpus")
-    rng = np.random.default_rng(11)
-    for k, seconds in enumerate(SECONDS):
-        samples = (rng.standard_normal(int(seconds * RATE)) * 2000).astype("<i2")
-        with wave.open(str(folder / f"clip{k:02d}.wav"), "wb") as w:
-            w.setnchannels(1)
-            w.setsampwidth(2)
-            w.setframerate(RATE)
-            w.writeframes(samples.tobytes())
-    return folder
+    return noise_clips(tmp_path_factory.mktemp("torch-corpus"), SECONDS, seed=11, scale=2000)
 
 
 def loader(corpus, **options):
@@ -135,7 +125,7 @@ def test_time_warp_is_what_torch_interpolates_from_the_same_draws(corpus, torch)
     Loader's draws in place of numpy's: torch's bicubic interpolation of the frames before the
     drawn boundary to its new place and of those after it to the rest; then the masks."""
     masks = {"freq_masks": 2, "freq_width": 8, "time_masks": 2, "time_width": 10}
-    options = dict(batch_size=4, seed=9, workers=2)
+    options: dict[str, Any] = dict(batch_size=4, seed=9, workers=2)
     plain = {ids[k]: feats[k, :n] for ids, feats, lengths in
              sonograph.Loader(corpus, "lhotse-fbank", **options) for k, n in enumerate(lengths)}
     warped = sonograph.Loader(corpus, "lhotse-fbank", augment={"spec_augment": {**masks, "time_warp": 20}},
