@@ -47,7 +47,18 @@ rm -f "$report"
 # The types (python/sonograph/__init__.pyi for the compiled module, sonograph/torch.py's own
 # annotations; shipped in the wheel with py.typed): against the package as built (mypy's
 # stubtest: every name, signature and class), and the tests against them.
-# Each counts as a test in the totals.
+# Each counts as a test in the totals. Both read sonograph.torch, so they need PyTorch (the tests'
+# venv has it): without it they skip, saying so, or fail under SONOGRAPH_REQUIRE_PYTHON=1.
+if ! "$python" -c "import torch" 2>/dev/null; then
+  why="python/test.sh: stubtest and mypy read sonograph.torch and $python lacks torch (pip install --no-deps -r python/requirements-torch.txt)"
+  if [ "${SONOGRAPH_REQUIRE_PYTHON:-}" = 1 ]; then
+    echo "FAILED: $why, and SONOGRAPH_REQUIRE_PYTHON=1"
+    exit 1
+  fi
+  echo "SKIPPED: $why"
+  [ -n "${SONOGRAPH_SKIP_LOG:-}" ] && echo "$why" >>"$SONOGRAPH_SKIP_LOG"
+  exit $status
+fi
 for check in "stubtest" "mypy"; do
   case $check in
     stubtest) (cd "$(mktemp -d)" && "$python" -m mypy.stubtest sonograph) ;;

@@ -21,7 +21,7 @@ def _require_torch() -> None:
     """PyTorch is optional: without it (or with a torch that fails to load), say so in one line."""
     try:
         import torch  # noqa: F401
-    except ImportError as e:
+    except (ImportError, OSError) as e:  # OSError: a torch whose CUDA libraries fail to load
         raise ImportError(f"sonograph.torch needs PyTorch (pip install torch): {e}") from e
 
 

@@ -503,7 +503,8 @@ impl Loader {
         }
     }
 
-    /// The features of the batch's samples on the GPU, with the masks of the augmentation;
+    /// The features of the batch's samples on the GPU, with the time warp and masks of the
+    /// augmentation;
     /// an item the device could not compute is a failure. On a device error the batch stays,
     /// for the next call.
     fn extract_on_device(&mut self, py: Python<'_>) -> PyResult<Vec<(String, Vec<f32>)>> {
@@ -690,8 +691,6 @@ impl Loader {
     }
 }
 
-/// The rank and world size given, else torch.distributed's launcher's (`RANK`,
-/// `WORLD_SIZE`), else a single process.
 /// The torch module where batches are to be torch tensors (`output="torch"`), and whether they
 /// are pinned: as torch's DataLoader does, `pin_memory` without an accelerator warns and pins
 /// nothing, so that one training script runs on a machine with a GPU and on one without.
@@ -748,6 +747,8 @@ fn to_tensor<'py>(
     }
 }
 
+/// The rank and world size given, else torch.distributed's launcher's (`RANK`,
+/// `WORLD_SIZE`), else a single process.
 fn distributed(rank: Option<usize>, world_size: Option<usize>) -> PyResult<(usize, usize)> {
     let env = |name: &str| -> PyResult<Option<usize>> {
         std::env::var(name)
@@ -850,7 +851,7 @@ fn features_of(
         drawn = Some((a, draws));
     }
     if !job.features_on_cpu {
-        // The GPU computes the features of the batch, and the masks after them.
+        // The GPU computes the features of the batch, and the time warp and the masks after them.
         return Ok(samples);
     }
     let mut out = Vec::new();

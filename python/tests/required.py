@@ -8,11 +8,11 @@ from types import ModuleType
 import pytest
 
 
-def module(name: str, pins: str = "scripts/requirements-test.txt") -> ModuleType:
+def module(name: str, install: str = "pip install -r scripts/requirements-test.txt, which holds the readers") -> ModuleType:
     try:
         return importlib.import_module(name)
     except ImportError as e:
-        why = f"{name} is not installed ({e}; pip install --no-deps -r {pins}, as scripts/test.sh does)"
+        why = f"{name} is not installed ({e}; {install})"
         if os.environ.get("SONOGRAPH_REQUIRE_PYTHON") == "1":
             pytest.fail(f"{why}, and SONOGRAPH_REQUIRE_PYTHON=1")
         pytest.skip(why)

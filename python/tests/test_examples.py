@@ -20,13 +20,14 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 @pytest.fixture(scope="module")
 def torch():
-    return module("torch", pins="python/requirements-torch.txt")
+    return module("torch", install="pip install --no-deps -r python/requirements-torch.txt, as scripts/test.sh does")
 
 
 def train(corpus: Path, checkpoints: Path, *extra: str) -> None:
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                    str(EXAMPLES / "train.py"), str(corpus), "--checkpoints", str(checkpoints), *extra],
-                   check=True, capture_output=True, timeout=300)
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          str(EXAMPLES / "train.py"), str(corpus), "--checkpoints", str(checkpoints), *extra],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
 
 
 def log(checkpoints: Path, rank: int) -> list[dict]:

@@ -21,7 +21,7 @@ SECONDS = [0.4 + 0.3 * k for k in range(12)]
 
 @pytest.fixture(scope="module")
 def torch():
-    return module("torch", pins="python/requirements-torch.txt")
+    return module("torch", install="pip install --no-deps -r python/requirements-torch.txt, as scripts/test.sh does")
 
 
 @pytest.fixture(scope="module")
@@ -47,16 +47,18 @@ def test_torch_batches_are_the_numpy_batches_as_tensors(corpus, torch):
 
 
 def test_pinned_batches_where_torch_has_cuda_and_a_warning_where_it_has_none(corpus, torch):
+    cuda = torch.cuda.is_available()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         pinned = loader(corpus, output="torch", pin_memory=True)
+    # (torch may warn of its own while it looks for CUDA: only sonograph's are counted.)
+    ours = [str(w.message) for w in caught if "pin_memory" in str(w.message)]
     _, feats, lengths = next(iter(pinned))
-    if torch.cuda.is_available():
-        assert not caught
+    if cuda:
+        assert not ours
         assert feats.is_pinned() and lengths.is_pinned()
     else:
-        assert [str(w.message) for w in caught] == [
-            "pin_memory=True, but torch sees no CUDA device: batches are not pinned"]
+        assert ours == ["pin_memory=True, but torch sees no CUDA device: batches are not pinned"]
         assert not feats.is_pinned()
 
 

@@ -72,7 +72,7 @@ fn always() -> f64 {
 /// 1.33.0; NeMo has none): the item's frames before a boundary drawn uniformly in
 /// time_warp + 1..=frames − time_warp − 1 are stretched or squeezed, bicubically as
 /// `torch.nn.functional.interpolate` does, so that the boundary moves to a uniform frame within
-/// time_warp of it, and the frames after it fill the rest; an item of 2 × time_warp + 2 frames
+/// time_warp of it, and the frames after it fill the rest; an item of 2 × time_warp + 1 frames
 /// or fewer is left as it is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -730,7 +730,8 @@ pub fn mask_grid(spec: &sonograph_dsp::FeatureSpec, rows: usize) -> (usize, usiz
 /// past the end stops there.
 pub fn apply_to_features(drawn: &Drawn, rows: &mut [f32], bins: usize, mask_value: f32) {
     let frames = rows.len() / bins.max(1);
-    if let Some((center, warped)) = drawn.time_warp {
+    // Drawn for this item's frames, so inside them; a draw for other rows is left unapplied.
+    if let Some((center, warped)) = drawn.time_warp.filter(|&(c, w)| c.max(w) < frames) {
         let (before, after) = rows[..frames * bins].split_at(center * bins);
         let warped_rows = [
             bicubic_frames(before, bins, warped),
@@ -962,6 +963,14 @@ mod tests {
             .chunks(bins)
             .zip(warped.chunks(bins).skip(1))
             .all(|(a, b)| a[0] <= b[0]));
+        // A draw for more frames than the rows hold is not applied (and does not panic).
+        let beyond = Drawn {
+            time_warp: Some((28, 31)),
+            ..Drawn::default()
+        };
+        let mut kept = ramp.clone();
+        apply_to_features(&beyond, &mut kept, bins, 0.0);
+        assert_eq!(kept, ramp);
     }
 
     /// A noise file kept decoded whole gives a draw the samples that decoding it from the
