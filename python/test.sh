@@ -7,19 +7,23 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
+# What cannot run here: skipped, saying why (recorded for scripts/test.sh's banner), or a failure
+# under SONOGRAPH_REQUIRE_PYTHON=1; then the script ends with status $2.
+cannot_run() {
+  if [ "${SONOGRAPH_REQUIRE_PYTHON:-}" = 1 ]; then
+    echo "FAILED: $1, and SONOGRAPH_REQUIRE_PYTHON=1"
+    exit 1
+  fi
+  echo "SKIPPED: $1"
+  [ -n "${SONOGRAPH_SKIP_LOG:-}" ] && echo "$1" >>"$SONOGRAPH_SKIP_LOG"
+  exit "$2"
+}
 missing=()
 for module in maturin numpy pytest mypy; do
   "$python" -c "import $module" 2>/dev/null || missing+=("$module")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
-  why="python/tests: $python lacks ${missing[*]} (pip install -r python/requirements-test.txt)"
-  if [ "${SONOGRAPH_REQUIRE_PYTHON:-}" = 1 ]; then
-    echo "FAILED: $why, and SONOGRAPH_REQUIRE_PYTHON=1"
-    exit 1
-  fi
-  echo "SKIPPED: $why"
-  [ -n "${SONOGRAPH_SKIP_LOG:-}" ] && echo "$why" >>"$SONOGRAPH_SKIP_LOG"
-  exit 0
+  cannot_run "python/tests: $python lacks ${missing[*]} (pip install -r python/requirements-test.txt)" 0
 fi
 cargo build --locked --bin sonograph || exit 1
 # The build directory may be anywhere (CARGO_TARGET_DIR): ask cargo where it is.
@@ -50,14 +54,7 @@ rm -f "$report"
 # Each counts as a test in the totals. Both read sonograph.torch, so they need PyTorch (the tests'
 # venv has it): without it they skip, saying so, or fail under SONOGRAPH_REQUIRE_PYTHON=1.
 if ! "$python" -c "import torch" 2>/dev/null; then
-  why="python/test.sh: stubtest and mypy read sonograph.torch and $python lacks torch (pip install --no-deps -r python/requirements-torch.txt)"
-  if [ "${SONOGRAPH_REQUIRE_PYTHON:-}" = 1 ]; then
-    echo "FAILED: $why, and SONOGRAPH_REQUIRE_PYTHON=1"
-    exit 1
-  fi
-  echo "SKIPPED: $why"
-  [ -n "${SONOGRAPH_SKIP_LOG:-}" ] && echo "$why" >>"$SONOGRAPH_SKIP_LOG"
-  exit $status
+  cannot_run "python/test.sh: stubtest and mypy read sonograph.torch and $python lacks torch (pip install --no-deps -r python/requirements-torch.txt)" "$status"
 fi
 for check in "stubtest" "mypy"; do
   case $check in

@@ -105,6 +105,28 @@ fn worst(got: &[f32], expect: &[f32], bins: usize) -> (f64, String) {
         })
 }
 
+/// The rows `spec` gives `x` in `precision`, whole; the same rows streamed in uneven chunks
+/// (7,919 samples: cut and padded alike); `rows` of them either way.
+fn whole_and_streamed(
+    spec: &FeatureSpec,
+    precision: Precision,
+    x: &[f32],
+    rows: usize,
+    case: &str,
+) -> Vec<f32> {
+    let mut ex = CpuExtractor::with_precision(spec, precision).unwrap();
+    let mut got = Vec::new();
+    assert_eq!(ex.extract(x, &mut got), Ok(rows), "{case} {precision:?}");
+    ex.begin();
+    for chunk in x.chunks(7919) {
+        ex.push(chunk).unwrap();
+    }
+    let mut streamed = Vec::new();
+    assert_eq!(ex.finish(&mut streamed), Ok(rows), "{case} {precision:?}");
+    assert_eq!(streamed, got, "{case} {precision:?} streamed");
+    got
+}
+
 #[test]
 fn whisper_hf_equals_transformers_whole_streamed_and_in_both_precisions() {
     let cases: Vec<Case> = cases()
@@ -119,20 +141,10 @@ fn whisper_hf_equals_transformers_whole_streamed_and_in_both_precisions() {
         let (shape, expect) = reference(&case.name);
         assert_eq!(shape, [3000, bins], "{}", case.name);
         for (precision, tol) in [(Precision::F64, F64_ATOL), (Precision::F32, F32_ATOL)] {
-            let mut ex = CpuExtractor::with_precision(&spec, precision).unwrap();
-            let mut got = Vec::new();
-            assert_eq!(ex.extract(&x, &mut got), Ok(3000), "{}", case.name);
+            let got = whole_and_streamed(&spec, precision, &x, 3000, &case.name);
             let (err, at) = worst(&got, &expect, bins);
             eprintln!("{} {precision:?}: worst {err:.2e} ({at})", case.name);
             assert!(err <= tol, "{} {precision:?}: {err:e} at {at}", case.name);
-            // Streamed in uneven chunks: cut and padded the same.
-            ex.begin();
-            for chunk in x.chunks(7919) {
-                ex.push(chunk).unwrap();
-            }
-            let mut streamed = Vec::new();
-            assert_eq!(ex.finish(&mut streamed), Ok(3000), "{}", case.name);
-            assert_eq!(streamed, got, "{} {precision:?} streamed", case.name);
         }
     }
 }
@@ -216,26 +228,16 @@ fn speech2text_equals_transformers_whole_streamed_and_in_both_precisions() {
         // The preset's own precision (f64: `auto` computes Kaldi's fbank in f64). In f32 the
         // FFT's rounding lifts the quietest bands of a frame, and CMVN magnifies it in a band
         // of little variance: up to 0.13 on the chirp, so f32 is not offered as equal.
-        for (precision, tol) in [(Precision::F64, LOG_ATOL)] {
-            let mut ex = CpuExtractor::with_precision(&spec, precision).unwrap();
-            let mut got = Vec::new();
-            assert_eq!(ex.extract(&x, &mut got), Ok(shape[0]), "{}", case.name);
-            let (err, at) = worst(&got, &expect, 80);
-            // In log-mel units: the difference times the band's deviation over the item.
-            let scaled = in_log_mel_units(&got, &expect, &band_divisors(&spec, &x));
-            eprintln!(
-                "{} {precision:?}: worst {err:.2e} ({at}); in log-mel units {scaled:.2e}",
-                case.name
-            );
-            assert!(scaled <= tol, "{} {precision:?}: {scaled:e}", case.name);
-            ex.begin();
-            for chunk in x.chunks(7919) {
-                ex.push(chunk).unwrap();
-            }
-            let mut streamed = Vec::new();
-            assert_eq!(ex.finish(&mut streamed), Ok(shape[0]), "{}", case.name);
-            assert_eq!(streamed, got, "{} {precision:?} streamed", case.name);
-        }
+        let (precision, tol) = (Precision::F64, LOG_ATOL);
+        let got = whole_and_streamed(&spec, precision, &x, shape[0], &case.name);
+        let (err, at) = worst(&got, &expect, 80);
+        // In log-mel units: the difference times the band's deviation over the item.
+        let scaled = in_log_mel_units(&got, &expect, &band_divisors(&spec, &x));
+        eprintln!(
+            "{} {precision:?}: worst {err:.2e} ({at}); in log-mel units {scaled:.2e}",
+            case.name
+        );
+        assert!(scaled <= tol, "{} {precision:?}: {scaled:e}", case.name);
     }
 }
 
@@ -302,9 +304,7 @@ fn seamless_m4t_equals_transformers_whole_streamed_and_two_frames_a_row() {
         let (shape, expect) = reference(&case.name);
         assert_eq!(shape[1], 160, "{}", case.name);
         assert_eq!(spec.n_frames(x.len()), shape[0], "{}", case.name);
-        let mut ex = CpuExtractor::with_precision(&spec, Precision::F64).unwrap();
-        let mut got = Vec::new();
-        assert_eq!(ex.extract(&x, &mut got), Ok(shape[0]), "{}", case.name);
+        let got = whole_and_streamed(&spec, Precision::F64, &x, shape[0], &case.name);
         let scaled = in_log_mel_units(&got, &expect, &band_divisors(&spec, &x));
         eprintln!("{}: {scaled:.2e} in log-mel units", case.name);
         assert!(scaled <= LOG_ATOL, "{}: {scaled:e}", case.name);
@@ -320,13 +320,6 @@ fn seamless_m4t_equals_transformers_whole_streamed_and_two_frames_a_row() {
                 .iter()
                 .any(|&v| v != 0.0));
         }
-        ex.begin();
-        for chunk in x.chunks(7919) {
-            ex.push(chunk).unwrap();
-        }
-        let mut streamed = Vec::new();
-        assert_eq!(ex.finish(&mut streamed), Ok(shape[0]), "{}", case.name);
-        assert_eq!(streamed, got, "{} streamed", case.name);
     }
     assert_eq!(odd, 1, "the 99-frame signal");
 }
@@ -516,9 +509,7 @@ fn torch_frameworks_presets_equal_the_framework_whole_and_streamed() {
             );
             let depth = compared_depth(case, &spec);
             for precision in [Precision::F64, Precision::F32] {
-                let mut ex = CpuExtractor::with_precision(&spec, precision).unwrap();
-                let mut got = Vec::new();
-                assert_eq!(ex.extract(&x, &mut got), Ok(shape[0]), "{}", case.name);
+                let got = whole_and_streamed(&spec, precision, &x, shape[0], &case.name);
                 let (err, at, compared) =
                     worst_within(&got, &expect, shape[1], depth, log_units(&spec));
                 eprintln!(
@@ -533,13 +524,6 @@ fn torch_frameworks_presets_equal_the_framework_whole_and_streamed() {
                         case.name
                     );
                 }
-                ex.begin();
-                for chunk in x.chunks(7919) {
-                    ex.push(chunk).unwrap();
-                }
-                let mut streamed = Vec::new();
-                assert_eq!(ex.finish(&mut streamed), Ok(shape[0]), "{}", case.name);
-                assert_eq!(streamed, got, "{} {precision:?} streamed", case.name);
             }
         }
     }
@@ -651,19 +635,10 @@ fn wav2vec2_equals_transformers_whole_streamed_and_in_both_precisions() {
         let (shape, expect) = reference(&case.name);
         assert_eq!(shape, [x.len(), 1], "{}", case.name);
         for precision in [Precision::F64, Precision::F32] {
-            let mut ex = CpuExtractor::with_precision(&spec, precision).unwrap();
-            let mut got = Vec::new();
-            assert_eq!(ex.extract(&x, &mut got), Ok(x.len()), "{}", case.name);
+            let got = whole_and_streamed(&spec, precision, &x, x.len(), &case.name);
             let (err, at) = worst(&got, &expect, 1);
             eprintln!("{} {precision:?}: worst {err:.2e} ({at})", case.name);
             assert!(err <= 1e-5, "{} {precision:?}: {err:e} at {at}", case.name);
-            ex.begin();
-            for chunk in x.chunks(7919) {
-                ex.push(chunk).unwrap();
-            }
-            let mut streamed = Vec::new();
-            assert_eq!(ex.finish(&mut streamed), Ok(x.len()), "{}", case.name);
-            assert_eq!(streamed, got, "{} {precision:?} streamed", case.name);
         }
     }
 }
