@@ -948,29 +948,50 @@ pub fn welch_row(
     1
 }
 
+/// Lanes of a band's sums over an item: frame t is added into lane t % `SUM_LANES`, in frame
+/// order, then the lanes are added in a tree (lane l takes lane l + s, for s = 128, 64, ..., 1).
+/// The GPU's kernels/item_steps.wgsl sums a band with a workgroup of this many invocations in
+/// this order, so the device's means and deviations are the host's to the bit; and no
+/// invocation walks a whole item (lavapipe stops an invocation's loops after 65,535
+/// iterations, silently: a 30 s waveform has 480,000 frames).
+pub const SUM_LANES: usize = 256;
+
+/// Per band of `rows` (`width` values a frame), the sum of `term(band, value)` over the frames,
+/// in [`SUM_LANES`] order, starting from std's neutral element (as `Iterator::sum` does).
+fn band_sums(rows: &[f32], width: usize, term: impl Fn(usize, f32) -> f64) -> Vec<f64> {
+    let zero: f64 = std::iter::empty::<f64>().sum();
+    let mut lanes = vec![zero; SUM_LANES * width];
+    // The rows read once, in order (each lane still takes its frames in frame order).
+    for (t, row) in rows.chunks_exact(width).enumerate() {
+        let lane = &mut lanes[(t % SUM_LANES) * width..][..width];
+        for (b, (s, &v)) in lane.iter_mut().zip(row).enumerate() {
+            *s += term(b, v);
+        }
+    }
+    let mut half = SUM_LANES / 2;
+    while half > 0 {
+        let (low, high) = lanes.split_at_mut(half * width);
+        for (s, &t) in low.iter_mut().zip(&high[..half * width]) {
+            *s += t;
+        }
+        half /= 2;
+    }
+    lanes.truncate(width);
+    lanes
+}
+
 /// Per-bin normalisation over one item's frames: each bin minus its mean, divided by its
 /// standard deviation as `kind` takes it. NeMo's `normalize_batch(..., "per_feature")`: the
 /// sample deviation (n - 1; NaN → 0) plus 1e-5. transformers' `utterance_cmvn`: the population
-/// deviation (n), nothing added.
+/// deviation (n), nothing added. Each sum in [`SUM_LANES`] order (the GPU's).
 fn normalize_bins(rows: &mut [f32], width: usize, frames: usize, kind: Normalize) {
-    // Row by row, each bin's sums taken in frame order from std's neutral element, as a walk
-    // down each column adds them (the same bits), but reading the rows once a pass: the walk
-    // strode across a 30 s item's megabyte three times per bin, and took most of the GPU
-    // path's host time for NeMo on an H200 machine.
-    let zero: f64 = std::iter::empty::<f64>().sum();
-    let mut mean = vec![zero; width];
-    for row in rows.chunks_exact(width) {
-        for (m, &v) in mean.iter_mut().zip(row) {
-            *m += f64::from(v);
-        }
-    }
-    mean.iter_mut().for_each(|m| *m /= frames as f64);
-    let mut var = vec![zero; width];
-    for row in rows.chunks_exact(width) {
-        for ((s, &m), &v) in var.iter_mut().zip(&mean).zip(row) {
-            *s += (f64::from(v) - m) * (f64::from(v) - m);
-        }
-    }
+    let mean: Vec<f64> = band_sums(rows, width, |_, v| f64::from(v))
+        .into_iter()
+        .map(|s| s / frames as f64)
+        .collect();
+    let var = band_sums(rows, width, |b, v| {
+        (f64::from(v) - mean[b]) * (f64::from(v) - mean[b])
+    });
     let std: Vec<f64> = var
         .iter()
         .map(|s| match kind {
@@ -1036,24 +1057,43 @@ mod tests {
     }
 
     #[test]
-    fn per_feature_normalisation_row_by_row_equals_the_column_walk_bit_for_bit() {
-        // The definition as a walk down each column (how it was first written, and how NeMo
-        // reads): the row-by-row version must give the same bits, one frame and all-zero
-        // columns included.
-        fn by_columns(rows: &mut [f32], width: usize, frames: usize) {
-            for b in 0..width {
-                let column = || rows.iter().skip(b).step_by(width).map(|&v| f64::from(v));
-                let mean = column().sum::<f64>() / frames as f64;
-                let var =
-                    column().map(|v| (v - mean) * (v - mean)).sum::<f64>() / (frames as f64 - 1.0);
-                let std = if var.is_nan() { 0.0 } else { var.sqrt() } + 1e-5;
-                for v in rows.iter_mut().skip(b).step_by(width) {
-                    *v = ((f64::from(*v) - mean) / std) as f32;
+    fn per_feature_normalisation_equals_a_walk_down_each_column_in_lanes_bit_for_bit() {
+        // The definition as a walk down each column, frame t into lane t % 256 and the lanes
+        // added in a tree (kernels/item_steps.wgsl's order): the row-by-row version must give
+        // the same bits, one frame, fewer frames than lanes and all-zero columns included;
+        // and each mean within 1e-15 of the plain sum's.
+        fn by_columns(rows: &mut [f32], width: usize, frames: usize) -> Vec<f64> {
+            let in_lanes = |column: &dyn Fn(usize) -> f64| {
+                let mut lanes = vec![-0.0f64; SUM_LANES];
+                for t in 0..frames {
+                    lanes[t % SUM_LANES] += column(t);
                 }
+                let mut s = SUM_LANES / 2;
+                while s > 0 {
+                    for l in 0..s {
+                        lanes[l] += lanes[l + s];
+                    }
+                    s /= 2;
+                }
+                lanes[0]
+            };
+            let input = rows.to_vec();
+            let mut means = Vec::new();
+            for b in 0..width {
+                let value = |t: usize| f64::from(input[t * width + b]);
+                let mean = in_lanes(&value) / frames as f64;
+                let square = |t: usize| (value(t) - mean) * (value(t) - mean);
+                let var = in_lanes(&square) / (frames as f64 - 1.0);
+                let std = if var.is_nan() { 0.0 } else { var.sqrt() } + 1e-5;
+                for t in 0..frames {
+                    rows[t * width + b] = ((value(t) - mean) / std) as f32;
+                }
+                means.push(mean);
             }
+            means
         }
         let width = 80;
-        for frames in [1usize, 2, 3001] {
+        for frames in [1usize, 2, 255, 3001] {
             let mut rows: Vec<f32> = (0..width * frames)
                 .map(|i| match i % width {
                     0 => 0.0,
@@ -1061,8 +1101,24 @@ mod tests {
                     b => ((i * 7919 % 10007) as f32 * 0.37).sin() * (b as f32) - 11.0,
                 })
                 .collect();
+            let plain: Vec<f64> = (0..width)
+                .map(|b| {
+                    rows.iter()
+                        .skip(b)
+                        .step_by(width)
+                        .map(|&v| f64::from(v))
+                        .sum::<f64>()
+                })
+                .map(|s| s / frames as f64)
+                .collect();
             let mut expected = rows.clone();
-            by_columns(&mut expected, width, frames);
+            let means = by_columns(&mut expected, width, frames);
+            for (m, p) in means.iter().zip(&plain) {
+                assert!(
+                    (m - p).abs() <= 1e-15 * p.abs().max(1.0),
+                    "{frames} frames: {m} {p}"
+                );
+            }
             normalize_bins(&mut rows, width, frames, Normalize::PerFeature);
             let bits = |r: &[f32]| r.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert!(bits(&rows) == bits(&expected), "{frames} frames");

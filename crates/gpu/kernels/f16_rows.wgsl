@@ -49,7 +49,7 @@ fn f16_bits(x: u32) -> u32 {
 @compute @workgroup_size(64)
 fn pack(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let w = (wid.x + wid.y * p.pack_row) * 64u + lid;
-    let values = p.total_frames * p.n_mels;
+    let values = p.total_frames * p.out_bins;
     if (2u * w >= values) {
         return;
     }

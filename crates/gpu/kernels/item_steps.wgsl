@@ -1,11 +1,13 @@
-// Whole-row steps on the device, after the mel kernel, so that the host only copies the rows
-// out: the dynamic-range clamp (every value at least its row's maximum minus the range:
-// Whisper's max - 8, librosa's top_db) and the affine scaling (Whisper's (x + 4) / 4), or NeMo's
-// per-feature normalisation (each band less its mean, over its sample deviation plus 1e-5).
+// Whole-row steps on the device, after the mel kernel (or the waveform's copy), so that the
+// host only copies the rows out: the dynamic-range clamp (every value at least its row's
+// maximum minus the range: Whisper's max - 8, librosa's top_db) and the affine scaling
+// (Whisper's (x + 4) / 4), or a normalisation of each band over the item: NeMo's per-feature
+// one (less its mean, over its sample deviation plus 1e-5) or a waveform's zero mean and unit
+// variance (transformers' Wav2Vec2: over sqrt(population variance + 1e-7)).
 // The arithmetic is the host's `finish_rows`: a maximum is exact in any order, max - range and
 // x + add are rounded once as on the host, and the host sends the affine only where its
-// divisor is a power of two, whose inverse multiplies exactly; a band's sums are taken in frame
-// order in `real` (f64: the host sends the normalisation only then), as the host takes them.
+// divisor is a power of two, whose inverse multiplies exactly; a band's sums are taken in the
+// host's lane order (`band_sums`) in `real` (f64: the host sends the normalisation only then).
 // A row is an item or a piece of one (each piece is its own row, as on the CPU); a last frame
 // the host drops is left out (`step_frames`).
 
@@ -36,8 +38,8 @@ fn item_max(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
     if (i >= p.n_items) {
         return;
     }
-    let start = items[i].frame_offset * p.n_mels;
-    let count = items[i].step_frames * p.n_mels;
+    let start = items[i].frame_offset * p.out_bins;
+    let count = items[i].step_frames * p.out_bins;
     var m = LOWEST;
     for (var j = lid; j < count; j += WG) {
         m = greater(m, rows[start + j]);
@@ -55,35 +57,67 @@ fn item_max(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
     }
 }
 
-// One workgroup per item, an invocation per band: its mean and sample deviation over the
-// item's counted frames, each sum in frame order from zero, as `normalize_bins` sums them.
-@compute @workgroup_size(64)
+// A band's sums in a workgroup of WG lanes: frame t into lane t % WG in frame order, then the
+// lanes added in a tree, the host's `band_sums` order (so the host's bits); no invocation walks
+// more than 1 / WG of the item (lavapipe ends an invocation's loops after 65,535 iterations).
+var<workgroup> lanes: array<real, WG>;
+
+fn lanes_total(lid: u32) -> real {
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            lanes[lid] += lanes[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let total = lanes[0];
+    // Every lane has read the total before the next sum overwrites it.
+    workgroupBarrier();
+    return total;
+}
+
+// One workgroup per (band, item): the band's mean and deviation over the item's counted frames.
+@compute @workgroup_size(256)
 fn band_stats(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = wid.x + wid.y * p.item_row;
-    if (i >= p.n_items) {
+    let b = wid.x;
+    let i = wid.y + wid.z * p.item_row;
+    let width = p.out_bins;
+    if (i >= p.n_items || b >= width) {
         return;
     }
     let first = items[i].frame_offset;
     let n = items[i].step_frames;
-    for (var b = lid; b < p.n_mels; b += 64u) {
-        var sum: real = 0.0;
-        for (var t = 0u; t < n; t++) {
-            sum += real(rows[(first + t) * p.n_mels + b]);
-        }
-        let mean = sum / real(n);
-        var squares: real = 0.0;
-        for (var t = 0u; t < n; t++) {
-            let d = real(rows[(first + t) * p.n_mels + b]) - mean;
-            squares += d * d;
-        }
-        // One frame has no sample variance: the host's NaN becomes 0 there.
-        var deviation: real = 0.0;
-        if (n > 1u) {
-            deviation = sqrt(squares / real(n - 1u));
-        }
-        stats[(2u * i) * p.n_mels + b] = mean;
-        stats[(2u * i + 1u) * p.n_mels + b] = deviation + 1e-5;
+    // std's neutral element for a sum, as the host starts from.
+    var sum: real = -0.0;
+    for (var t = lid; t < n; t += WG) {
+        sum += real(rows[(first + t) * width + b]);
     }
+    lanes[lid] = sum;
+    let mean = lanes_total(lid) / real(n);
+    var squares: real = -0.0;
+    for (var t = lid; t < n; t += WG) {
+        let d = real(rows[(first + t) * width + b]) - mean;
+        squares += d * d;
+    }
+    lanes[lid] = squares;
+    let total = lanes_total(lid);
+    if (lid != 0u) {
+        return;
+    }
+    var deviation: real;
+    if ((p.item_steps & 8u) != 0u) {
+        // The population variance, never zero once 1e-7 is added.
+        deviation = sqrt(total / real(n) + 1e-7);
+    } else {
+        // One frame has no sample variance: the host's NaN becomes 0 there.
+        deviation = 0.0;
+        if (n > 1u) {
+            deviation = sqrt(total / real(n - 1u));
+        }
+        deviation += 1e-5;
+    }
+    stats[(2u * i) * width + b] = mean;
+    stats[(2u * i + 1u) * width + b] = deviation;
 }
 
 // One invocation per (band, frame), on the mel kernel's grid.
@@ -91,14 +125,15 @@ fn band_stats(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
 fn apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let b = wid.x * 64u + lid.x;
     let t = wid.y + wid.z * p.grid_y;
-    if (b >= p.n_mels || t >= p.total_frames) {
+    let width = p.out_bins;
+    if (b >= width || t >= p.total_frames) {
         return;
     }
     let i = frame_item[t];
     if (t - items[i].frame_offset >= items[i].step_frames) {
         return;
     }
-    let at = t * p.n_mels + b;
+    let at = t * width + b;
     var v = rows[at];
     if ((p.item_steps & 1u) != 0u) {
         // The host's v.max(floor): the floor over a NaN.
@@ -109,8 +144,8 @@ fn apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) li
         v = (v + p.affine_add) * p.affine_scale;
     }
     if ((p.item_steps & 4u) != 0u) {
-        let mean = stats[(2u * i) * p.n_mels + b];
-        let deviation = stats[(2u * i + 1u) * p.n_mels + b];
+        let mean = stats[(2u * i) * width + b];
+        let deviation = stats[(2u * i + 1u) * width + b];
         v = f32((real(v) - mean) / deviation);
     }
     rows[at] = v;

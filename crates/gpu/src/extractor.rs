@@ -26,15 +26,15 @@ use sonograph_dsp::signal::EdgePadding;
 use sonograph_dsp::span::{
     check_finite, prepare_piece_into, prepared_as_is, prepared_layout, Span,
 };
-use sonograph_dsp::spec::{FeatureSpec, PreemphasisScope};
+use sonograph_dsp::spec::{FeatureSpec, Normalize, OutputKind, PreemphasisScope};
 use sonograph_dsp::window::window;
 use sonograph_dsp::{AudioBatch, DeviceError, Extractor, FeatureBatch, ItemError, Precision};
 use wgpu::util::DeviceExt;
 
 use crate::context::{self, GpuDevice};
 use crate::plan::{
-    batch_buffers, device_item_steps, finish_item, gpu_row_width, host_finish_spec, log_params,
-    rows_final_on_device, scalar_bytes, uses_mel, ItemSteps,
+    batch_buffers, device_item_steps, f32_rows, finish_item, gpu_row_width, host_finish_spec,
+    item_steps_fit, log_params, rows_final_on_device, scalar_bytes, uses_mel, ItemSteps,
 };
 use crate::pool::{human_bytes, BlockAllocator, BlockKind, MemoryPool, MemoryStats, PoolBlock};
 use crate::transfer::{StagingRing, RING_DEPTH};
@@ -49,6 +49,7 @@ const FUSED: &str = include_str!("../kernels/fused.wgsl");
 const MEL: &str = include_str!("../kernels/mel.wgsl");
 const ITEM_STEPS: &str = include_str!("../kernels/item_steps.wgsl");
 const F16_ROWS: &str = include_str!("../kernels/f16_rows.wgsl");
+const WAVEFORM: &str = include_str!("../kernels/waveform.wgsl");
 
 /// Samples per chunk sent to the device, in bytes: big enough that a chunk holds an item per
 /// core for the host's per-item finishing (64 × 30 s Whisper clips on an H200 machine with 16
@@ -345,6 +346,11 @@ enum Kernels {
         dft: wgpu::ComputePipeline,
         mel: Option<wgpu::ComputePipeline>,
     },
+    /// frame.wgsl then waveform.wgsl: a waveform's samples, no spectrum.
+    Samples {
+        frame: wgpu::ComputePipeline,
+        rows: wgpu::ComputePipeline,
+    },
 }
 
 /// Kernels made at first need (those that read 16-bit samples, the f16 rows' kernel).
@@ -407,7 +413,7 @@ impl GpuBackend {
                 let source = kernel_source(precision.name(), ITEM_STEPS);
                 let pipeline = |entry| context::compute_pipeline(d, "item steps", &source, entry);
                 let kernels = StepKernels {
-                    statistics: pipeline(if steps.per_feature {
+                    statistics: pipeline(if steps.normalize.is_some() {
                         "band_stats"
                     } else {
                         "item_max"
@@ -522,12 +528,13 @@ impl GpuBackend {
         self.item_steps.is_some()
     }
 
-    /// The spectrum kernel in use: "fft" (the fused kernel's Stockham FFT) or "dft" (the
-    /// direct DFT of the three-pass path).
+    /// The spectrum kernel in use: "fft" (the fused kernel's Stockham FFT), "dft" (the
+    /// direct DFT of the three-pass path) or "none" (a waveform's samples).
     pub fn spectrum_kernel(&self) -> &'static str {
         match self.kernels {
             Kernels::Fused(_) => "fft",
             Kernels::Passes { .. } => "dft",
+            Kernels::Samples { .. } => "none",
         }
     }
 
@@ -598,10 +605,15 @@ impl GpuBackend {
         frame_row: u32,
         items: ItemGrid,
         pack_row: u32,
+        steps_on_device: bool,
     ) -> Params {
         let s = &self.spec;
         let (log_kind, guard_add, guard) = log_params(s);
-        let steps = self.item_steps.as_ref().map(|(steps, _)| *steps);
+        let steps = self
+            .item_steps
+            .as_ref()
+            .map(|(steps, _)| *steps)
+            .filter(|_| steps_on_device);
         let range = steps.and_then(|s| s.dynamic_range);
         let affine = steps.and_then(|s| s.affine);
         Params {
@@ -638,7 +650,10 @@ impl GpuBackend {
             item_row: items.row,
             item_steps: u32::from(range.is_some())
                 | (u32::from(affine.is_some()) << 1)
-                | (u32::from(steps.is_some_and(|s| s.per_feature)) << 2),
+                | (u32::from(steps.is_some_and(|s| s.normalize.is_some())) << 2)
+                | (u32::from(
+                    steps.is_some_and(|s| s.normalize == Some(Normalize::ZeroMeanUnitVar)),
+                ) << 3),
             dynamic_range: range.unwrap_or(0.0),
             affine_add: affine.map_or(0.0, |a| a.0),
             affine_scale: affine.map_or(1.0, |a| a.1),
@@ -750,8 +765,10 @@ impl GpuBackend {
         const LAG: usize = RING_DEPTH - 1;
         let lost = |label: &str, e: String| DeviceError::DeviceLost(format!("{label}: {e}"));
         let mut rows: Vec<ItemResult> = Vec::with_capacity(laid.len());
-        // Per chunk sent, each item's first non-finite sample (found by the fill).
+        // Per chunk sent, each item's first non-finite sample (found by the fill), and how its
+        // rows come back.
         let mut refused: Vec<Vec<Option<ItemError>>> = Vec::with_capacity(chunks.len());
+        let mut returned: Vec<Returned> = Vec::with_capacity(chunks.len());
         for k in 0..chunks.len() + LAG {
             let collecting = match k.checked_sub(LAG) {
                 Some(c) => self
@@ -773,7 +790,7 @@ impl GpuBackend {
                 || {
                     collecting.map(|(c, bytes, items)| {
                         let started = Instant::now();
-                        let rows = this.finish_chunk(c, bytes, items, &refused[c]);
+                        let rows = this.finish_chunk(c, bytes, items, &refused[c], returned[c]);
                         (rows, started.elapsed().as_secs_f64())
                     })
                 },
@@ -797,6 +814,7 @@ impl GpuBackend {
             if let (Some((filled, seconds)), Some((staged, _))) = (filled, sending) {
                 self.ring.stats.fill_seconds += seconds;
                 refused.push(filled?);
+                returned.push(staged.returned);
                 self.dispatch(k, device, staged)?;
             }
         }
@@ -827,7 +845,25 @@ impl GpuBackend {
         // The f16 kernel: an invocation per word of two values.
         let words = (frames * gpu_row_width(spec)).div_ceil(2);
         let pack_grid = wrapped(words.div_ceil(64), max_dim);
-        let params = self.params(frames, grid_y, frame_x * 64, item_grid, pack_grid.0);
+        // Each item's steps within every invocation's loop bound, or the host applies them
+        // to the whole chunk (and its rows come back as f32 for that).
+        let steps_on_device = self.item_steps.as_ref().is_some_and(|(steps, _)| {
+            items
+                .iter()
+                .all(|l| item_steps_fit(*steps, l.frames, gpu_row_width(spec)))
+        });
+        let returned = Returned {
+            steps_on_device,
+            f16: self.f16_rows && (steps_on_device || self.item_steps.is_none()),
+        };
+        let params = self.params(
+            frames,
+            grid_y,
+            frame_x * 64,
+            item_grid,
+            pack_grid.0,
+            steps_on_device,
+        );
         let mut records = Vec::with_capacity(items.len());
         let (mut next_sample, mut next_frame) = (0usize, 0usize);
         for l in items {
@@ -878,7 +914,7 @@ impl GpuBackend {
         let samples_at = (params_bytes + records_bytes + table_bytes).next_multiple_of(8);
         let samples_bytes = format.bytes() * next_sample;
         let upload = (samples_at + samples_bytes) as u64;
-        let result_bytes = self.result_bytes(frames);
+        let result_bytes = self.result_bytes(frames, returned.f16);
         self.ring
             .ready_upload(&self.gpu, k, upload)
             .map_err(|e| DeviceError::OutOfMemory(format!("staging memory: {e}")))?;
@@ -905,6 +941,7 @@ impl GpuBackend {
             item_grid,
             pack_grid,
             result_bytes,
+            returned,
         })
     }
 
@@ -1041,7 +1078,7 @@ impl GpuBackend {
             self.ring.stats.pcm16_chunks += 1;
         }
         self.ring.stats.row_bytes_read += staged.result_bytes;
-        if self.f16_rows {
+        if staged.returned.f16 {
             self.ring.stats.f16_chunks += 1;
         }
         let index = self.submit(k, device, &staged)?;
@@ -1067,9 +1104,9 @@ impl GpuBackend {
     }
 
     /// Bytes of the rows a chunk of `frames` frames gives back (f16 rows in whole words).
-    fn result_bytes(&self, frames: usize) -> u64 {
+    fn result_bytes(&self, frames: usize, f16: bool) -> u64 {
         let values = (frames * gpu_row_width(&self.spec)) as u64;
-        if self.f16_rows {
+        if f16 {
             return (2 * values).next_multiple_of(4);
         }
         let per_value = if spectrum_is_f64(&self.spec, self.precision) {
@@ -1232,10 +1269,34 @@ impl GpuBackend {
                         pass.dispatch_workgroups(spec.n_mels.div_ceil(64) as u32, grid_y, grid_z);
                     }
                 }
+                Kernels::Samples { frame, rows } => {
+                    let list = vec![
+                        (0, bind(block::PARAMS)),
+                        (1, bind(block::SAMPLES)),
+                        (2, bind(block::ITEMS)),
+                        (3, bind(block::TABLE)),
+                        (4, self.window_buf.as_entire_binding()),
+                        (5, bind(block::FRAMES)),
+                    ];
+                    pass.set_pipeline(frame);
+                    pass.set_bind_group(0, &bind_group("frame", frame, list), &[]);
+                    pass.dispatch_workgroups(frame_x, frame_y, 1);
+                    let list = vec![
+                        (0, bind(block::PARAMS)),
+                        (1, bind(block::FRAMES)),
+                        (2, bind(block::MEL_ROWS)),
+                    ];
+                    pass.set_pipeline(rows);
+                    pass.set_bind_group(0, &bind_group("waveform", rows, list), &[]);
+                    pass.dispatch_workgroups(frame_x, frame_y, 1);
+                }
             }
             // The whole-row steps over the mel rows, in the same pass (wgpu orders a pass's
             // dispatches that share a storage buffer).
-            if let Some((_, steps)) = &self.item_steps {
+            if let (Some((ItemSteps { normalize, .. }, steps)), true) =
+                (&self.item_steps, staged.returned.steps_on_device)
+            {
+                let normalize = normalize.is_some();
                 let list = vec![
                     (0, bind(block::PARAMS)),
                     (1, bind(block::ITEMS)),
@@ -1246,7 +1307,13 @@ impl GpuBackend {
                 let statistics = &steps.statistics;
                 pass.set_pipeline(statistics);
                 pass.set_bind_group(0, &bind_group("item statistics", statistics, list), &[]);
-                pass.dispatch_workgroups(item_grid.row, item_grid.rows, 1);
+                if normalize {
+                    // A workgroup per (band, item).
+                    let width = gpu_row_width(spec) as u32;
+                    pass.dispatch_workgroups(width, item_grid.row, item_grid.rows);
+                } else {
+                    pass.dispatch_workgroups(item_grid.row, item_grid.rows, 1);
+                }
                 let list = vec![
                     (0, bind(block::PARAMS)),
                     (1, bind(block::ITEMS)),
@@ -1256,9 +1323,10 @@ impl GpuBackend {
                 ];
                 pass.set_pipeline(&steps.apply);
                 pass.set_bind_group(0, &bind_group("item steps", &steps.apply, list), &[]);
-                pass.dispatch_workgroups(spec.n_mels.div_ceil(64) as u32, grid_y, grid_z);
+                let width_groups = gpu_row_width(spec).div_ceil(64) as u32;
+                pass.dispatch_workgroups(width_groups, grid_y, grid_z);
             }
-            if let (true, OnDemand::Ready(pack)) = (self.f16_rows, &self.f16_pack) {
+            if let (true, OnDemand::Ready(pack)) = (staged.returned.f16, &self.f16_pack) {
                 let list = vec![
                     (0, bind(block::PARAMS)),
                     (1, bind(block::MEL_ROWS)),
@@ -1269,7 +1337,7 @@ impl GpuBackend {
                 pass.dispatch_workgroups(staged.pack_grid.0, staged.pack_grid.1, 1);
             }
         }
-        let result_buf = match (self.f16_rows, mel) {
+        let result_buf = match (staged.returned.f16, f32_rows(spec)) {
             (true, _) => &blocks[block::F16_ROWS].block,
             (false, true) => b_mel,
             (false, false) => b_spec,
@@ -1311,13 +1379,18 @@ impl GpuBackend {
         result_bytes: u64,
         items: &[Laid],
         refused: &[Option<ItemError>],
+        returned: Returned,
     ) -> Result<(Vec<ItemResult>, Option<f64>), String> {
         // Without the steps the device has applied.
-        let spec = &self.host_spec;
+        let spec = if returned.steps_on_device {
+            &self.host_spec
+        } else {
+            &self.spec
+        };
         let dct = self.dct.as_ref();
         let width = gpu_row_width(spec);
         let f64_rows = spectrum_is_f64(spec, self.precision);
-        let f16_rows = self.f16_rows;
+        let f16_rows = returned.f16;
         let timed = self.timestamps.is_some();
         let period_ns = f64::from(self.gpu.queue.get_timestamp_period());
         self.ring.read_rows(k, result_bytes, |bytes| {
@@ -1540,6 +1613,16 @@ struct Staged {
     pack_grid: (u32, u32),
     /// Bytes of rows the chunk gives back.
     result_bytes: u64,
+    returned: Returned,
+}
+
+/// How a chunk's rows come back.
+#[derive(Debug, Clone, Copy)]
+struct Returned {
+    /// With the spec's whole-row steps applied by the device (`item_steps_fit`).
+    steps_on_device: bool,
+    /// As f16 (a job storing f16, rows final on the device).
+    f16: bool,
 }
 
 /// The item_steps kernel's grid: a workgroup per item, in rows of `row` ([`wrapped`]).
@@ -1591,6 +1674,12 @@ fn build_kernels(
         let source = kernel_source(real, body);
         context::compute_pipeline(&gpu.device, name, &source, entry)
     };
+    if spec.output == OutputKind::Waveform {
+        return Kernels::Samples {
+            frame: pipeline("frame", &framed(FRAME, format, spec), "main"),
+            rows: pipeline("waveform", WAVEFORM, "main"),
+        };
+    }
     match radices {
         Some(radices) => {
             let body = FUSED
@@ -1656,7 +1745,7 @@ fn fft_radices(mut n: usize) -> Option<Vec<u32>> {
 
 /// True when the batch's result is an f64 spectrum (the host rounds it to f32 rows).
 fn spectrum_is_f64(spec: &FeatureSpec, precision: Precision) -> bool {
-    !uses_mel(spec) && precision == Precision::F64
+    !f32_rows(spec) && precision == Precision::F64
 }
 
 /// `values` as the bytes of an `array<real>`.
@@ -1856,7 +1945,7 @@ impl Extractor for GpuBackend {
 mod tests {
     use super::{
         fft_radices, framed, kernel_source, preemphasis_on_device, takes_pcm16, FeatureSpec,
-        FilterRecord, ItemRecord, Params, SampleFormat, F16_ROWS, FRAME, ITEM_STEPS,
+        FilterRecord, ItemRecord, Params, SampleFormat, F16_ROWS, FRAME, ITEM_STEPS, WAVEFORM,
     };
     use crate::mirror::{fields, Field};
     use std::mem::size_of;
@@ -1970,9 +2059,15 @@ mod tests {
     /// The kernels after the mel kernel (the whole-row steps, in both scalars, and the f16
     /// rows') parse and validate as wgpu's own front end takes them, without an adapter.
     #[test]
-    fn the_kernels_after_the_mel_kernel_validate() {
+    fn the_kernels_after_the_mel_kernel_and_the_waveforms_validate() {
         use naga::valid::{Capabilities, ValidationFlags, Validator};
-        for (real, body) in [("f32", ITEM_STEPS), ("f64", ITEM_STEPS), ("f32", F16_ROWS)] {
+        for (real, body) in [
+            ("f32", ITEM_STEPS),
+            ("f64", ITEM_STEPS),
+            ("f32", F16_ROWS),
+            ("f32", WAVEFORM),
+            ("f64", WAVEFORM),
+        ] {
             let source = kernel_source(real, body);
             let module = naga::front::wgsl::parse_str(&source).expect("the kernel parses");
             Validator::new(ValidationFlags::all(), Capabilities::FLOAT64)

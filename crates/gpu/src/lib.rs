@@ -176,13 +176,6 @@ pub fn check_spec(spec: &sonograph_dsp::FeatureSpec) -> Result<(), sonograph_dsp
                 .into(),
         ));
     }
-    if spec.output == sonograph_dsp::OutputKind::Waveform {
-        return Err(sonograph_dsp::DeviceError::Unsupported(
-            "a waveform output (wav2vec2) has no spectrum for a device to compute; it runs on \
-             the CPU (--device cpu or auto)"
-                .into(),
-        ));
-    }
     Ok(())
 }
 

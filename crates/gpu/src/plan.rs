@@ -17,10 +17,18 @@ pub fn uses_mel(spec: &FeatureSpec) -> bool {
     )
 }
 
-/// Width of the rows the GPU returns: mel bands, or the full one-sided spectrum.
+/// True when the GPU's rows are f32 values in its rows buffer: mel bands (the log applied),
+/// or a waveform's samples; spectra come back in the core's own scalar instead.
+pub fn f32_rows(spec: &FeatureSpec) -> bool {
+    uses_mel(spec) || spec.output == OutputKind::Waveform
+}
+
+/// Width of the rows the GPU returns: mel bands, one sample, or the full one-sided spectrum.
 pub fn gpu_row_width(spec: &FeatureSpec) -> usize {
     if uses_mel(spec) {
         spec.n_mels
+    } else if spec.output == OutputKind::Waveform {
+        1
     } else {
         spec.n_fft / 2 + 1
     }
@@ -52,9 +60,10 @@ pub fn batch_buffers(
     let n_freq = (spec.n_fft / 2 + 1) as u64;
     let frames = frames as u64;
     let mel = uses_mel(spec);
-    // Log-mel rows come back as f32; spectra (no mel) in the core's own scalar.
-    let (mel_rows, row_bytes) = if mel {
-        (4 * frames * spec.n_mels as u64, 4)
+    let waveform = spec.output == OutputKind::Waveform;
+    // Log-mel rows and samples come back as f32; spectra (no mel) in the core's own scalar.
+    let (mel_rows, row_bytes) = if f32_rows(spec) {
+        (4 * frames * gpu_row_width(spec) as u64, 4)
     } else {
         (4, real)
     };
@@ -63,14 +72,17 @@ pub fn batch_buffers(
     } else {
         real * frames * spec.n_fft as u64
     };
-    let spectrum_bytes = if fused && mel {
+    // A waveform's samples go from its frames straight to its rows.
+    let spectrum_bytes = if (fused && mel) || waveform {
         4
     } else {
         real * frames * n_freq
     };
     // Per item, in `real`: its maximum, or each band's mean and deviation.
     let statistics_bytes = match device_item_steps(spec, precision) {
-        Some(steps) if steps.per_feature => 2 * real * (items * spec.n_mels).max(1) as u64,
+        Some(steps) if steps.normalize.is_some() => {
+            2 * real * (items * gpu_row_width(spec)).max(1) as u64
+        }
         Some(_) => real * items.max(1) as u64,
         None => 4,
     };
@@ -96,67 +108,72 @@ pub fn batch_buffers(
 }
 
 /// Whether the device's rows for `spec` are its output values, so that they may come back
-/// as f16 for a job that stores f16: mel and log-mel rows whose whole-row steps the device
-/// applies or that have none (`host` is the spec the host finishes them by). The host then
+/// as f16 for a job that stores f16: mel and log-mel rows, and waveforms, whose whole-row
+/// steps the device applies or that have none (`host` is the spec the host finishes them by). The host then
 /// only drops a last frame and completes stacked rows with zeros, which f16 rows allow
 /// alike; MFCC's DCT, the spectra's log and Welch's mean need the f32 values.
 pub fn rows_final_on_device(spec: &FeatureSpec, host: &FeatureSpec) -> bool {
-    matches!(spec.output, OutputKind::Mel | OutputKind::Logmel)
-        && host.fixed_frames == 0
+    matches!(
+        spec.output,
+        OutputKind::Mel | OutputKind::Logmel | OutputKind::Waveform
+    ) && host.fixed_frames == 0
         && host.dynamic_range.is_none()
         && host.affine.is_none()
         && host.normalize == Normalize::None
 }
 
-/// The whole-row steps the device applies after its mel kernel (kernels/item_steps.wgsl).
+/// The whole-row steps the device applies after its mel kernel, or to a waveform's samples
+/// (kernels/item_steps.wgsl).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ItemSteps {
     /// Values at least the row's maximum minus this.
     pub dynamic_range: Option<f32>,
     /// `(x + add) * scale`.
     pub affine: Option<(f32, f32)>,
-    /// NeMo's per-feature normalisation (`Normalize::PerFeature`), on its own.
-    pub per_feature: bool,
+    /// Each band over the item, on its own: NeMo's per-feature normalisation
+    /// (`Normalize::PerFeature`), or transformers' zero mean and unit variance of a waveform
+    /// (`Normalize::ZeroMeanUnitVar`).
+    pub normalize: Option<Normalize>,
 }
 
-/// The steps of `spec` that the device applies to its log-mel rows as the host's
-/// `finish_rows` does, so that the host only copies the rows out (on an H200 machine the host's
-/// finishing took 5.4 ms of a 64-clip Whisper batch's 13.5 ms, and 7.4 ms of NeMo's), for mel
-/// and log-mel outputs (MFCC's DCT sits between the steps):
+/// The steps of `spec` that the device applies to its log-mel rows (or a waveform's samples)
+/// as the host's `finish_rows` does, so that the host only copies the rows out (on an H200
+/// machine the host's finishing took 5.4 ms of a 64-clip Whisper batch's 13.5 ms, and 7.4 ms
+/// of NeMo's), for mel, log-mel and waveform outputs (MFCC's DCT sits between the steps):
 /// - the dynamic-range clamp and the affine, bit for bit, the affine only where its divisor is
 ///   a power of two (a multiplication by its inverse is then the host's division; WGSL's
 ///   division promises 2.5 ulp);
-/// - NeMo's per-feature normalisation alone, where the core computes in f64: each band's sums
-///   in frame order in f64, as the host takes them (the same mean; the deviation and the
-///   quotient to the device's f64 sqrt and division, far under f32's rounding). The other
-///   normalisations divide by a deviation that may be zero (NaN on the host, which a shader
-///   may assume away), and f32 sums would not hold 1e-4: they stay on the host.
+/// - NeMo's per-feature normalisation alone, or a waveform's zero mean and unit variance
+///   alone, where the core computes in f64: each band's sums in f64 in the host's lane order
+///   (`sonograph_dsp::extractor::SUM_LANES`: the same mean; the deviation and the quotient to
+///   the device's f64 sqrt and division, far under f32's rounding). The other normalisations divide by a deviation
+///   that may be zero (NaN on the host, which a shader may assume away; a waveform's adds
+///   1e-7 first), and f32 sums would not hold 1e-4: they stay on the host.
 ///
 /// `None`: nothing to do on the device.
 pub fn device_item_steps(spec: &FeatureSpec, precision: Precision) -> Option<ItemSteps> {
     // A guard that lets ln 0 = -inf through (Clamp(0), Add(0)) could give an item of only
     // -inf, whose floor the host takes as -inf; a shader may assume no infinity is present.
+    // (A waveform takes no log: its samples are checked finite as they are sent.)
     let finite_logs = match spec.log_guard {
         LogGuard::Clamp(floor) | LogGuard::Add(floor) => floor > 0.0,
     };
+    let waveform = spec.output == OutputKind::Waveform;
     // Frames of zeros completing a `fixed_frames` item go in before the affine: on the host.
-    if !matches!(spec.output, OutputKind::Mel | OutputKind::Logmel)
-        || !finite_logs
+    if !(matches!(spec.output, OutputKind::Mel | OutputKind::Logmel) && finite_logs || waveform)
         || spec.fixed_frames > 0
     {
         return None;
     }
+    let alone =
+        precision == Precision::F64 && spec.dynamic_range.is_none() && spec.affine.is_none();
     match spec.normalize {
         Normalize::None => {}
-        Normalize::PerFeature
-            if precision == Precision::F64
-                && spec.dynamic_range.is_none()
-                && spec.affine.is_none() =>
-        {
+        Normalize::PerFeature | Normalize::ZeroMeanUnitVar if alone => {
             return Some(ItemSteps {
                 dynamic_range: None,
                 affine: None,
-                per_feature: true,
+                normalize: Some(spec.normalize),
             });
         }
         _ => return None,
@@ -178,9 +195,31 @@ pub fn device_item_steps(spec: &FeatureSpec, precision: Precision) -> Option<Ite
     let steps = ItemSteps {
         dynamic_range: spec.dynamic_range,
         affine,
-        per_feature: false,
+        normalize: None,
     };
     (steps.dynamic_range.is_some() || steps.affine.is_some()).then_some(steps)
+}
+
+/// The most loop iterations one invocation of kernels/item_steps.wgsl may run: lavapipe
+/// (llvmpipe) ends an invocation's loops after 65,535 iterations in all, silently (a band's
+/// sums then stop short); half of that, for margin.
+pub const INVOCATION_LOOP_BOUND: usize = 32_768;
+
+/// Whether the device applies `steps` to an item of `frames` rows of `width` values with every
+/// invocation's loops within [`INVOCATION_LOOP_BOUND`] (a band: 4 M frames; Whisper's maximum:
+/// 105,000 frames of 80 bands, 17 minutes). A chunk holding a longer item is finished by the
+/// host instead.
+pub fn item_steps_fit(steps: ItemSteps, frames: usize, width: usize) -> bool {
+    let lanes = sonograph_dsp::extractor::SUM_LANES;
+    let tree = lanes.ilog2() as usize;
+    let per_invocation = if steps.normalize.is_some() {
+        // A band's sum, then its squares: a walk of every lanes-th frame and a tree each.
+        2 * (frames.div_ceil(lanes) + tree)
+    } else {
+        // The maximum: a walk of every lanes-th value of the item, and a tree.
+        (frames * width).div_ceil(lanes) + tree
+    };
+    per_invocation <= INVOCATION_LOOP_BOUND
 }
 
 /// `spec` as the host finishes its rows when the device has applied `steps`: without them.
@@ -251,9 +290,9 @@ pub fn finish_item(
             }
             raw
         }
-        // The mel kernel has applied the guard and the log already. (Rows widened from f16
-        // are the host's own already: they are not copied again.)
-        // (A waveform never reaches a device: `check_spec` keeps it on the CPU.)
+        // The mel kernel has applied the guard and the log already; a waveform's rows are its
+        // samples. (Rows widened from f16 are the host's own already: they are not copied
+        // again.)
         OutputKind::Mel | OutputKind::Logmel | OutputKind::Mfcc | OutputKind::Waveform => {
             gpu_rows.into_owned()
         }

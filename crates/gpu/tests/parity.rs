@@ -667,3 +667,191 @@ fn the_batch_hint_follows_the_budget_and_the_largest_buffer() {
         }
     }
 }
+
+/// `wav2vec2`'s waveform on the GPU: each item's samples, zero mean and unit variance over
+/// the item (transformers' `Wav2Vec2FeatureExtractor`), against the CPU, in both precisions,
+/// whole and in pieces (each piece normalised on its own, as on the CPU), sent as f32 and as
+/// 16-bit samples, and on silence, where only the 1e-7 keeps the deviation off zero. With the
+/// normalisation on the host the device's rows are the samples as the CPU takes them, so
+/// every value is the CPU's bits; on the device (an f64 core) its sums are the host's, and only
+/// the device's f64 sqrt and division may round otherwise, far under f32's rounding.
+#[test]
+fn waveforms_match_the_cpu_whole_in_pieces_and_as_16_bit_samples() {
+    let spec = FeatureSpec::preset("wav2vec2").unwrap();
+    // On the 16-bit grid, so that the same batch also goes as 16-bit samples.
+    let chirp: Vec<f32> = (0..50_000)
+        .map(|i| {
+            let t = i as f64 / 16_000.0;
+            let v = 0.4 * (2.0 * std::f64::consts::PI * (80.0 + 900.0 * t) * t).sin() + 0.05;
+            ((v * 32_768.0).round() / 32_768.0) as f32
+        })
+        .collect();
+    let mut batch = AudioBatch::new();
+    batch.push(&chirp[..9_000]);
+    batch.push(&chirp);
+    batch.push(&[0.0f32; 3_000]);
+    batch.push(&[0.25f32]);
+    let pieces = pieces::push_every_piece(&mut batch, &spec, &chirp, 7_001);
+    assert!(pieces > 3);
+    let bins = spec.n_bins();
+    assert_eq!(bins, 1);
+    let mut marked = batch.clone();
+    marked.find_pcm16();
+    assert!((0..marked.len()).all(|i| marked.is_pcm16(i)));
+    for precision in [Precision::F64, Precision::F32] {
+        let want = run(
+            &mut CpuBackend::new(&spec, precision).unwrap(),
+            &batch,
+            bins,
+        );
+        for on_host in [true, false] {
+            let options = GpuOptions {
+                precision,
+                item_steps_on_host: on_host,
+                ..Default::default()
+            };
+            let mut gpu = match GpuBackend::new(&spec, &options) {
+                Ok(g) => g,
+                Err(DeviceError::Unavailable(why)) => {
+                    skip::skip(&format!(
+                        "no wgpu adapter (install mesa-vulkan-drivers): {why}"
+                    ));
+                    return;
+                }
+                Err(e) => panic!("the GPU backend failed to start: {e}"),
+            };
+            assert_eq!(gpu.spectrum_kernel(), "none");
+            let on_device = gpu.precision() == Precision::F64 && !on_host;
+            assert_eq!(gpu.item_steps_on_device(), on_device, "{precision:?}");
+            let got = run(&mut gpu, &batch, bins);
+            gpu.set_chunk_bytes(4);
+            let sixteen = run(&mut gpu, &marked, bins);
+            let stats = gpu.transfer_stats().unwrap();
+            assert!(stats.pcm16_chunks > 0, "{stats:?}");
+            let what = format!(
+                "{precision:?}, normalised on the {}",
+                if on_device { "device" } else { "host" }
+            );
+            for i in 0..batch.len() {
+                let (cf, c) = want.item(i).unwrap();
+                for (how, rows) in [("f32 samples", &got), ("16-bit samples", &sixteen)] {
+                    let (gf, g) = rows.item(i).unwrap();
+                    assert_eq!(gf, cf, "{what}, {how}: item {i}");
+                    if on_device {
+                        let err = g
+                            .iter()
+                            .zip(c)
+                            .map(|(a, b)| (f64::from(*a) - f64::from(*b)).abs())
+                            .fold(0.0f64, f64::max);
+                        assert!(err <= 1e-6, "{what}, {how}: item {i} off by {err:e}");
+                    } else {
+                        assert!(
+                            g.iter().zip(c).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{what}, {how}: item {i} differs"
+                        );
+                    }
+                }
+            }
+            // Silence is all zeros after the normalisation; the sample alone is zero too.
+            assert!(got.item(2).unwrap().1.iter().all(|&v| v == 0.0));
+            assert_eq!(got.item(3).unwrap().1, &[0.0]);
+            // For a job storing f16, rows the device finished come back as f16: each the
+            // writer's rounding of the f32 value.
+            assert_eq!(gpu.set_rows_stored_as_f16(true), on_device, "{what}");
+            if on_device {
+                let as_f16 = run(&mut gpu, &batch, bins);
+                for i in 0..batch.len() {
+                    let rounded = got
+                        .item(i)
+                        .unwrap()
+                        .1
+                        .iter()
+                        .map(|&v| half::f16::from_f32(v));
+                    let back = as_f16
+                        .item(i)
+                        .unwrap()
+                        .1
+                        .iter()
+                        .map(|&v| half::f16::from_f32(v));
+                    assert!(
+                        rounded
+                            .map(half::f16::to_bits)
+                            .eq(back.map(half::f16::to_bits)),
+                        "{what}: item {i}'s f16 rows"
+                    );
+                    assert!(as_f16
+                        .item(i)
+                        .unwrap()
+                        .1
+                        .iter()
+                        .all(|&v| half::f16::from_f32(v).to_f32() == v));
+                }
+                assert!(gpu.transfer_stats().unwrap().f16_chunks > 0);
+            }
+        }
+    }
+}
+
+/// An item longer than the device's item steps can walk within lavapipe's loop bound
+/// (`plan::item_steps_fit`: 4 M frames of a waveform) has them applied by the host, chunk by
+/// chunk: its rows are the CPU's bits, while a short item beside it, in a chunk of its own, is
+/// normalised on the device. Before the bound (and the lanes) a band past 32,767 frames was
+/// summed short on lavapipe without a word.
+#[test]
+fn an_item_past_the_devices_loop_bound_is_normalised_by_the_host() {
+    use sonograph_gpu::plan::{device_item_steps, item_steps_fit};
+    let spec = FeatureSpec::preset("wav2vec2").unwrap();
+    let steps = device_item_steps(&spec, Precision::F64).expect("on an f64 device");
+    let bound = (1..=64)
+        .map(|k| k << 16)
+        .find(|&n| !item_steps_fit(steps, n, 1))
+        .unwrap();
+    assert!(item_steps_fit(steps, bound - (1 << 16), 1));
+    // Twice the bound: past lavapipe's own (65,535 iterations), where the device's sums would
+    // stop short.
+    let long: Vec<f32> = (0..2 * bound + 777)
+        .map(|i| ((i as f32) * 0.0123).sin() * 0.3 + 0.05)
+        .collect();
+    let short = &long[..20_000];
+    let batch = AudioBatch::from_items([short, &long[..]]);
+    let want = run(
+        &mut CpuBackend::new(&spec, Precision::F64).unwrap(),
+        &batch,
+        1,
+    );
+    let Some(mut gpu) = gpu_with(&spec, false, Precision::F64) else {
+        return;
+    };
+    if gpu.precision() != Precision::F64 {
+        skip::skip(&format!("{} has no f64 in shaders", gpu.device()));
+        return;
+    }
+    assert!(gpu.item_steps_on_device());
+    gpu.set_chunk_bytes(4);
+    for f16 in [false, true] {
+        assert!(gpu.set_rows_stored_as_f16(f16) == f16);
+        let got = run(&mut gpu, &batch, 1);
+        let (long_got, long_want) = (got.item(1).unwrap().1, want.item(1).unwrap().1);
+        assert!(
+            long_got
+                .iter()
+                .zip(long_want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "the long item, f16 asked: {f16}"
+        );
+        let err = got
+            .item(0)
+            .unwrap()
+            .1
+            .iter()
+            .zip(want.item(0).unwrap().1)
+            .map(|(a, b)| (f64::from(*a) - f64::from(*b)).abs())
+            .fold(0.0f64, f64::max);
+        // f16 rows round each value to 11 bits.
+        let tolerance = if f16 { 2e-3 } else { 1e-6 };
+        assert!(
+            err <= tolerance,
+            "the short item, f16 asked: {f16}: {err:e}"
+        );
+    }
+}

@@ -557,7 +557,7 @@ fn whole_row_steps_on_the_device_give_the_hosts_rows() {
     // their own, with the last frame that Whisper drops left out of the maximum. They must be
     // the rows the host's finishing makes of the same device rows (`item_steps_on_host`), bit
     // for bit for the clamp and the affine, and for NeMo to the device's f64 sqrt and division
-    // (the sums are the host's, in frame order): in one chunk and an item a chunk, from f32 and
+    // (the sums are the host's, in its lane order): in one chunk and an item a chunk, from f32 and
     // from 16-bit samples, through the fused kernel and the three passes; and the CPU's rows.
     use sonograph_gpu::plan::device_item_steps;
     let librosa_512 = librosa_512();
