@@ -40,7 +40,7 @@ fn extract(source: &Path, out: &Path, args: &[&str]) -> Output {
 }
 
 /// Every row of the job's parts, by id then offset.
-fn rows(out: &Path) -> Vec<FeatureRow> {
+pub(crate) fn rows(out: &Path) -> Vec<FeatureRow> {
     let mut rows = Vec::new();
     for e in std::fs::read_dir(out).unwrap() {
         let p = e.unwrap().path();

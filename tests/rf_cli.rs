@@ -220,7 +220,7 @@ fn col<'a>(t: &'a [(String, Column)], name: &str) -> &'a Column {
 }
 
 /// The rows of an `rf-features` output folder: its parts' columns, part after part.
-fn read_rows(out: &Path) -> Vec<(String, Column)> {
+pub(crate) fn read_rows(out: &Path) -> Vec<(String, Column)> {
     let mut parts: Vec<_> = std::fs::read_dir(out)
         .unwrap()
         .map(|e| e.unwrap().path())

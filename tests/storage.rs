@@ -575,3 +575,130 @@ fn a_bucket_output_killed_and_resumed_holds_every_row_once() {
         "every part left the work folder once uploaded"
     );
 }
+
+/// IQ recordings in a bucket read as their files do: a prefix of SigMF pairs beside a `.sigmf`
+/// archive of them and a raw `.ci16` file, one recording by its metadata object, and
+/// `rf-features` over the prefix, each giving the rows of the same files on disk (IQ was
+/// read from local files only).
+#[test]
+fn iq_recordings_in_a_bucket_give_the_rows_of_their_files() {
+    use crate::extract_iq::rows;
+    use crate::rf_cli::read_rows;
+    let tmp = Tmp::new("s3-iq");
+    let server = S3Server::start(&tmp.path("s3"));
+    let local = tmp.path("rec");
+    let o = bin()
+        .args(["synth-iq", "--count", "3", "--samples", "20000"])
+        .args([
+            "--modulation",
+            "qpsk,fm",
+            "--snr-db",
+            "10",
+            "--seed",
+            "7",
+            "--out",
+        ])
+        .arg(&local)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let pairs: Vec<String> = (0..3)
+        .flat_map(|k| ["sigmf-meta", "sigmf-data"].map(|ext| format!("sample-00000000{k}.{ext}")))
+        .collect();
+    let o = Command::new("tar")
+        .arg("-cf")
+        .arg(local.join("pack.sigmf"))
+        .arg("-C")
+        .arg(&local)
+        .args(&pairs)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A raw recording: a pair's data as 16-bit I/Q at the rate given.
+    std::fs::copy(
+        local.join("sample-000000002.sigmf-data"),
+        local.join("raw.ci16"),
+    )
+    .unwrap();
+    let in_bucket = server.bucket("corpus").join("iq");
+    std::fs::create_dir_all(&in_bucket).unwrap();
+    for entry in std::fs::read_dir(&local).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, in_bucket.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    server.seal();
+    let extract_iq = |source: &str, out: &Path| {
+        let o = bin_for(&server)
+            .args(["extract", source, "--out"])
+            .arg(out)
+            .args(["--preset", "iq-power", "--sample-rate", "200000"])
+            .args(["--no-progress", "--device", "cpu", "--workers", "2"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{source}: {}", stderr(&o));
+        rows(out)
+    };
+    let on_disk = extract_iq(local.to_str().unwrap(), &tmp.path("local"));
+    let ids: Vec<&str> = on_disk.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids.len(), 7, "{ids:?}");
+    assert!(
+        ids.contains(&"pack.sigmf/sample-000000001") && ids.contains(&"raw.ci16"),
+        "{ids:?}"
+    );
+    let from_bucket = extract_iq("s3://corpus/iq", &tmp.path("bucket"));
+    assert!(from_bucket
+        .iter()
+        .all(|r| r.source.starts_with("s3://corpus/iq/")));
+    let without_source = |rows: &[sonograph_io::parquet::FeatureRow]| {
+        let mut rows = rows.to_vec();
+        rows.iter_mut().for_each(|r| r.source.clear());
+        rows
+    };
+    assert!(
+        without_source(&from_bucket) == without_source(&on_disk),
+        "the prefix's rows"
+    );
+    let one = extract_iq(
+        "s3://corpus/iq/sample-000000001.sigmf-meta",
+        &tmp.path("one"),
+    );
+    assert_eq!(one.len(), 1);
+    let local_one = on_disk.iter().find(|r| r.id == one[0].id).unwrap();
+    assert!(one[0].features == local_one.features);
+
+    let rf_features = |source: &str, out: &Path| {
+        let o = bin_for(&server)
+            .args(["rf-features", source, "--out"])
+            .arg(out)
+            .args(["--psd", "--sample-rate", "200000", "--rows-per-part", "5"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{source}: {}", stderr(&o));
+        read_rows(out)
+    };
+    let on_disk = rf_features(local.to_str().unwrap(), &tmp.path("rf-local"));
+    let from_bucket = rf_features("s3://corpus/iq/", &tmp.path("rf-bucket"));
+    assert!(!on_disk.is_empty());
+    let (ids_disk, ids_bucket) = (&on_disk[0], &from_bucket[0]);
+    assert_eq!(ids_disk, ids_bucket);
+    for ((name, disk), (other, bucket)) in on_disk.iter().zip(&from_bucket) {
+        assert_eq!(name, other);
+        // (Debug's text holds NaN, the truth of a recording without it, equal to NaN.)
+        if name != "source" {
+            assert_eq!(
+                format!("{disk:?}"),
+                format!("{bucket:?}"),
+                "rf-features' {name}"
+            );
+        } else if let sonograph_io::table::Column::Utf8(sources) = bucket {
+            assert!(
+                sources.iter().all(|s| s.starts_with("s3://corpus/iq/")),
+                "{sources:?}"
+            );
+        } else {
+            panic!("rf-features' source is text");
+        }
+    }
+}

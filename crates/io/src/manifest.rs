@@ -12,7 +12,7 @@ use thiserror::Error;
 pub use crate::item::{is_audio, ArchiveMember, Entry, SampleMember, SourceItem, AUDIO_EXTENSIONS};
 use crate::nemo_tarred::TarredShards;
 use crate::roots::Roots;
-use crate::sigmf::{list_recordings_in, raw_datatype, DataType, IqSource};
+use crate::sigmf::{is_iq_file, list_recordings_in, DataType, IqSource};
 use crate::webdataset::{is_shard, shard_entries};
 
 /// A source that cannot be read at all (a usage error, not an item error).
@@ -55,18 +55,34 @@ pub struct SourceOptions {
     pub roots: Roots,
 }
 
-/// A SigMF file, a `.sigmf` archive or a raw IQ file, by its name.
-fn is_iq_file(path: &Path) -> bool {
-    let s = path.to_string_lossy();
-    s.ends_with(".sigmf-meta")
-        || s.ends_with(".sigmf-data")
-        || path.extension().is_some_and(|e| e == "sigmf")
-        || raw_datatype(path).is_some()
-}
-
 /// `base` names a SigMF recording as `base.sigmf-meta`.
 fn is_sigmf_base(base: &Path) -> bool {
     crate::sigmf::sigmf_paths(base).0.is_file()
+}
+
+/// The IQ recordings at `path` (a folder, a prefix, a recording) as entries: an archive that
+/// cannot be listed is one invalid entry.
+fn iq_entries(path: &Path, options: &SourceOptions) -> Result<Vec<Entry>, SourceError> {
+    let listed =
+        list_recordings_in(&options.roots, path, options.raw).map_err(|e| SourceError::Format {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    let mut entries: Vec<Entry> = listed
+        .into_iter()
+        // With a raw datatype given, a folder's every file reads as raw IQ: its audio files are
+        // audio all the same.
+        .filter(|(_, r)| !matches!(r, Ok(IqSource::Raw { path, .. }) if is_audio(path)))
+        .map(|(id, r)| match r {
+            Ok(source) => Entry::Iq { id, source },
+            Err(e) => Entry::Invalid {
+                id,
+                reason: e.to_string(),
+            },
+        })
+        .collect();
+    entries.sort_by(|a, b| a.id().cmp(b.id()));
+    Ok(entries)
 }
 
 fn not_a_source(path: &Path, iq: bool) -> SourceError {
@@ -102,27 +118,6 @@ impl Source {
         if crate::remote::is_url(path) {
             return Self::open_url(path, options);
         }
-        let iq_entries = || -> Result<Vec<Entry>, SourceError> {
-            let listed = list_recordings_in(&options.roots, path, options.raw).map_err(|e| {
-                SourceError::Format {
-                    path: path.to_path_buf(),
-                    reason: e.to_string(),
-                }
-            })?;
-            Ok(listed
-                .into_iter()
-                // With a raw datatype given, a folder's every file reads as raw IQ: its audio
-                // files are audio all the same.
-                .filter(|(_, r)| !matches!(r, Ok(IqSource::Raw { path, .. }) if is_audio(path)))
-                .map(|(id, r)| match r {
-                    Ok(source) => Entry::Iq { id, source },
-                    Err(e) => Entry::Invalid {
-                        id,
-                        reason: e.to_string(),
-                    },
-                })
-                .collect())
-        };
         // The source itself beneath the roots, now: a folder swapped for a symlink out of
         // them since the job was submitted is refused here.
         let meta = options
@@ -139,7 +134,7 @@ impl Source {
                     }
                 }
                 if options.iq {
-                    entries.extend(iq_entries()?);
+                    entries.extend(iq_entries(path, options)?);
                 }
                 entries.sort_by(|a, b| a.id().cmp(b.id()));
                 SourceKind::Dir(entries)
@@ -158,9 +153,7 @@ impl Source {
                     if meta.is_ok() && options.raw.is_none() && !is_iq_file(path) {
                         return Err(not_a_source(path, true));
                     }
-                    let mut entries = iq_entries()?;
-                    entries.sort_by(|a, b| a.id().cmp(b.id()));
-                    SourceKind::Dir(entries)
+                    SourceKind::Dir(iq_entries(path, options)?)
                 }
                 _ => {
                     if let Err(source) = meta {
@@ -181,9 +174,10 @@ impl Source {
     }
 
     /// A source in object storage: a manifest (`.jsonl`, `.csv`) or a WebDataset shard by its
-    /// extension, otherwise a prefix listed as a folder is walked (its audio objects and the
-    /// audio members of its shards; an empty listing is an error, as a missing folder is).
-    /// IQ recordings are read from local files only.
+    /// extension, with IQ a recording's object (SigMF, an archive, a raw file), otherwise a
+    /// prefix listed as a folder is walked (its audio objects and the audio members of its
+    /// shards, and with IQ its recordings; an empty listing is an error, as a missing folder
+    /// is).
     fn open_url(path: &Path, options: &SourceOptions) -> Result<Source, SourceError> {
         let io = |source| SourceError::Io {
             path: path.to_path_buf(),
@@ -202,6 +196,7 @@ impl Source {
                 entries.sort_by(|a, b| a.id().cmp(b.id()));
                 SourceKind::Dir(entries)
             }
+            _ if options.iq && is_iq_file(path) => SourceKind::Dir(iq_entries(path, options)?),
             _ => {
                 let listed = crate::remote::list(path).map_err(io)?;
                 if listed.is_empty() {
@@ -223,6 +218,10 @@ impl Source {
                     } else if is_shard(&object.url) {
                         entries.extend(shard_entries(&options.roots, &object.url, &object.id));
                     }
+                }
+                if options.iq {
+                    // (A listing of its own: the recordings' archives are opened to list them.)
+                    entries.extend(iq_entries(path, options)?);
                 }
                 entries.sort_by(|a, b| a.id().cmp(b.id()));
                 SourceKind::Dir(entries)

@@ -143,6 +143,9 @@ impl Roots {
         if !self.is_confined() {
             return Ok(());
         }
+        if crate::remote::is_url(path) {
+            return self.check_remote(path);
+        }
         let mut existing = path;
         while std::fs::symlink_metadata(existing).is_err() {
             match existing.parent() {
@@ -295,6 +298,12 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "s3://bucket/a.wav: object storage is outside the data roots"
+        );
+        // A source checked before it is listed (rf-features' recordings) likewise.
+        let e = roots.check(Path::new("s3://bucket/iq")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "s3://bucket/iq: object storage is outside the data roots"
         );
         std::fs::write(tmp.0.join("a.wav"), "x").unwrap();
         assert!(matches!(

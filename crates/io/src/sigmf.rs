@@ -8,7 +8,7 @@
 //! data before the metadata, so a `.sigmf-meta` on disk means its data is complete.
 
 use std::fs::File;
-use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha512};
@@ -19,6 +19,7 @@ use thiserror::Error;
 
 use crate::publish::{publish_all, Draft, Synced};
 use crate::roots::Roots;
+use crate::span::{Blob, Span};
 pub use crate::tar_index::TarMember;
 use crate::tar_index::{plain_member_name, TarListError};
 use crate::walk::walk_sorted;
@@ -141,9 +142,18 @@ fn is_archive(p: &Path) -> bool {
     p.extension().is_some_and(|e| e == "sigmf")
 }
 
+/// A SigMF file, a `.sigmf` archive or a raw IQ file, by its name.
+pub fn is_iq_file(path: &Path) -> bool {
+    is_sigmf_meta(path)
+        || path.to_string_lossy().ends_with(".sigmf-data")
+        || is_archive(path)
+        || raw_datatype(path).is_some()
+}
+
 /// The recordings at `path`: a SigMF file (meta or data, or the base name), a `.sigmf`
 /// archive, a raw file (with `raw` as its datatype, else from the extension), or a folder of
-/// any of these (walked recursively, sorted by id).
+/// any of these (walked recursively, sorted by id). In object storage (a URL): one object of
+/// those names, or the objects under a prefix, listed as a folder is walked.
 pub fn list_sources(path: &Path, raw: Option<DataType>) -> Result<Vec<IqSource>, IqError> {
     let one = |p: &Path, id: String| -> Result<IqSource, IqError> {
         let s = p.to_string_lossy();
@@ -186,25 +196,43 @@ pub fn list_sources(path: &Path, raw: Option<DataType>) -> Result<Vec<IqSource>,
             .unwrap_or_default();
         strip_sigmf(&s).to_string()
     };
-    if path.is_dir() {
-        let walk = walk_sorted(path, |p| {
-            is_sigmf_meta(p) || is_archive(p) || raw.is_some() || raw_datatype(p).is_some()
-        });
+    let open_error = |source| IqError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    let listed =
+        |p: &Path| is_sigmf_meta(p) || is_archive(p) || raw.is_some() || raw_datatype(p).is_some();
+    // A folder's files or a prefix's objects, by id: a raw datatype given for a folder applies
+    // to files without a known extension of their own, and SigMF data files are read through
+    // their metadata.
+    let of_files = |files: Vec<(String, PathBuf)>| -> Result<Vec<IqSource>, IqError> {
         let mut out = Vec::new();
-        for file in walk {
-            let (id, file) = file.map_err(|e| IqError::Open {
-                path: e.path,
-                source: e.source,
-            })?;
-            // A raw datatype given for a folder applies to files without a known extension of
-            // their own, and SigMF data files are read through their metadata.
-            if file.to_string_lossy().ends_with(".sigmf-data") {
-                continue;
+        for (id, file) in files {
+            if listed(&file) && !file.to_string_lossy().ends_with(".sigmf-data") {
+                out.push(one(&file, strip_sigmf(&id).to_string())?);
             }
-            out.push(one(&file, strip_sigmf(&id).to_string())?);
         }
         out.sort_by(|a, b| a.id().cmp(b.id()));
-        return Ok(out);
+        Ok(out)
+    };
+    if crate::remote::is_url(path) {
+        if is_iq_file(path) {
+            // There now, as a local file is checked to be.
+            crate::remote::RemoteObject::open(path).map_err(open_error)?;
+            return Ok(vec![one(path, name(path))?]);
+        }
+        let objects = crate::remote::list(path).map_err(open_error)?;
+        return of_files(objects.into_iter().map(|o| (o.id, o.url)).collect());
+    }
+    if path.is_dir() {
+        let mut files = Vec::new();
+        for file in walk_sorted(path, listed) {
+            files.push(file.map_err(|e| IqError::Open {
+                path: e.path,
+                source: e.source,
+            })?);
+        }
+        return of_files(files);
     }
     let s = path.to_string_lossy();
     if !path.exists() && !s.ends_with(".sigmf-meta") {
@@ -261,17 +289,20 @@ pub fn read_source_in(
     }
 }
 
-fn file_len(f: &File, path: &Path) -> Result<u64, IqError> {
-    f.metadata()
-        .map(|m| m.len())
-        .map_err(|source| IqError::Open {
-            path: path.to_path_buf(),
-            source,
-        })
+/// `path` beneath `roots`, a local file or an object in object storage, as a whole.
+fn open_span(roots: &Roots, path: &Path) -> Result<Span, IqError> {
+    open_blob(roots, path).and_then(|blob| span_of(Span::whole(blob), path))
 }
 
-fn open_file(roots: &Roots, path: &Path) -> Result<File, IqError> {
-    roots.open(path).map_err(|source| IqError::Open {
+fn open_blob(roots: &Roots, path: &Path) -> Result<Blob, IqError> {
+    roots.open_blob(path).map_err(|source| IqError::Open {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn span_of(span: std::io::Result<Span>, path: &Path) -> Result<Span, IqError> {
+    span.map_err(|source| IqError::Open {
         path: path.to_path_buf(),
         source,
     })
@@ -329,16 +360,15 @@ pub struct IqReader {
     datatype: DataType,
     samples: u64,
     left: u64,
-    data: std::io::Take<File>,
+    data: Span,
     buf: Vec<u8>,
 }
 
-/// A recording's data: `len` bytes at `file`'s position (a file, or a member of an archive,
-/// whose path is then `archive/member`).
+/// A recording's data: a file, an object, or a member of an archive (whose path is then
+/// `archive/member`).
 struct Data {
     path: PathBuf,
-    file: File,
-    len: u64,
+    span: Span,
 }
 
 impl IqReader {
@@ -363,14 +393,13 @@ impl IqReader {
     ) -> Result<Self, IqError> {
         match source {
             IqSource::Sigmf { id, meta } => {
-                let mut mf = open_file(roots, meta)?;
-                let meta_len = file_len(&mf, meta)?;
+                let mut mf = open_span(roots, meta)?;
+                let meta_len = mf.len();
                 let parsed = read_meta(&mut mf, meta_len, meta)?;
                 let base = meta.to_string_lossy();
                 let path = PathBuf::from(format!("{}.sigmf-data", strip_sigmf(&base)));
-                let file = open_file(roots, &path)?;
-                let len = file_len(&file, &path)?;
-                Self::sigmf(id, parsed, Data { path, file, len }, max_samples)
+                let span = open_span(roots, &path)?;
+                Self::sigmf(id, parsed, Data { path, span }, max_samples)
             }
             IqSource::Member {
                 id,
@@ -383,8 +412,11 @@ impl IqReader {
                     path: inner.clone(),
                     reason: format!("the archive has no {}.sigmf-data", strip_sigmf(&meta.name)),
                 })?;
-                let mut file = open_file(roots, archive)?;
-                let total = file_len(&file, archive)?;
+                let blob = open_blob(roots, archive)?;
+                let total = blob.size().map_err(|source| IqError::Open {
+                    path: archive.clone(),
+                    source,
+                })?;
                 // The archive was listed before it is read: it may have changed since.
                 for m in [meta, data] {
                     if m.offset.saturating_add(m.size) > total {
@@ -397,20 +429,12 @@ impl IqReader {
                         });
                     }
                 }
-                let seek = |file: &mut File, at: u64| {
-                    file.seek(SeekFrom::Start(at))
-                        .map(|_| ())
-                        .map_err(|source| IqError::Open {
-                            path: archive.clone(),
-                            source,
-                        })
-                };
-                seek(&mut file, meta.offset)?;
-                let parsed = read_meta(&mut file, meta.size, &inner)?;
-                seek(&mut file, data.offset)?;
+                let member =
+                    |m: &TarMember| span_of(Span::range(blob.clone(), m.offset, m.size), archive);
+                let parsed = read_meta(&mut member(meta)?, meta.size, &inner)?;
                 let path = archive.join(&data.name);
-                let len = data.size;
-                Self::sigmf(id, parsed, Data { path, file, len }, max_samples)
+                let span = member(data)?;
+                Self::sigmf(id, parsed, Data { path, span }, max_samples)
             }
             IqSource::Raw { id, path, datatype } => {
                 let fs = sample_rate.ok_or_else(|| IqError::Unsupported {
@@ -423,12 +447,9 @@ impl IqReader {
                         reason: format!("sample rate {fs} is not positive"),
                     });
                 }
-                let file = open_file(roots, path)?;
-                let len = file_len(&file, path)?;
                 let data = Data {
                     path: path.clone(),
-                    file,
-                    len,
+                    span: open_span(roots, path)?,
                 };
                 Self::new(id, None, data, *datatype, fs, max_samples)
             }
@@ -455,12 +476,13 @@ impl IqReader {
             .ok_or_else(|| bad("core:sample_rate is missing".into()))?;
         let sb = datatype.sample_bytes() as u64;
         let claimed = meta.claimed_end();
-        if claimed > data.len / sb && data.len.is_multiple_of(sb) {
+        let len = data.span.len();
+        if claimed > len / sb && len.is_multiple_of(sb) {
             return Err(IqError::Truncated {
                 path: data.path,
                 reason: format!(
                     "the metadata refers to sample {claimed}, the data holds {}",
-                    data.len / sb
+                    len / sb
                 ),
             });
         }
@@ -477,15 +499,16 @@ impl IqReader {
         max_samples: u64,
     ) -> Result<Self, IqError> {
         let sb = datatype.sample_bytes() as u64;
-        if !data.len.is_multiple_of(sb) {
+        let len = data.span.len();
+        if !len.is_multiple_of(sb) {
             return Err(IqError::OddLength {
                 path: data.path,
-                bytes: data.len,
+                bytes: len,
                 sample_bytes: sb as usize,
                 datatype: datatype.name(),
             });
         }
-        let samples = data.len / sb;
+        let samples = len / sb;
         if samples > max_samples {
             return Err(IqError::TooLarge {
                 path: data.path,
@@ -501,7 +524,7 @@ impl IqReader {
             datatype,
             samples,
             left: samples,
-            data: data.file.take(data.len),
+            data: data.span,
             buf: Vec::new(),
         })
     }
@@ -667,8 +690,7 @@ pub fn archive_recordings_in(
     path: &Path,
     id: &str,
 ) -> Result<Vec<IqSource>, IqError> {
-    let f = crate::span::Blob::from(open_file(roots, path)?);
-    let members = tar_members(&f, path)?;
+    let members = tar_members(&open_blob(roots, path)?, path)?;
     let out: Vec<IqSource> = members
         .iter()
         .filter(|m| m.name.ends_with(".sigmf-meta"))
