@@ -69,6 +69,9 @@ def main() -> None:
     ap.add_argument("--spans", type=int, default=120)
     ap.add_argument("--clip-seconds", type=float, default=None,
                     help="clips of this many seconds of sox pink noise (16 kHz 16-bit WAV) instead of the FLAC")
+    ap.add_argument("--bucket-args", default="", help="more arguments of the bucket run (e.g. '--workers 2')")
+    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                    help="set in both runs' environment (e.g. MIMALLOC_PURGE_DELAY=0)")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="sonograph-storage-") as tmp:
@@ -102,6 +105,7 @@ def main() -> None:
             "AWS_ACCESS_KEY_ID": "sonograph-test", "AWS_SECRET_ACCESS_KEY": "sonograph-test-secret",
             "AWS_REGION": "us-east-1", "AWS_ENDPOINT": endpoint, "AWS_ALLOW_HTTP": "true",
         })
+        env.update(dict(kv.split("=", 1) for kv in args.env))
         common = ["--preset", "whisper", "--no-progress"]
         walls: dict[str, list[float]] = {"local": [], "bucket": []}
         rss: dict[str, list[float]] = {"local": [], "bucket": []}
@@ -114,7 +118,7 @@ def main() -> None:
                 rss["local"].append(m)
                 work = root / f"work-{r}"
                 w, m = run([args.bin, "extract", "s3://corpus/clips", "--out", f"s3://features/run{r}",
-                            "--work-dir", str(work), *common], env)
+                            "--work-dir", str(work), *common, *args.bucket_args.split()], env)
                 walls["bucket"].append(w)
                 rss["bucket"].append(m)
                 shutil.rmtree(buckets / "features" / f"run{r}", ignore_errors=True)
@@ -132,7 +136,8 @@ def main() -> None:
     load = os.getloadavg()
     print(f"machine: {os.cpu_count()} cores, load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     kind = "FLAC" if args.clip_seconds is None else f"{args.clip_seconds:g}-s WAV"
-    print(f"{args.clips} clips of {len(audio)} bytes ({kind}, 16 kHz), whisper, {args.runs} runs alternating")
+    print(f"{args.clips} clips of {len(audio)} bytes ({kind}, 16 kHz), whisper, {args.runs} runs alternating; "
+          f"bucket run's own arguments: {args.bucket_args or '(none)'}; environment: {args.env or '(as is)'}")
     for kind in ("local", "bucket"):
         print(f"{kind:>7}: wall median {statistics.median(walls[kind]):.2f} s {['%.2f' % w for w in walls[kind]]}, "
               f"peak RSS median {statistics.median(rss[kind]):.0f} MB {['%.0f' % m for m in rss[kind]]}")

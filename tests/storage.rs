@@ -702,3 +702,66 @@ fn iq_recordings_in_a_bucket_give_the_rows_of_their_files() {
         }
     }
 }
+
+/// Clips in a bucket are fetched ahead of the workers that decode them: with a store's round
+/// trip (100 ms a request here) and two workers, the server sees many more requests at once
+/// than there are workers, and still a request a clip and each clip's bytes once (a read
+/// ahead is the read its worker makes, not one more), the rows those of the same clips on disk.
+#[test]
+fn clips_in_a_bucket_are_fetched_ahead_of_their_workers_once_each() {
+    let tmp = Tmp::new("s3-read-ahead");
+    let server = S3Server::start(&tmp.path("s3"));
+    let clips = server.bucket("corpus").join("clips");
+    std::fs::create_dir_all(&clips).unwrap();
+    let n = 40;
+    for i in 0..n {
+        write_wav(&clips.join(format!("c{i:02}.wav")), 16_000, 0.5, i);
+    }
+    server.seal();
+    let bytes: u64 = (0..n)
+        .map(|i| {
+            std::fs::metadata(clips.join(format!("c{i:02}.wav")))
+                .unwrap()
+                .len()
+        })
+        .sum();
+    let local = tmp.path("local");
+    let o = extract(
+        &server,
+        clips.to_str().unwrap(),
+        local.to_str().unwrap(),
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    server.set_latency(std::time::Duration::from_millis(100));
+    let (requests, fetched) = (server.requests(), server.get_bytes());
+    let from_bucket = tmp.path("from-bucket");
+    let o = extract(
+        &server,
+        "s3://corpus/clips",
+        from_bucket.to_str().unwrap(),
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (requests, fetched) = (server.requests() - requests, server.get_bytes() - fetched);
+    eprintln!(
+        "{n} clips: {requests} requests, {fetched} bytes of {bytes}, at most {} at once",
+        server.most_in_flight()
+    );
+    // A clip's GET, and the listing.
+    assert!(
+        requests <= u64::from(n) + 2,
+        "{requests} requests for {n} clips"
+    );
+    assert_eq!(fetched, bytes);
+    // `extract` above runs two workers.
+    assert!(
+        server.most_in_flight() >= 8,
+        "{} requests at once",
+        server.most_in_flight()
+    );
+    assert_eq!(
+        read_dataset(&from_bucket, &whisper_id()),
+        read_dataset(&local, &whisper_id())
+    );
+}

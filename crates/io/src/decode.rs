@@ -153,6 +153,15 @@ pub struct AudioReader {
     container: Option<Probed>,
 }
 
+/// What opening an object reads first: all of a clip, or the header of a span.
+fn first_read(opts: &DecodeOptions) -> u64 {
+    if opts.offset_s > 0.0 || opts.duration_s.is_some() {
+        crate::remote::FIRST_READ_SPAN
+    } else {
+        crate::remote::FIRST_READ_WHOLE
+    }
+}
+
 impl AudioReader {
     pub fn open(path: &Path, opts: &DecodeOptions) -> Result<Self, DecodeError> {
         Self::open_in(&Roots::anywhere(), path, opts)
@@ -160,13 +169,16 @@ impl AudioReader {
 
     /// [`open`](Self::open), the file opened beneath `roots`.
     pub fn open_in(roots: &Roots, path: &Path, opts: &DecodeOptions) -> Result<Self, DecodeError> {
-        // An object is opened by reading its start: all of a clip, or the header of a span.
-        let first = if opts.offset_s > 0.0 || opts.duration_s.is_some() {
-            crate::remote::FIRST_READ_SPAN
-        } else {
-            crate::remote::FIRST_READ_WHOLE
-        };
-        Self::open_reading(roots, path, opts, first)
+        Self::open_reading(roots, path, opts, first_read(opts))
+    }
+
+    /// Starts fetching what [`open_in`](Self::open_in) will read first where `path` is an
+    /// object (`RemoteObject::read_ahead`): nothing for a local file, nor beneath confined
+    /// roots, which refuse object storage.
+    pub fn read_ahead(roots: &Roots, path: &Path, opts: &DecodeOptions) {
+        if crate::remote::is_url(path) && !roots.is_confined() {
+            crate::remote::RemoteObject::read_ahead(path, first_read(opts));
+        }
     }
 
     /// [`open`](Self::open) for a reader after the header (a listing's durations): an object

@@ -224,6 +224,92 @@ fn wait<T: Send + 'static, E: From<Lost> + Send + 'static>(
 /// A request whose task ended without an answer.
 struct Lost;
 
+/// An object's first read: its size, ETag and first `first` bytes (all of them, or an error).
+type FirstRead = io::Result<(u64, Option<String>, Bytes)>;
+
+/// `first` bytes of `path` from its start, with the size and ETag the answer gives.
+async fn first_read(
+    store: Arc<dyn ObjectStore>,
+    path: ObjectPath,
+    url: PathBuf,
+    first: u64,
+) -> FirstRead {
+    let options = object_store::GetOptions {
+        range: Some(object_store::GetRange::Bounded(0..first)),
+        ..Default::default()
+    };
+    let answer = async {
+        let result = store.get_opts(&path, options).await?;
+        let (size, version) = (result.meta.size, result.meta.e_tag.clone());
+        Ok::<_, object_store::Error>((size, version, result.bytes().await?))
+    };
+    let (size, version, bytes) = answer.await.map_err(|e| store_error(&url, e))?;
+    BYTES_FETCHED.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    if bytes.len() as u64 != first.min(size) {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("{}: an answer cut short", url.display()),
+        ));
+    }
+    Ok((size, version, bytes))
+}
+
+impl From<Lost> for io::Error {
+    fn from(_: Lost) -> io::Error {
+        io::Error::other("the object storage request ended without an answer")
+    }
+}
+
+/// First reads started ahead of their readers ([`RemoteObject::read_ahead`]) held at most, a
+/// MiB each at most: a bound under any job's window (`JobConfig::read_ahead_items`), for reads
+/// whose readers never came (an item failed before it was opened).
+pub const READ_AHEAD_OBJECTS: usize = 256;
+
+mod read_ahead {
+    use std::collections::VecDeque;
+    use std::path::{Path, PathBuf};
+    use std::sync::mpsc::{sync_channel, Receiver};
+    use std::sync::{Mutex, OnceLock};
+
+    use super::{runtime, FirstRead, READ_AHEAD_OBJECTS};
+
+    type Pending = VecDeque<(PathBuf, u64, Receiver<FirstRead>)>;
+
+    fn pending() -> &'static Mutex<Pending> {
+        static PENDING: OnceLock<Mutex<Pending>> = OnceLock::new();
+        PENDING.get_or_init(Default::default)
+    }
+
+    pub(super) fn start(
+        url: &Path,
+        first: u64,
+        read: impl std::future::Future<Output = FirstRead> + Send + 'static,
+    ) {
+        let (tx, rx) = sync_channel(1);
+        runtime().spawn(async move {
+            // A reader that was let go drops the answer.
+            let _ = tx.send(read.await);
+        });
+        let mut pending = pending().lock().unwrap_or_else(|e| e.into_inner());
+        if pending.len() == READ_AHEAD_OBJECTS {
+            pending.pop_front();
+        }
+        pending.push_back((url.to_path_buf(), first, rx));
+    }
+
+    /// The first read of `url` started ahead, waited for; `None` where none was.
+    pub(super) fn take(url: &Path, first: u64) -> Option<FirstRead> {
+        let rx = {
+            let mut pending = pending().lock().unwrap_or_else(|e| e.into_inner());
+            let at = pending
+                .iter()
+                .position(|(u, f, _)| u == url && *f == first)?;
+            pending.remove(at)?.2
+        };
+        Some(rx.recv().unwrap_or_else(|_| Err(super::Lost.into())))
+    }
+}
+
 impl From<Lost> for object_store::Error {
     fn from(_: Lost) -> Self {
         object_store::Error::Generic {
@@ -440,27 +526,15 @@ impl RemoteObject {
         let path = location.object_path(url)?;
         // One attempt: an empty object answers a range with 416, a server may not take ranges,
         // and a transient failure is retried by the open by size that follows any failure.
-        let got = (|| {
-            let (store, path) = (store.clone(), path.clone());
-            let (size, version, bytes) = wait(async move {
-                let options = object_store::GetOptions {
-                    range: Some(object_store::GetRange::Bounded(0..first)),
-                    ..Default::default()
-                };
-                let result = store.get_opts(&path, options).await?;
-                let (size, version) = (result.meta.size, result.meta.e_tag.clone());
-                Ok::<_, object_store::Error>((size, version, result.bytes().await?))
-            })
-            .map_err(|e| store_error(url, e))?;
-            BYTES_FETCHED.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-            if bytes.len() as u64 != first.min(size) {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!("{}: an answer cut short", url.display()),
-                ));
-            }
-            Ok((size, version, bytes))
-        })();
+        let got = match read_ahead::take(url, first) {
+            Some(got) => got,
+            None => wait(first_read(
+                store.clone(),
+                path.clone(),
+                url.to_path_buf(),
+                first,
+            )),
+        };
         let (len, version, bytes) = match got {
             Ok(got) => got,
             Err(e)
@@ -486,6 +560,25 @@ impl RemoteObject {
                 ..Block::default()
             }),
         })
+    }
+
+    /// Starts reading `url`'s first `first` bytes now, on the runtime, for the
+    /// [`open_reading`](Self::open_reading) of the same bytes that comes later (a job's
+    /// upcoming items: the decode workers then find their clips fetched instead of each
+    /// waiting a round trip). At most [`READ_AHEAD_OBJECTS`] are held; past that the oldest is
+    /// let go (its reader then asks itself).
+    pub fn read_ahead(url: &Path, first: u64) {
+        let Ok(location) = Location::parse(url) else {
+            return;
+        };
+        let (Ok(store), Ok(path)) = (store(url, &location), location.object_path(url)) else {
+            return;
+        };
+        read_ahead::start(
+            url,
+            first,
+            first_read(store, path, url.to_path_buf(), first),
+        );
     }
 
     /// The object's ETag where its store keeps one per version (S3, GCS, Azure). A web server's

@@ -259,6 +259,16 @@ impl JobConfig {
             .saturating_mul(self.workers as u64 + WRITER_QUEUE as u64)
     }
 
+    /// Items of a source in object storage whose first read is under way before a worker
+    /// takes them (`remote::RemoteObject::read_ahead`, at most its first MiB each): four a
+    /// worker, and at least 16, so that the round trips of that many overlap the decoding.
+    /// Two workers decoded 500 10-s clips from a loopback bucket in 1.87–2.20 s with it and
+    /// 2.90 s without; four workers a core (the default before it) held 40–47 MB more
+    /// (bench/RESULTS.md, 2026-12-02).
+    pub fn read_ahead_items(&self) -> usize {
+        (4 * self.workers).max(16)
+    }
+
     /// The bytes the items between the decoders and the writer may hold at once: a quarter
     /// of the machine's memory (4 GiB where it is not known), and no more than the prefetch
     /// queue and a batch per executor could hold at their longest.
@@ -326,13 +336,6 @@ pub mod defaults {
         std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .min(*super::bounds::WORKERS.end())
-    }
-
-    /// Workers for a source in object storage: four a core, so that the requests of some
-    /// overlap the decoding of others (each waits a round trip per read). On loopback, 2,000
-    /// clips took 2.20 s with a worker a core, 1.43 s with two, 1.26 s with four (2 cores).
-    pub fn workers_for_remote() -> usize {
-        (4 * workers()).min(*super::bounds::WORKERS.end())
     }
 }
 

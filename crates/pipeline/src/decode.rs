@@ -215,12 +215,7 @@ fn decode_item(
     let item = &work.item;
     let source = item.path.display().to_string();
     let fail = |reason: String| WriterMsg::Failed(item_failure(item, reason));
-    let opts = DecodeOptions {
-        mix: config.mix,
-        limits: config.limits,
-        offset_s: item.offset_s,
-        duration_s: config.decoded_seconds(item),
-    };
+    let opts = decode_options(config, item);
     // A shard's member: its archive opened once, as listed (no HEAD), for its audio and its
     // sample's text members, which a small sample's one request brings together. (For audio
     // and a real spec only: another pairing fails in `open_item`, saying why.)
@@ -387,6 +382,26 @@ fn decode_item(
 /// Opens an item for the spec: an audio file (or a member of `archive`, opened already) for a
 /// real spec, an IQ recording at the spec's rate for a complex one (IQ is never resampled).
 /// Any other pairing is the item's failure, naming the file and why.
+/// How `item` is decoded.
+fn decode_options(config: &JobConfig, item: &SourceItem) -> DecodeOptions {
+    DecodeOptions {
+        mix: config.mix,
+        limits: config.limits,
+        offset_s: item.offset_s,
+        duration_s: config.decoded_seconds(item),
+    }
+}
+
+/// Starts fetching an upcoming entry's first bytes where it is an audio object of its own
+/// (`AudioReader::read_ahead`; a shard's members come with their shard's reads).
+pub(crate) fn read_ahead(config: &JobConfig, entry: &Entry) {
+    if let Entry::Item(item) = entry {
+        if item.member.is_none() && !config.spec.is_complex() {
+            AudioReader::read_ahead(&config.roots, &item.path, &decode_options(config, item));
+        }
+    }
+}
+
 fn open_item(
     config: &JobConfig,
     item: &SourceItem,

@@ -378,7 +378,14 @@ fn run_stages(
         .map_err(|e| JobError::Internal(e.to_string()))?;
     drop((work_rx, unit_tx, writer_tx));
 
-    let fed = source.feed(&ledger_reader, &work_tx, live);
+    // Each upcoming object's first read under way before its worker opens it.
+    let read_ahead = |entry: &Entry| crate::decode::read_ahead(config, entry);
+    let fed = source.feed(
+        &ledger_reader,
+        &work_tx,
+        live,
+        (&read_ahead, config.read_ahead_items()),
+    );
     drop(work_tx);
     let mut stage_times = StageTimes::default();
     let mut computed_here = 0;

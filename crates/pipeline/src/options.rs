@@ -319,8 +319,8 @@ pub struct JobOptions {
     /// GPU memory budget per device: "6GiB", "512MiB" or a share such as "80%".
     #[cfg_attr(feature = "cli", arg(long, env = "SONOGRAPH_GPU_MEMORY"))]
     pub gpu_memory: Option<String>,
-    /// Decode threads (default: the cores; four a core for a source in object storage, whose
-    /// reads wait on the network).
+    /// Decode threads (default: the cores; a source in object storage is fetched ahead of
+    /// them, four items a worker).
     #[cfg_attr(feature = "cli", arg(long, env = "SONOGRAPH_WORKERS"))]
     pub workers: Option<usize>,
     /// Depth of the prefetch queue, in batches.
@@ -633,13 +633,7 @@ impl JobOptions {
         config.precision = precision;
         config.mix = self.channel.map_or(ChannelMix::Mean, ChannelMix::Select);
         config.limits = limits;
-        config.workers = self.workers.unwrap_or_else(|| {
-            if sonograph_io::remote::is_url(&self.source) {
-                defaults::workers_for_remote()
-            } else {
-                defaults::workers()
-            }
-        });
+        config.workers = self.workers.unwrap_or_else(defaults::workers);
         config.prefetch = self.prefetch;
         config.batch_items = self.batch_items;
         config.max_seconds = self.max_seconds;

@@ -3,6 +3,7 @@
 //! with the number of items but the ids' 8-byte fingerprints of the duplicate check.
 
 use std::collections::hash_map::DefaultHasher;
+use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::ops::Range;
 
@@ -93,12 +94,14 @@ impl ShardSource {
     }
 
     /// Sends the entries not yet settled to `work`, asking `ledger` a chunk at a time; returns
-    /// how many were done already. Stops early when the workers are gone.
+    /// how many were done already. Stops early when the workers are gone. `ahead` sees each
+    /// entry `read_ahead` entries before it is sent (a chunk's first ones as it is settled).
     pub fn feed(
         &self,
         ledger: &LedgerReader,
         work: &Sender<Entry>,
         live: &LiveJob,
+        (ahead, read_ahead): (&dyn Fn(&Entry), usize),
     ) -> Result<u64, JobError> {
         let mut resumed = 0;
         let mut chunk: Vec<Entry> = Vec::with_capacity(CHUNK);
@@ -114,9 +117,18 @@ impl ShardSource {
             let ids: Vec<&str> = chunk.iter().map(|e| e.id()).collect();
             let settled = ledger.settled(&ids)?;
             resumed += settled.done.len() as u64;
-            for entry in chunk.drain(..) {
-                if settled.done.contains(entry.id()) || settled.failed.contains(entry.id()) {
-                    continue;
+            let mut todo: VecDeque<Entry> = chunk
+                .drain(..)
+                .filter(|e| !settled.done.contains(e.id()) && !settled.failed.contains(e.id()))
+                .collect();
+            // The entries `ahead` has seen, from the front.
+            let mut seen = todo.len().min(read_ahead);
+            todo.iter().take(seen).for_each(ahead);
+            while let Some(entry) = todo.pop_front() {
+                seen = seen.saturating_sub(1);
+                if let Some(later) = todo.get(seen).filter(|_| read_ahead > 0) {
+                    ahead(later);
+                    seen += 1;
                 }
                 if live.is_canceled() {
                     return Ok(resumed); // the rest waits for the job's resume

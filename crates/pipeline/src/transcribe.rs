@@ -392,7 +392,7 @@ fn transcribe(job: &TranscribeJob, live: &LiveJob) -> Result<JobOutcome, JobErro
         // The ledger's reader is the feeder's alone (a SQLite connection is not shared).
         let feeder = scope.spawn(move || -> Result<u64, JobError> {
             match source {
-                Some(s) => s.feed(&reader, &tx, live),
+                Some(s) => s.feed(&reader, &tx, live, (&|_| {}, 0)),
                 None if !single_here => Ok(0),
                 None => {
                     let id = file_id(&job.source);

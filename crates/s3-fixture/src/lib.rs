@@ -36,6 +36,11 @@ struct State {
     get_bytes: AtomicU64,
     /// A status every request is answered with (0: none).
     answer_status: AtomicU64,
+    /// Milliseconds each request waits before it is served, as a store's round trip does.
+    latency_ms: AtomicU64,
+    /// Requests being served now, and the most there have been at once.
+    in_flight: AtomicU64,
+    most_in_flight: AtomicU64,
     /// Held through each conditional put: S3 makes "create only where none is" atomic, and
     /// s3s-fs looks, then writes.
     conditional_puts: tokio::sync::Mutex<()>,
@@ -186,6 +191,19 @@ impl S3Server {
             .store(status.map_or(0, u64::from), Ordering::SeqCst);
     }
 
+    /// From now on, each request waits `latency` before it is served (a cloud store's round
+    /// trip, where loopback has none).
+    pub fn set_latency(&self, latency: std::time::Duration) {
+        self.state
+            .latency_ms
+            .store(latency.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// The most requests that were being served at once so far.
+    pub fn most_in_flight(&self) -> u64 {
+        self.state.most_in_flight.load(Ordering::SeqCst)
+    }
+
     /// Requests answered so far, faults included.
     pub fn requests(&self) -> u64 {
         self.state.requests.load(Ordering::SeqCst)
@@ -216,6 +234,23 @@ async fn handle(
     req: http::Request<hyper::body::Incoming>,
 ) -> Result<http::Response<s3s::Body>, s3s::HttpError> {
     let n = state.requests.fetch_add(1, Ordering::SeqCst);
+    let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    state.most_in_flight.fetch_max(now, Ordering::SeqCst);
+    let answer = serve(service, state, req, n).await;
+    state.in_flight.fetch_sub(1, Ordering::SeqCst);
+    answer
+}
+
+async fn serve(
+    service: &s3s::service::S3Service,
+    state: &State,
+    req: http::Request<hyper::body::Incoming>,
+    n: u64,
+) -> Result<http::Response<s3s::Body>, s3s::HttpError> {
+    let latency = state.latency_ms.load(Ordering::SeqCst);
+    if latency > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(latency)).await;
+    }
     let status = state.answer_status.load(Ordering::SeqCst);
     if status != 0 {
         let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
