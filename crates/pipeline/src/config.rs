@@ -262,8 +262,8 @@ impl JobConfig {
     /// Items of a source in object storage whose first read is under way before a worker
     /// takes them (`remote::RemoteObject::read_ahead`, at most its first MiB each): four a
     /// worker, and at least 16, so that the round trips of that many overlap the decoding.
-    /// Two workers decoded 500 10-s clips from a loopback bucket in 1.87–2.20 s with it and
-    /// 2.90 s without; four workers a core (the default before it) held 40–47 MB more
+    /// Two workers decoded 500 10-s clips from a loopback bucket in 1.87–2.22 s with it and
+    /// 2.90 s without; four workers a core (the default before it) held 44–52 MB more
     /// (bench/RESULTS.md, 2026-12-02).
     pub fn read_ahead_items(&self) -> usize {
         (4 * self.workers).max(16)

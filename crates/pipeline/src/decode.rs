@@ -379,9 +379,6 @@ fn decode_item(
     }
 }
 
-/// Opens an item for the spec: an audio file (or a member of `archive`, opened already) for a
-/// real spec, an IQ recording at the spec's rate for a complex one (IQ is never resampled).
-/// Any other pairing is the item's failure, naming the file and why.
 /// How `item` is decoded.
 fn decode_options(config: &JobConfig, item: &SourceItem) -> DecodeOptions {
     DecodeOptions {
@@ -402,6 +399,9 @@ pub(crate) fn read_ahead(config: &JobConfig, entry: &Entry) {
     }
 }
 
+/// Opens an item for the spec: an audio file (or a member of `archive`, opened already) for a
+/// real spec, an IQ recording at the spec's rate for a complex one (IQ is never resampled).
+/// Any other pairing is the item's failure, naming the file and why.
 fn open_item(
     config: &JobConfig,
     item: &SourceItem,

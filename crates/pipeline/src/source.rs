@@ -121,14 +121,12 @@ impl ShardSource {
                 .drain(..)
                 .filter(|e| !settled.done.contains(e.id()) && !settled.failed.contains(e.id()))
                 .collect();
-            // The entries `ahead` has seen, from the front.
-            let mut seen = todo.len().min(read_ahead);
-            todo.iter().take(seen).for_each(ahead);
+            // `ahead` has seen the first `read_ahead` entries, and after each entry sent, the
+            // one that comes `read_ahead` entries after it.
+            todo.iter().take(read_ahead).for_each(ahead);
             while let Some(entry) = todo.pop_front() {
-                seen = seen.saturating_sub(1);
-                if let Some(later) = todo.get(seen).filter(|_| read_ahead > 0) {
+                if let Some(later) = read_ahead.checked_sub(1).and_then(|i| todo.get(i)) {
                     ahead(later);
-                    seen += 1;
                 }
                 if live.is_canceled() {
                     return Ok(resumed); // the rest waits for the job's resume
