@@ -2,7 +2,7 @@
 targets): wall time, peak RSS, and the bytes that offsets into a long file fetch.
 
     cargo build --release -p sonograph -p sonograph-s3-fixture
-    python3 bench/storage.py [--clips 2000] [--runs 3] [--long-minutes 60] [--spans 120]
+    python3 bench/storage.py [--clips 2000] [--runs 3] [--long-minutes 60] [--spans 120] [--server-cores 1]
 
 The server is s3s-fs (crates/s3-fixture, the one the tests start), serving a folder whose
 sub-folders are buckets. The corpus is `--clips` copies of tests/data/speech_16000_mono_s16.flac
@@ -30,8 +30,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def start_server(binary: str, root: Path) -> tuple[subprocess.Popen, str]:
-    server = subprocess.Popen([binary, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+def pinned(cores: set[int] | None):
+    """A child's start that confines it to `cores` (None: where this process may run)."""
+    return None if cores is None else (lambda: os.sched_setaffinity(0, cores))
+
+
+def start_server(binary: str, root: Path, cores: set[int] | None) -> tuple[subprocess.Popen, str]:
+    server = subprocess.Popen([binary, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              preexec_fn=pinned(cores))
     assert server.stdout is not None
     first = server.stdout.readline().split()
     assert first[0] == "endpoint", first
@@ -46,10 +52,11 @@ def stats(server: subprocess.Popen) -> int:
     return int(fields[1])
 
 
-def run(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+def run(cmd: list[str], env: dict[str, str], cores: set[int] | None) -> tuple[float, float]:
     """Wall seconds and peak RSS (MB) of one run."""
     start = time.perf_counter()
-    child = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             preexec_fn=pinned(cores))
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - start
     code = os.waitstatus_to_exitcode(status)
@@ -72,7 +79,17 @@ def main() -> None:
     ap.add_argument("--bucket-args", default="", help="more arguments of the bucket run (e.g. '--workers 2')")
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                     help="set in both runs' environment (e.g. MIMALLOC_PURGE_DELAY=0)")
+    ap.add_argument("--server-cores", type=int, default=0,
+                    help="the server on this many of the machine's last cores and every job on the others, "
+                         "as a store on other machines would leave the job its cores (0: all share every core)")
     args = ap.parse_args()
+    cores = sorted(os.sched_getaffinity(0))
+    if args.server_cores:
+        if args.server_cores >= len(cores):
+            raise SystemExit(f"--server-cores {args.server_cores} leaves no core of {len(cores)} to the jobs")
+        server_cores, job_cores = set(cores[-args.server_cores:]), set(cores[:-args.server_cores])
+    else:
+        server_cores = job_cores = None
 
     with tempfile.TemporaryDirectory(prefix="sonograph-storage-") as tmp:
         root = Path(tmp)
@@ -99,7 +116,7 @@ def main() -> None:
                 f.write(json.dumps({"audio_filepath": "long.wav", "offset": round(i * step, 3), "duration": 10.0}) + "\n")
         needed = args.spans * 10 * 16000 * 2
 
-        server, endpoint = start_server(args.server, buckets)
+        server, endpoint = start_server(args.server, buckets, server_cores)
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         env.update({
             "AWS_ACCESS_KEY_ID": "sonograph-test", "AWS_SECRET_ACCESS_KEY": "sonograph-test-secret",
@@ -113,19 +130,19 @@ def main() -> None:
             for r in range(args.runs):
                 out = root / "out-local"
                 shutil.rmtree(out, ignore_errors=True)
-                w, m = run([args.bin, "extract", str(clips), "--out", str(out), *common], env)
+                w, m = run([args.bin, "extract", str(clips), "--out", str(out), *common], env, job_cores)
                 walls["local"].append(w)
                 rss["local"].append(m)
                 work = root / f"work-{r}"
                 w, m = run([args.bin, "extract", "s3://corpus/clips", "--out", f"s3://features/run{r}",
-                            "--work-dir", str(work), *common, *args.bucket_args.split()], env)
+                            "--work-dir", str(work), *common, *args.bucket_args.split()], env, job_cores)
                 walls["bucket"].append(w)
                 rss["bucket"].append(m)
                 shutil.rmtree(buckets / "features" / f"run{r}", ignore_errors=True)
                 shutil.rmtree(work, ignore_errors=True)
             before = stats(server)
             spans_out = root / "out-spans"
-            w_spans, _ = run([args.bin, "extract", "s3://corpus/spans.jsonl", "--out", str(spans_out), *common], env)
+            w_spans, _ = run([args.bin, "extract", "s3://corpus/spans.jsonl", "--out", str(spans_out), *common], env, job_cores)
             fetched = stats(server) - before
             report = json.loads((spans_out / "__sonograph" / "report.json").read_text())
             assert report["items_ok"] == args.spans, report
@@ -137,7 +154,8 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores, load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     kind = "FLAC" if args.clip_seconds is None else f"{args.clip_seconds:g}-s WAV"
     print(f"{args.clips} clips of {len(audio)} bytes ({kind}, 16 kHz), whisper, {args.runs} runs alternating; "
-          f"bucket run's own arguments: {args.bucket_args or '(none)'}; environment: {args.env or '(as is)'}")
+          f"bucket run's own arguments: {args.bucket_args or '(none)'}; environment: {args.env or '(as is)'}; "
+          f"cores: {'all shared' if job_cores is None else f'server on {sorted(server_cores)}, jobs on {sorted(job_cores)}'}")
     for kind in ("local", "bucket"):
         print(f"{kind:>7}: wall median {statistics.median(walls[kind]):.2f} s {['%.2f' % w for w in walls[kind]]}, "
               f"peak RSS median {statistics.median(rss[kind]):.0f} MB {['%.0f' % m for m in rss[kind]]}")
