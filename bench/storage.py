@@ -79,6 +79,8 @@ def main() -> None:
     ap.add_argument("--bucket-args", default="", help="more arguments of the bucket run (e.g. '--workers 2')")
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                     help="set in both runs' environment (e.g. MIMALLOC_PURGE_DELAY=0)")
+    ap.add_argument("--latency-ms", type=int, default=0,
+                    help="each request waits this long at the server (a store's round trip; 0: loopback's)")
     ap.add_argument("--server-cores", type=int, default=0,
                     help="the server on this many of the machine's last cores and every job on the others, "
                          "as a store on other machines would leave the job its cores (0: all share every core)")
@@ -117,6 +119,11 @@ def main() -> None:
         needed = args.spans * 10 * 16000 * 2
 
         server, endpoint = start_server(args.server, buckets, server_cores)
+        if args.latency_ms:
+            assert server.stdin is not None and server.stdout is not None
+            server.stdin.write(f"latency {args.latency_ms}\n")
+            server.stdin.flush()
+            assert server.stdout.readline().split() == ["latency", str(args.latency_ms)]
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         env.update({
             "AWS_ACCESS_KEY_ID": "sonograph-test", "AWS_SECRET_ACCESS_KEY": "sonograph-test-secret",
@@ -155,6 +162,7 @@ def main() -> None:
     kind = "FLAC" if args.clip_seconds is None else f"{args.clip_seconds:g}-s WAV"
     print(f"{args.clips} clips of {len(audio)} bytes ({kind}, 16 kHz), whisper, {args.runs} runs alternating; "
           f"bucket run's own arguments: {args.bucket_args or '(none)'}; environment: {args.env or '(as is)'}; "
+          f"server latency {args.latency_ms} ms; "
           f"cores: {'all shared' if job_cores is None else f'server on {sorted(server_cores)}, jobs on {sorted(job_cores)}'}")
     for kind in ("local", "bucket"):
         print(f"{kind:>7}: wall median {statistics.median(walls[kind]):.2f} s {['%.2f' % w for w in walls[kind]]}, "

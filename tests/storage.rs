@@ -765,3 +765,81 @@ fn clips_in_a_bucket_are_fetched_ahead_of_their_workers_once_each() {
         read_dataset(&local, &whisper_id())
     );
 }
+
+/// A part uploads while the writer goes on with the next: with a store's round trip (400 ms a
+/// request here), the next part's draft is being written in the work folder while the server
+/// is still taking the one before (an upload on the writer's thread held every stage up for
+/// each part's round trips). The bucket then holds the rows of the same clips on disk, each
+/// once.
+#[test]
+fn a_part_uploads_while_the_next_is_written() {
+    let tmp = Tmp::new("s3-upload-overlap");
+    let server = S3Server::start(&tmp.path("s3"));
+    let clips = tmp.path("clips");
+    std::fs::create_dir_all(&clips).unwrap();
+    std::fs::create_dir_all(server.bucket("features")).unwrap();
+    for i in 0..16 {
+        write_wav(&clips.join(format!("c{i:02}.wav")), 16_000, 10.0, i);
+    }
+    let local = tmp.path("local");
+    let o = extract(
+        &server,
+        clips.to_str().unwrap(),
+        local.to_str().unwrap(),
+        &["--part-mb", "1"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    server.set_latency(std::time::Duration::from_millis(400));
+    let work = tmp.path("work");
+    // A 10-s clip's row is 320 kB of values: a part every four clips, four parts.
+    let mut child = bin_for(&server)
+        .args([
+            "extract",
+            clips.to_str().unwrap(),
+            "--out",
+            "s3://features/run",
+        ])
+        .args(["--preset", "whisper", "--no-progress", "--device", "cpu"])
+        .args(["--workers", "2", "--part-mb", "1", "--work-dir"])
+        .arg(&work)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let parts_in_work = || {
+        std::fs::read_dir(&work).map_or(0, |entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().contains("part-"))
+                .count()
+        })
+    };
+    let mut overlapped = 0;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if server.writes_in_flight() > 0 && parts_in_work() >= 2 {
+            overlapped += 1;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{err}");
+    assert!(
+        overlapped > 0,
+        "no part was being written while one uploaded: {err}"
+    );
+    assert_eq!(parts_in_work(), 0, "the work folder keeps parts");
+    let uploaded = server.bucket("features").join("run");
+    let parts = std::fs::read_dir(&uploaded)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("part-"))
+        .count();
+    assert_eq!(parts, 4, "{err}");
+    assert_eq!(
+        read_dataset(&uploaded, &whisper_id()),
+        read_dataset(&local, &whisper_id())
+    );
+}

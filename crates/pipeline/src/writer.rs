@@ -123,9 +123,22 @@ pub(crate) struct Writer {
     format: PartFormat,
     /// Where each part is uploaded before the ledger commits it (an output in object storage).
     bucket: Option<BucketOutput>,
+    /// The part being uploaded while the next one is written (one at a time).
+    uploading: Option<Upload>,
     records: Vec<PieceRecord>,
     bytes: usize,
     pub stats: WriterStats,
+}
+
+/// A part in the ledger as pending and on its way to the bucket, from a thread of its own:
+/// the ledger commits it once the bucket holds it. A crash before then leaves it pending
+/// with its local file, which the next run commits and uploads again.
+struct Upload {
+    part: u32,
+    size: u64,
+    rows: u64,
+    local: PathBuf,
+    done: std::thread::JoinHandle<Result<(), JobError>>,
 }
 
 #[derive(Default)]
@@ -156,7 +169,8 @@ impl Writer {
     }
 
     /// Uploads each part to `bucket` before the ledger commits it, and then removes its local
-    /// copy.
+    /// copy. A part uploads while the next is written (the writer waits only for the one
+    /// before, when it has the next to send).
     pub(crate) fn with_bucket(mut self, bucket: Option<BucketOutput>) -> Self {
         self.bucket = bucket;
         self
@@ -189,6 +203,7 @@ impl Writer {
             open: None,
             format: PartFormat::Parquet,
             bucket: None,
+            uploading: None,
             records: Vec::new(),
             bytes: 0,
             stats: WriterStats::default(),
@@ -361,7 +376,8 @@ impl Writer {
     }
 
     /// Completes the open part: file synced → ledger (pending) → rename → ledger (committed);
-    /// and records the failures held.
+    /// and records the failures held. A part for a bucket is committed once uploaded, later:
+    /// see [`finish`](Self::finish).
     pub fn flush(&mut self) -> Result<(), JobError> {
         self.record_failures()?;
         let Some((part_writer, file)) = self.open.take() else {
@@ -377,21 +393,64 @@ impl Writer {
         let size = closed.publish()?;
         fail::fail_point!("writer-before-commit", |_| crash());
         let local = self.parts_dir.join(&file);
-        if let Some(bucket) = &self.bucket {
-            bucket.upload_part(&local)?;
-            fail::fail_point!("writer-after-upload", |_| crash());
-        }
-        self.ledger.commit_part(part, size)?;
-        if self.bucket.is_some() {
-            crate::bucket::remove_uploaded(&local)?;
+        match self.bucket.clone() {
+            Some(bucket) => {
+                // Parts reach the bucket and the ledger in order, one upload at a time: the
+                // work folder holds two parts at most.
+                self.settle_upload()?;
+                let to_upload = local.clone();
+                let done = std::thread::Builder::new()
+                    .name("part-upload".into())
+                    .spawn(move || bucket.upload_part(&to_upload))
+                    .map_err(|e| JobError::Internal(format!("a part's upload thread: {e}")))?;
+                self.uploading = Some(Upload {
+                    part,
+                    size,
+                    rows,
+                    local,
+                    done,
+                });
+            }
+            None => self.commit(part, size, rows)?,
         }
         self.next_part += 1;
-        self.stats.rows += rows;
-        self.stats.parts += 1;
-        self.stats.part_bytes += size;
         self.records.clear();
         self.bytes = 0;
         self.stats.write_s += t.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// Completes the open part and waits for its upload, if any: the ledger then holds every
+    /// row written.
+    pub fn finish(&mut self) -> Result<(), JobError> {
+        self.flush()?;
+        let t = Instant::now();
+        self.settle_upload()?;
+        self.stats.write_s += t.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// Waits for the part being uploaded, then commits it and removes its local copy.
+    fn settle_upload(&mut self) -> Result<(), JobError> {
+        let Some(upload) = self.uploading.take() else {
+            return Ok(());
+        };
+        upload.done.join().unwrap_or_else(|_| {
+            Err(JobError::Internal(format!(
+                "{}: its upload thread panicked",
+                upload.local.display()
+            )))
+        })?;
+        fail::fail_point!("writer-after-upload", |_| crash());
+        self.commit(upload.part, upload.size, upload.rows)?;
+        crate::bucket::remove_uploaded(&upload.local)
+    }
+
+    fn commit(&mut self, part: u32, size: u64, rows: u64) -> Result<(), JobError> {
+        self.ledger.commit_part(part, size)?;
+        self.stats.rows += rows;
+        self.stats.parts += 1;
+        self.stats.part_bytes += size;
         Ok(())
     }
 }
@@ -503,7 +562,7 @@ pub(crate) fn writer_loop(
             "long items left undone: some of their pieces never arrived (a resume redoes them)"
         );
     }
-    let result = writer.flush().map(|()| std::mem::take(&mut writer.stats));
+    let result = writer.finish().map(|()| std::mem::take(&mut writer.stats));
     (writer, result)
 }
 

@@ -41,6 +41,9 @@ struct State {
     /// Requests being served now, and the most there have been at once.
     in_flight: AtomicU64,
     most_in_flight: AtomicU64,
+    /// Requests that write (PUT and POST: an object, a multipart upload's part, its start or
+    /// end) being served now.
+    writes_in_flight: AtomicU64,
     /// Held through each conditional put: S3 makes "create only where none is" atomic, and
     /// s3s-fs looks, then writes.
     conditional_puts: tokio::sync::Mutex<()>,
@@ -204,6 +207,11 @@ impl S3Server {
         self.state.most_in_flight.load(Ordering::SeqCst)
     }
 
+    /// Requests that write (PUT, POST) being served now.
+    pub fn writes_in_flight(&self) -> u64 {
+        self.state.writes_in_flight.load(Ordering::SeqCst)
+    }
+
     /// Requests answered so far, faults included.
     pub fn requests(&self) -> u64 {
         self.state.requests.load(Ordering::SeqCst)
@@ -236,7 +244,14 @@ async fn handle(
     let n = state.requests.fetch_add(1, Ordering::SeqCst);
     let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     state.most_in_flight.fetch_max(now, Ordering::SeqCst);
+    let writes = matches!(*req.method(), http::Method::PUT | http::Method::POST);
+    if writes {
+        state.writes_in_flight.fetch_add(1, Ordering::SeqCst);
+    }
     let answer = serve(service, state, req, n).await;
+    if writes {
+        state.writes_in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
     state.in_flight.fetch_sub(1, Ordering::SeqCst);
     answer
 }

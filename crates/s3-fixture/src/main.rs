@@ -1,8 +1,9 @@
 //! The test S3 server as a process, for the benchmarks (bench/storage.py): serves the folder
 //! ROOT (each folder in it a bucket; the files there sealed, see `S3Server::seal`) on a
 //! loopback port, prints `endpoint URL` on its first
-//! line, answers each `stats` line on its standard input with `get_bytes N requests M`, and
-//! stops at the end of its input.
+//! line, answers each `stats` line on its standard input with `get_bytes N requests M`, takes
+//! `latency MS` as the time each request waits from then on (a store's round trip), and stops
+//! at the end of its input.
 //!
 //!     sonograph-s3-fixture ROOT
 
@@ -23,7 +24,15 @@ fn main() {
                 server.get_bytes(),
                 server.requests()
             ),
-            Ok(_) => {}
+            Ok(other) => {
+                if let Some(ms) = other
+                    .strip_prefix("latency ")
+                    .and_then(|ms| ms.parse().ok())
+                {
+                    server.set_latency(std::time::Duration::from_millis(ms));
+                    println!("latency {ms}");
+                }
+            }
             Err(_) => break,
         }
     }
