@@ -10,8 +10,8 @@ use std::process::ExitCode;
 /// mimalloc keeps freed memory for reuse: with glibc's malloc every item's buffers (hundreds of
 /// KiB each) went back to the kernel and were faulted in again, a quarter of a job's time.
 /// Its 2.x line (the `v2` feature): 3.x, libmimalloc-sys 0.1.49's default, held about 4× the
-/// live heap on a job reading from a bucket (205 MB of RSS for a heap that peaked at 52 MB,
-/// where 2.x holds 141 MB) at the same speed (bench/RESULTS.md, 2026-12-02).
+/// live heap on a job reading from a bucket (212–231 MB of RSS for a heap that peaked at
+/// 52 MB, where 2.x holds 137–146 MB) at about the same speed (bench/RESULTS.md, 2026-12-02).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -261,8 +261,9 @@ impl From<Lost> for io::Error {
 }
 
 /// First reads started ahead of their readers ([`RemoteObject::read_ahead`]) held at most, a
-/// MiB each at most: a bound under any job's window (`JobConfig::read_ahead_items`), for reads
-/// whose readers never came (an item failed before it was opened).
+/// MiB each at most: past it the oldest is let go, which bounds the reads whose readers never
+/// came (an item failed before it was opened). A job's window leaves room under it for the
+/// entries queued behind the window (`JobConfig::read_ahead_items`).
 pub const READ_AHEAD_OBJECTS: usize = 256;
 
 mod read_ahead {

@@ -264,9 +264,21 @@ impl JobConfig {
     /// worker, and at least 16, so that the round trips of that many overlap the decoding.
     /// Two workers decoded 500 10-s clips from a loopback bucket in 1.87–2.22 s with it and
     /// 2.90 s without; four workers a core (the default before it) held 44–52 MB more
-    /// (bench/RESULTS.md, 2026-12-02).
+    /// (bench/RESULTS.md, 2026-12-02). Each read started stays held until its worker opens
+    /// it — through the window, the work queue, and the worker — and the reads held are
+    /// bounded (`remote::READ_AHEAD_OBJECTS`, the oldest let go): the window leaves room for
+    /// the rest, or one read would be let go before its worker came and every clip fetched
+    /// twice (from about 40 workers on). Past that many workers there is none.
     pub fn read_ahead_items(&self) -> usize {
-        (4 * self.workers).max(16)
+        let held_behind = self.work_queue_items() + self.workers + 1;
+        (4 * self.workers)
+            .max(16)
+            .min(sonograph_io::remote::READ_AHEAD_OBJECTS.saturating_sub(held_behind))
+    }
+
+    /// Entries waiting for a decode worker: two a worker.
+    pub fn work_queue_items(&self) -> usize {
+        2 * self.workers
     }
 
     /// The bytes the items between the decoders and the writer may hold at once: a quarter
@@ -425,6 +437,27 @@ mod tests {
             duration_s,
             member: None,
         }
+    }
+
+    #[test]
+    fn reads_ahead_and_the_entries_behind_them_fit_what_the_store_holds() {
+        let spec = FeatureSpec::preset("whisper").unwrap();
+        let mut config = JobConfig::new("in".into(), "out".into(), spec);
+        for workers in [1, 2, 8, 40, 63, 64, 84, 85, 100, 1024] {
+            config.workers = workers;
+            let window = config.read_ahead_items();
+            let held = window + config.work_queue_items() + workers + 1;
+            assert!(
+                window == 0 || held <= sonograph_io::remote::READ_AHEAD_OBJECTS,
+                "{workers} workers: a window of {window} holds {held}"
+            );
+        }
+        config.workers = 2;
+        assert_eq!(config.read_ahead_items(), 16);
+        config.workers = 16;
+        assert_eq!(config.read_ahead_items(), 64);
+        config.workers = 64;
+        assert_eq!(config.read_ahead_items(), 63);
     }
 
     #[test]

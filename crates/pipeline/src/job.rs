@@ -241,7 +241,7 @@ fn run_stages(
     let bar = progress_bar(config.progress, todo);
     // Opened after the writer's ledger, which created the file and settled its pending parts.
     let ledger_reader = LedgerReader::open(&layout.ledger)?;
-    let (work_tx, work_rx) = bounded::<Entry>(config.workers * 2);
+    let (work_tx, work_rx) = bounded::<Entry>(config.work_queue_items());
     let (unit_tx, unit_rx) = bounded::<Unit>(config.prefetch * config.batch_items);
     // Rows are up to a piece of features each (about 1 MB for 30 s of Whisper): a short queue
     // keeps a fast producer from holding many of them while a part is being written.

@@ -95,7 +95,8 @@ impl ShardSource {
 
     /// Sends the entries not yet settled to `work`, asking `ledger` a chunk at a time; returns
     /// how many were done already. Stops early when the workers are gone. `ahead` sees each
-    /// entry `read_ahead` entries before it is sent (a chunk's first ones as it is settled).
+    /// entry `read_ahead` entries before it is sent, within a chunk: a chunk's first ones
+    /// only as it is settled, after the chunk before has been sent.
     pub fn feed(
         &self,
         ledger: &LedgerReader,

@@ -326,6 +326,15 @@ impl Writer {
             audio_seconds: row.duration_s,
         });
         self.open_part()?.push(row)?;
+        // An upload done is committed now, and a failed one fails the job now, rather than
+        // after a whole part more.
+        if self
+            .uploading
+            .as_ref()
+            .is_some_and(|u| u.done.is_finished())
+        {
+            self.settle_upload()?;
+        }
         self.stats.write_s += t.elapsed().as_secs_f64();
         if self.bytes >= self.part_bytes {
             self.flush()?;
@@ -376,8 +385,8 @@ impl Writer {
     }
 
     /// Completes the open part: file synced → ledger (pending) → rename → ledger (committed);
-    /// and records the failures held. A part for a bucket is committed once uploaded, later:
-    /// see [`finish`](Self::finish).
+    /// and records the failures held. A part for a bucket is committed once uploaded: when the
+    /// next part is flushed, when a row finds its upload done, or by [`finish`](Self::finish).
     pub fn flush(&mut self) -> Result<(), JobError> {
         self.record_failures()?;
         let Some((part_writer, file)) = self.open.take() else {
@@ -452,6 +461,17 @@ impl Writer {
         self.stats.parts += 1;
         self.stats.part_bytes += size;
         Ok(())
+    }
+}
+
+/// A writer stopped by an error waits for the upload under way: no thread of a job outlives it
+/// (the service runs jobs in its process, and the next run on the work folder uploads the
+/// part again). The part stays pending, for that run to commit.
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if let Some(upload) = self.uploading.take() {
+            let _ = upload.done.join();
+        }
     }
 }
 

@@ -236,24 +236,35 @@ fn scramble(n: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// One request counted in `counter` while it is served, also where hyper drops its future.
+struct Serving<'a>(&'a AtomicU64);
+
+impl<'a> Serving<'a> {
+    fn count(counter: &'a AtomicU64) -> Self {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Serving(counter)
+    }
+}
+
+impl Drop for Serving<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 async fn handle(
     service: &s3s::service::S3Service,
     state: &State,
     req: http::Request<hyper::body::Incoming>,
 ) -> Result<http::Response<s3s::Body>, s3s::HttpError> {
     let n = state.requests.fetch_add(1, Ordering::SeqCst);
-    let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-    state.most_in_flight.fetch_max(now, Ordering::SeqCst);
-    let writes = matches!(*req.method(), http::Method::PUT | http::Method::POST);
-    if writes {
-        state.writes_in_flight.fetch_add(1, Ordering::SeqCst);
-    }
-    let answer = serve(service, state, req, n).await;
-    if writes {
-        state.writes_in_flight.fetch_sub(1, Ordering::SeqCst);
-    }
-    state.in_flight.fetch_sub(1, Ordering::SeqCst);
-    answer
+    let _serving = Serving::count(&state.in_flight);
+    state
+        .most_in_flight
+        .fetch_max(state.in_flight.load(Ordering::SeqCst), Ordering::SeqCst);
+    let _writing = matches!(*req.method(), http::Method::PUT | http::Method::POST)
+        .then(|| Serving::count(&state.writes_in_flight));
+    serve(service, state, req, n).await
 }
 
 async fn serve(
