@@ -3,6 +3,7 @@ targets): wall time, peak RSS, and the bytes that offsets into a long file fetch
 
     cargo build --release -p sonograph -p sonograph-s3-fixture
     python3 bench/storage.py [--clips 2000] [--runs 3] [--long-minutes 60] [--spans 120] [--server-cores 1]
+                             [--latency-ms 50]
 
 The server is s3s-fs (crates/s3-fixture, the one the tests start), serving a folder whose
 sub-folders are buckets. The corpus is `--clips` copies of tests/data/speech_16000_mono_s16.flac
@@ -44,12 +45,16 @@ def start_server(binary: str, root: Path, cores: set[int] | None) -> tuple[subpr
     return server, first[1]
 
 
-def stats(server: subprocess.Popen) -> int:
+def ask(server: subprocess.Popen, line: str) -> list[str]:
+    """The server's one-line answer to `line` on its standard input, split."""
     assert server.stdin is not None and server.stdout is not None
-    server.stdin.write("stats\n")
+    server.stdin.write(line + "\n")
     server.stdin.flush()
-    fields = server.stdout.readline().split()
-    return int(fields[1])
+    return server.stdout.readline().split()
+
+
+def stats(server: subprocess.Popen) -> int:
+    return int(ask(server, "stats")[1])
 
 
 def run(cmd: list[str], env: dict[str, str], cores: set[int] | None) -> tuple[float, float]:
@@ -120,10 +125,7 @@ def main() -> None:
 
         server, endpoint = start_server(args.server, buckets, server_cores)
         if args.latency_ms:
-            assert server.stdin is not None and server.stdout is not None
-            server.stdin.write(f"latency {args.latency_ms}\n")
-            server.stdin.flush()
-            assert server.stdout.readline().split() == ["latency", str(args.latency_ms)]
+            assert ask(server, f"latency {args.latency_ms}") == ["latency", str(args.latency_ms)]
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         env.update({
             "AWS_ACCESS_KEY_ID": "sonograph-test", "AWS_SECRET_ACCESS_KEY": "sonograph-test-secret",

@@ -45,6 +45,15 @@ fn list_to_manifest(server: &S3Server, source: &str, out: &Path) -> Output {
         .unwrap()
 }
 
+/// The entries of `dir` whose names pass `named`.
+fn entries_named(dir: &Path, named: impl Fn(&str) -> bool) -> std::io::Result<usize> {
+    let mut count = 0;
+    for entry in std::fs::read_dir(dir)? {
+        count += usize::from(named(&entry?.file_name().to_string_lossy()));
+    }
+    Ok(count)
+}
+
 fn whisper_id() -> String {
     FeatureSpec::preset("whisper").unwrap().spec_id()
 }
@@ -560,16 +569,7 @@ fn a_bucket_output_killed_and_resumed_holds_every_row_once() {
         read_dataset(&server.bucket("features").join("resumed"), &whisper_id()),
         expected
     );
-    let parts_left = std::fs::read_dir(&work)
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .starts_with("part-")
-        })
-        .count();
+    let parts_left = entries_named(&work, |n| n.starts_with("part-")).unwrap();
     assert_eq!(
         parts_left, 0,
         "every part left the work folder once uploaded"
@@ -805,20 +805,15 @@ fn a_part_uploads_while_the_next_is_written() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let parts_in_work = || {
-        std::fs::read_dir(&work).map_or(0, |entries| {
-            entries
-                .filter_map(Result::ok)
-                .filter(|e| e.file_name().to_string_lossy().contains("part-"))
-                .count()
-        })
-    };
+    // A part, or the draft of one (`.part-….tmp`).
+    let parts_in_work = || entries_named(&work, |n| n.contains("part-"));
     let mut overlapped = 0;
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
-        if server.writes_in_flight() > 0 && parts_in_work() >= 2 {
+        // The work folder appears once the job has started.
+        if server.writes_in_flight() > 0 && parts_in_work().unwrap_or(0) >= 2 {
             overlapped += 1;
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
@@ -830,13 +825,9 @@ fn a_part_uploads_while_the_next_is_written() {
         overlapped > 0,
         "no part was being written while one uploaded: {err}"
     );
-    assert_eq!(parts_in_work(), 0, "the work folder keeps parts");
+    assert_eq!(parts_in_work().unwrap(), 0, "the work folder keeps parts");
     let uploaded = server.bucket("features").join("run");
-    let parts = std::fs::read_dir(&uploaded)
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("part-"))
-        .count();
+    let parts = entries_named(&uploaded, |n| n.starts_with("part-")).unwrap();
     assert_eq!(parts, 4, "{err}");
     assert_eq!(
         read_dataset(&uploaded, &whisper_id()),
