@@ -199,14 +199,24 @@ fn the_dashboard_draws_a_running_job_and_its_alert_in_chromium() {
             .is_some_and(|d| d.iter().any(|d| d["pool"].is_object()))
     });
     if pooled {
-        let memory = browser.eval(r#"JSON.stringify(window.dashboard.drawn.memory)"#);
-        let memory: Value = serde_json::from_str(memory.as_str().unwrap()).unwrap();
-        assert!(
-            memory
+        // The telemetry was read after the page: its first pooled sample may still be on its
+        // way to the page's event stream, so the page gets a few telemetry intervals to draw it.
+        let start = Instant::now();
+        loop {
+            let memory = browser.eval(r#"JSON.stringify(window.dashboard.drawn.memory ?? {})"#);
+            let memory: Value = serde_json::from_str(memory.as_str().unwrap()).unwrap();
+            if memory
                 .as_object()
-                .is_some_and(|m| m.keys().any(|k| k.ends_with("budget"))),
-            "{memory}"
-        );
+                .is_some_and(|m| m.keys().any(|k| k.ends_with("budget")))
+            {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "the server's telemetry has a GPU pool but the page drew no budget: {memory}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
     }
     let row = page["jobs"][0].as_str().unwrap();
     assert!(row.starts_with(&format!("{id}\trunning")), "{row:?}");
