@@ -95,8 +95,9 @@ impl ShardSource {
 
     /// Sends the entries not yet settled to `work`, asking `ledger` a chunk at a time; returns
     /// how many were done already. Stops early when the workers are gone. `ahead` sees each
-    /// entry `read_ahead` entries before it is sent, within a chunk: a chunk's first ones
-    /// only as it is settled, after the chunk before has been sent.
+    /// entry `read_ahead` entries before it is sent (as the entry `read_ahead` places before
+    /// it goes), across chunks alike: the next chunk is settled while `read_ahead` entries of
+    /// this one are still to go, so the window never runs dry at a chunk's edge.
     pub fn feed(
         &self,
         ledger: &LedgerReader,
@@ -105,36 +106,43 @@ impl ShardSource {
         (ahead, read_ahead): (&dyn Fn(&Entry), usize),
     ) -> Result<u64, JobError> {
         let mut resumed = 0;
-        let mut chunk: Vec<Entry> = Vec::with_capacity(CHUNK);
         let mut entries = self.entries()?;
+        let mut listed_all = false;
+        let mut todo: VecDeque<Entry> = VecDeque::with_capacity(CHUNK + read_ahead + 1);
+        // The entries at the front of `todo` that `ahead` has seen: the one sent next and the
+        // `read_ahead` after it.
+        let window = if read_ahead == 0 { 0 } else { read_ahead + 1 };
+        let mut seen = 0;
         loop {
-            chunk.clear();
-            for entry in entries.by_ref().take(CHUNK) {
-                chunk.push(entry?);
+            while !listed_all && todo.len() < window.max(1) {
+                let chunk = entries
+                    .by_ref()
+                    .take(CHUNK)
+                    .collect::<Result<Vec<_>, _>>()?;
+                listed_all = chunk.len() < CHUNK;
+                if chunk.is_empty() {
+                    break;
+                }
+                let ids: Vec<&str> = chunk.iter().map(|e| e.id()).collect();
+                let settled = ledger.settled(&ids)?;
+                resumed += settled.done.len() as u64;
+                todo.extend(chunk.into_iter().filter(|e| {
+                    !settled.done.contains(e.id()) && !settled.failed.contains(e.id())
+                }));
             }
-            if chunk.is_empty() {
+            while seen < window.min(todo.len()) {
+                ahead(&todo[seen]);
+                seen += 1;
+            }
+            let Some(entry) = todo.pop_front() else {
                 return Ok(resumed);
+            };
+            seen = seen.saturating_sub(1);
+            if live.is_canceled() {
+                return Ok(resumed); // the rest waits for the job's resume
             }
-            let ids: Vec<&str> = chunk.iter().map(|e| e.id()).collect();
-            let settled = ledger.settled(&ids)?;
-            resumed += settled.done.len() as u64;
-            let mut todo: VecDeque<Entry> = chunk
-                .drain(..)
-                .filter(|e| !settled.done.contains(e.id()) && !settled.failed.contains(e.id()))
-                .collect();
-            // `ahead` has seen the first `read_ahead` entries, and after each entry sent, the
-            // one that comes `read_ahead` entries after it.
-            todo.iter().take(read_ahead).for_each(ahead);
-            while let Some(entry) = todo.pop_front() {
-                if let Some(later) = read_ahead.checked_sub(1).and_then(|i| todo.get(i)) {
-                    ahead(later);
-                }
-                if live.is_canceled() {
-                    return Ok(resumed); // the rest waits for the job's resume
-                }
-                if work.send(entry).is_err() {
-                    return Ok(resumed); // every worker is gone; the job's joins say why
-                }
+            if work.send(entry).is_err() {
+                return Ok(resumed); // every worker is gone; the job's joins say why
             }
         }
     }
@@ -145,4 +153,78 @@ fn fingerprint(id: &str) -> u64 {
     let mut h = DefaultHasher::new();
     id.hash(&mut h);
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sonograph_io::ledger::Ledger;
+    use std::cell::RefCell;
+
+    /// Across chunks, every entry not settled is sent once, in order, and `ahead` sees each
+    /// exactly when the entry `read_ahead` places before it is next to go: never later (a
+    /// window run dry at a chunk's edge) and never earlier (the window's reads are held by a
+    /// bounded cache). Settled entries are neither seen nor sent.
+    #[test]
+    fn read_ahead_runs_on_across_chunks() {
+        let dir = std::env::temp_dir().join(format!("sono-source-feed-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let n = 2 * CHUNK + 300;
+        let lines: String = (0..n)
+            .map(|i| format!("{{\"audio_filepath\": \"clip{i:05}.wav\", \"duration\": 1.0}}\n"))
+            .collect();
+        let manifest = dir.join("m.jsonl");
+        std::fs::write(&manifest, lines).unwrap();
+        let source = ShardSource::open(&manifest, &SourceOptions::default(), 0, 1).unwrap();
+        let ids: Vec<String> = source
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().id().to_string())
+            .collect();
+        assert_eq!(ids.len(), n);
+        // Failed items on both sides of the first chunk's edge and at the end.
+        let failed = [3, CHUNK - 2, CHUNK - 1, CHUNK, CHUNK + 5, n - 1];
+        let ledger_path = dir.join("ledger.sqlite");
+        let ledger = Ledger::open(&ledger_path, &dir, "spec", "0/1").unwrap();
+        for &i in &failed {
+            ledger.record_failure(&ids[i], "test", "broken").unwrap();
+        }
+        let reader = LedgerReader::open(&ledger_path).unwrap();
+        let expected: Vec<&String> = (0..n)
+            .filter(|i| !failed.contains(i))
+            .map(|i| &ids[i])
+            .collect();
+        for read_ahead in [0, 1, 16, 200] {
+            let (tx, rx) = crossbeam_channel::unbounded::<Entry>();
+            // (entry, how many were sent when `ahead` saw it)
+            let seen = RefCell::new(Vec::new());
+            let ahead = |e: &Entry| seen.borrow_mut().push((e.id().to_string(), rx.len()));
+            let resumed = source
+                .feed(&reader, &tx, &LiveJob::new(), (&ahead, read_ahead))
+                .unwrap();
+            assert_eq!(resumed, 0);
+            let sent: Vec<String> = rx.try_iter().map(|e| e.id().to_string()).collect();
+            assert_eq!(
+                sent.iter().collect::<Vec<_>>(),
+                expected,
+                "read_ahead {read_ahead}"
+            );
+            let seen = seen.into_inner();
+            if read_ahead == 0 {
+                assert!(seen.is_empty());
+                continue;
+            }
+            assert_eq!(seen.len(), expected.len(), "read_ahead {read_ahead}");
+            for (j, (id, sent_then)) in seen.iter().enumerate() {
+                assert_eq!(id, expected[j], "read_ahead {read_ahead}");
+                assert_eq!(
+                    *sent_then,
+                    j.saturating_sub(read_ahead),
+                    "read_ahead {read_ahead}: entry {j} ({id}) seen late or early"
+                );
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
