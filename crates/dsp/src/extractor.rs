@@ -174,7 +174,7 @@ fn frame_kernel<T: Real>(
                 }
             }
             if spec.remove_dc {
-                let mean = seg.iter().fold(T::zero(), |a, &b| a + b) / cast(win as f64);
+                let mean = frame_sum(seg) / cast(win as f64);
                 seg.iter_mut().for_each(|v| *v = *v - mean);
             }
             if spec.preemphasis > 0.0 && spec.preemphasis_scope == PreemphasisScope::Frame {
@@ -240,6 +240,26 @@ fn frame_kernel<T: Real>(
         }
         log_row(spec, &mut this.row, out);
     }
+}
+
+/// The sum of a frame's samples for Kaldi's DC mean, in four interleaved lanes (sample m in
+/// lane m mod 4), the lanes added as (0 + 1) + (2 + 3), then the remainder in order: the
+/// GPU's kernels (frame.wgsl, fused.wgsl) sum in this order too, so both get the same mean to
+/// the bit. One running sum was a chain of 400 dependent additions a frame.
+#[inline(always)]
+fn frame_sum<T: Real>(x: &[T]) -> T {
+    let mut lanes = [T::zero(); 4];
+    let mut quads = x.chunks_exact(4);
+    for q in &mut quads {
+        for (a, &v) in lanes.iter_mut().zip(q) {
+            *a = *a + v;
+        }
+    }
+    let mut sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    for &v in quads.remainder() {
+        sum = sum + v;
+    }
+    sum
 }
 
 /// Applies the spec's guard and log to a row of energies and appends it to `out` as f32.

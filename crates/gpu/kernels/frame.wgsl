@@ -1,7 +1,7 @@
 // Framing: one invocation per frame. Pads (centre: reflect or zeros; snip_edges: none),
 // applies Kaldi's per-frame steps in Kaldi's order (dither, remove DC, pre-emphasis), then the
 // window, and writes the n_fft frame with the window at `window_offset` and zeros elsewhere.
-// Sequential per frame on purpose: the DC mean and the pre-emphasis recurrence are summed in
+// One invocation a frame on purpose: the DC mean and the pre-emphasis recurrence are summed in
 // the same order as the CPU path, so the two agree to the last bit on the frame.
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -30,8 +30,15 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         frames[dst + m] = frame_sample(it, start, j, m);
     }
     if (p.remove_dc != 0u) {
-        var sum: real = 0.0;
-        for (var m = 0u; m < p.win_length; m++) {
+        // In the CPU path's order (extractor.rs, frame_sum): four lanes, then the remainder.
+        var lanes = vec4<real>(0.0);
+        let quads = p.win_length / 4u;
+        for (var q = 0u; q < quads; q++) {
+            let m = dst + 4u * q;
+            lanes += vec4<real>(frames[m], frames[m + 1u], frames[m + 2u], frames[m + 3u]);
+        }
+        var sum = (lanes.x + lanes.y) + (lanes.z + lanes.w);
+        for (var m = 4u * quads; m < p.win_length; m++) {
             sum += frames[dst + m];
         }
         let mean = sum / real(p.win_length);

@@ -73,8 +73,14 @@ fn load_frame(t: u32, lid: u32) {
         // One invocation sums in the CPU path's order, so the mean matches it to the bit; it
         // waits in the (still unused) second half.
         if (lid == 0u) {
-            var sum: real = 0.0;
-            for (var m = 0u; m < p.win_length; m++) {
+            var lanes = vec4<real>(0.0);
+            let quads = p.win_length / 4u;
+            for (var q = 0u; q < quads; q++) {
+                let m = off + 4u * q;
+                lanes += vec4<real>(buf[m].x, buf[m + 1u].x, buf[m + 2u].x, buf[m + 3u].x);
+            }
+            var sum = (lanes.x + lanes.y) + (lanes.z + lanes.w);
+            for (var m = 4u * quads; m < p.win_length; m++) {
                 sum += buf[off + m].x;
             }
             buf[N].x = sum / real(p.win_length);
