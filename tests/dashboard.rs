@@ -192,6 +192,37 @@ fn the_dashboard_draws_a_running_job_and_its_alert_in_chromium() {
         page["pixels"].as_u64() > Some(500),
         "the throughput chart drew nothing"
     );
+    // The history read and the event stream meet without a gap or a sample twice: the page's
+    // samples are a run of the server's consecutive sequence numbers (every sample is sent),
+    // once the page holds samples the stream brought after the telemetry read above.
+    let newest_served = telemetry["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["seq"].as_u64())
+        .max()
+        .unwrap();
+    let start = Instant::now();
+    let mut seqs: Vec<u64> = loop {
+        let seqs = browser.eval(r#"JSON.stringify(window.dashboard.samples.map(s => s.seq))"#);
+        let seqs: Vec<u64> = serde_json::from_str(seqs.as_str().unwrap()).unwrap();
+        if seqs.iter().any(|&s| s > newest_served + 2) {
+            break seqs;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "no sample came on the page's stream after seq {newest_served}: {seqs:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let drawn = seqs.len();
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!(seqs.len(), drawn, "the page holds a sample twice: {seqs:?}");
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "the page misses samples between the history and the stream: {seqs:?}"
+    );
     // With a GPU among the devices (lavapipe in CI), its pool is drawn against its budget.
     let pooled = telemetry["samples"].as_array().unwrap().iter().any(|s| {
         s["devices"]
