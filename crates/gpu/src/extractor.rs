@@ -1198,6 +1198,20 @@ impl GpuBackend {
             Some((f, w)) => (Some(f), Some(w)),
             None => (None, None),
         };
+        // frame.wgsl, the first pass of the three-pass and the waveform paths alike.
+        let dispatch_frames = |pass: &mut wgpu::ComputePass<'_>, frame: &wgpu::ComputePipeline| {
+            let list = vec![
+                (0, bind(block::PARAMS)),
+                (1, bind(block::SAMPLES)),
+                (2, bind(block::ITEMS)),
+                (3, bind(block::TABLE)),
+                (4, self.window_buf.as_entire_binding()),
+                (5, bind(block::FRAMES)),
+            ];
+            pass.set_pipeline(frame);
+            pass.set_bind_group(0, &bind_group("frame", frame, list), &[]);
+            pass.dispatch_workgroups(frame_x, frame_y, 1);
+        };
         {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("sonograph kernels"),
@@ -1236,17 +1250,7 @@ impl GpuBackend {
                     dft,
                     mel: mel_pipe,
                 } => {
-                    let list = vec![
-                        (0, bind(block::PARAMS)),
-                        (1, bind(block::SAMPLES)),
-                        (2, bind(block::ITEMS)),
-                        (3, bind(block::TABLE)),
-                        (4, self.window_buf.as_entire_binding()),
-                        (5, bind(block::FRAMES)),
-                    ];
-                    pass.set_pipeline(frame);
-                    pass.set_bind_group(0, &bind_group("frame", frame, list), &[]);
-                    pass.dispatch_workgroups(frame_x, frame_y, 1);
+                    dispatch_frames(&mut pass, frame);
                     let list = vec![
                         (0, bind(block::PARAMS)),
                         (1, bind(block::FRAMES)),
@@ -1270,17 +1274,7 @@ impl GpuBackend {
                     }
                 }
                 Kernels::Samples { frame, rows } => {
-                    let list = vec![
-                        (0, bind(block::PARAMS)),
-                        (1, bind(block::SAMPLES)),
-                        (2, bind(block::ITEMS)),
-                        (3, bind(block::TABLE)),
-                        (4, self.window_buf.as_entire_binding()),
-                        (5, bind(block::FRAMES)),
-                    ];
-                    pass.set_pipeline(frame);
-                    pass.set_bind_group(0, &bind_group("frame", frame, list), &[]);
-                    pass.dispatch_workgroups(frame_x, frame_y, 1);
+                    dispatch_frames(&mut pass, frame);
                     let list = vec![
                         (0, bind(block::PARAMS)),
                         (1, bind(block::FRAMES)),

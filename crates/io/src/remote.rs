@@ -214,11 +214,20 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 fn wait<T: Send + 'static, E: From<Lost> + Send + 'static>(
     future: impl Future<Output = Result<T, E>> + Send + 'static,
 ) -> Result<T, E> {
+    spawn(future).recv().unwrap_or_else(|_| Err(Lost.into()))
+}
+
+/// Starts `future` on the object storage runtime; its answer comes on the channel, which
+/// closes without one where the task ended first (a panic in the client).
+fn spawn<T: Send + 'static>(
+    future: impl Future<Output = T> + Send + 'static,
+) -> std::sync::mpsc::Receiver<T> {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     runtime().spawn(async move {
+        // A receiver that was let go (a read ahead whose reader never came) drops the answer.
         let _ = tx.send(future.await);
     });
-    rx.recv().unwrap_or_else(|_| Err(Lost.into()))
+    rx
 }
 
 /// A request whose task ended without an answer.
@@ -269,10 +278,10 @@ pub const READ_AHEAD_OBJECTS: usize = 256;
 mod read_ahead {
     use std::collections::VecDeque;
     use std::path::{Path, PathBuf};
-    use std::sync::mpsc::{sync_channel, Receiver};
+    use std::sync::mpsc::Receiver;
     use std::sync::{Mutex, OnceLock};
 
-    use super::{runtime, FirstRead, READ_AHEAD_OBJECTS};
+    use super::{spawn, FirstRead, READ_AHEAD_OBJECTS};
 
     type Pending = VecDeque<(PathBuf, u64, Receiver<FirstRead>)>;
 
@@ -286,11 +295,7 @@ mod read_ahead {
         first: u64,
         read: impl std::future::Future<Output = FirstRead> + Send + 'static,
     ) {
-        let (tx, rx) = sync_channel(1);
-        runtime().spawn(async move {
-            // A reader that was let go drops the answer.
-            let _ = tx.send(read.await);
-        });
+        let rx = spawn(read);
         let mut pending = pending().lock().unwrap_or_else(|e| e.into_inner());
         if pending.len() == READ_AHEAD_OBJECTS {
             pending.pop_front();

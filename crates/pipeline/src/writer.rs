@@ -210,31 +210,30 @@ impl Writer {
         })
     }
 
+    /// An item failed: its pieces and sample dropped, its failure recorded with the next
+    /// batch of failures.
+    fn fail(&mut self, f: Failure) -> Result<(), JobError> {
+        self.stats.items_failed += 1;
+        self.pieces.remove(&f.id);
+        self.samples.remove(&f.id);
+        self.unrecorded.push(f);
+        if self.unrecorded.len() >= FAILURES_PER_TRANSACTION {
+            self.record_failures()?;
+        }
+        Ok(())
+    }
+
     pub fn handle(&mut self, msg: WriterMsg) -> Result<(), JobError> {
         match msg {
             WriterMsg::Failed(f) | WriterMsg::FailedPiece(f) if self.failed.contains(&f.id) => {
                 // Another piece of an item already failed: recorded once.
                 let _ = f;
             }
-            WriterMsg::Failed(f) => {
-                self.stats.items_failed += 1;
-                self.pieces.remove(&f.id);
-                self.samples.remove(&f.id);
-                self.unrecorded.push(f);
-                if self.unrecorded.len() >= FAILURES_PER_TRANSACTION {
-                    self.record_failures()?;
-                }
-            }
+            WriterMsg::Failed(f) => self.fail(f)?,
             WriterMsg::FailedPiece(f) => {
                 // Remembered for the rest of the run (only failed long items are).
                 self.failed.insert(f.id.clone());
-                self.samples.remove(&f.id);
-                self.stats.items_failed += 1;
-                self.pieces.remove(&f.id);
-                self.unrecorded.push(f);
-                if self.unrecorded.len() >= FAILURES_PER_TRANSACTION {
-                    self.record_failures()?;
-                }
+                self.fail(f)?;
             }
             WriterMsg::Sample { id, text } => {
                 self.samples.insert(id, text);
