@@ -97,7 +97,10 @@ impl ShardSource {
     /// how many were done already. Stops early when the workers are gone. `ahead` sees each
     /// entry `read_ahead` entries before it is sent (as the entry `read_ahead` places before
     /// it goes), across chunks alike: the next chunk is settled while `read_ahead` entries of
-    /// this one are still to go, so the window never runs dry at a chunk's edge.
+    /// this one are still to go, so the window never runs dry at a chunk's edge. (So an
+    /// error listing or settling the next chunk ends the feed with up to `read_ahead` entries
+    /// of this one unsent, to be sent by the next run; and the count returned on an early
+    /// stop includes the next chunk's done entries.)
     pub fn feed(
         &self,
         ledger: &LedgerReader,
@@ -158,7 +161,7 @@ fn fingerprint(id: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sonograph_io::ledger::Ledger;
+    use sonograph_io::ledger::{Ledger, PieceRecord};
     use std::cell::RefCell;
 
     /// Across chunks, every entry not settled is sent once, in order, and `ahead` sees each
@@ -170,7 +173,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sono-source-feed-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let n = 2 * CHUNK + 300;
+        let n = 4 * CHUNK + 300;
         let lines: String = (0..n)
             .map(|i| format!("{{\"audio_filepath\": \"clip{i:05}.wav\", \"duration\": 1.0}}\n"))
             .collect();
@@ -183,19 +186,36 @@ mod tests {
             .map(|e| e.unwrap().id().to_string())
             .collect();
         assert_eq!(ids.len(), n);
-        // Failed items on both sides of the first chunk's edge and at the end.
-        let failed = [3, CHUNK - 2, CHUNK - 1, CHUNK, CHUNK + 5, n - 1];
+        // Failed items on both sides of the first chunk's edge and at the end; the third chunk
+        // settled whole (done, then failed), and done items beside failed ones in the second.
+        let mut failed = vec![3, CHUNK - 2, CHUNK - 1, CHUNK, CHUNK + 5, n - 1];
+        failed.extend(2 * CHUNK + CHUNK / 2..3 * CHUNK);
+        let done: Vec<usize> = (CHUNK + 6..CHUNK + 40)
+            .chain(2 * CHUNK..2 * CHUNK + CHUNK / 2)
+            .collect();
         let ledger_path = dir.join("ledger.sqlite");
-        let ledger = Ledger::open(&ledger_path, &dir, "spec", "0/1").unwrap();
+        let mut ledger = Ledger::open(&ledger_path, &dir, "spec", "0/1").unwrap();
         for &i in &failed {
             ledger.record_failure(&ids[i], "test", "broken").unwrap();
         }
+        let records: Vec<PieceRecord> = done
+            .iter()
+            .map(|&i| PieceRecord {
+                item_id: ids[i].clone(),
+                piece: 0,
+                last: true,
+                audio_seconds: 1.0,
+            })
+            .collect();
+        ledger.begin_part(0, "part-0", &records).unwrap();
+        ledger.commit_part(0, 1).unwrap();
         let reader = LedgerReader::open(&ledger_path).unwrap();
         let expected: Vec<&String> = (0..n)
-            .filter(|i| !failed.contains(i))
+            .filter(|i| !failed.contains(i) && !done.contains(i))
             .map(|i| &ids[i])
             .collect();
-        for read_ahead in [0, 1, 16, 200] {
+        // 1,500 entries ahead: more than a chunk, so several are settled before the first send.
+        for read_ahead in [0, 1, 16, 200, 1_500] {
             let (tx, rx) = crossbeam_channel::unbounded::<Entry>();
             // (entry, how many were sent when `ahead` saw it)
             let seen = RefCell::new(Vec::new());
@@ -203,7 +223,7 @@ mod tests {
             let resumed = source
                 .feed(&reader, &tx, &LiveJob::new(), (&ahead, read_ahead))
                 .unwrap();
-            assert_eq!(resumed, 0);
+            assert_eq!(resumed, done.len() as u64, "read_ahead {read_ahead}");
             let sent: Vec<String> = rx.try_iter().map(|e| e.id().to_string()).collect();
             assert_eq!(
                 sent.iter().collect::<Vec<_>>(),
