@@ -245,7 +245,7 @@ fn frame_kernel<T: Real>(
 /// The sum of a frame's samples for Kaldi's DC mean, in four interleaved lanes (sample m in
 /// lane m mod 4), the lanes added as (0 + 1) + (2 + 3), then the remainder in order: the
 /// GPU's kernels (frame.wgsl, fused.wgsl) sum in this order too, so both get the same mean to
-/// the bit. One running sum was a chain of 400 dependent additions a frame.
+/// the bit. The lanes' additions are independent, where one running sum waits on each.
 #[inline(always)]
 fn frame_sum<T: Real>(x: &[T]) -> T {
     let mut lanes = [T::zero(); 4];

@@ -34,8 +34,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         var lanes = vec4<real>(0.0);
         let quads = p.win_length / 4u;
         for (var q = 0u; q < quads; q++) {
-            let m = dst + 4u * q;
-            lanes += vec4<real>(frames[m], frames[m + 1u], frames[m + 2u], frames[m + 3u]);
+            let i = dst + 4u * q;
+            lanes += vec4<real>(frames[i], frames[i + 1u], frames[i + 2u], frames[i + 3u]);
         }
         var sum = (lanes.x + lanes.y) + (lanes.z + lanes.w);
         for (var m = 4u * quads; m < p.win_length; m++) {

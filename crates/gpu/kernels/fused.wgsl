@@ -76,8 +76,8 @@ fn load_frame(t: u32, lid: u32) {
             var lanes = vec4<real>(0.0);
             let quads = p.win_length / 4u;
             for (var q = 0u; q < quads; q++) {
-                let m = off + 4u * q;
-                lanes += vec4<real>(buf[m].x, buf[m + 1u].x, buf[m + 2u].x, buf[m + 3u].x);
+                let i = off + 4u * q;
+                lanes += vec4<real>(buf[i].x, buf[i + 1u].x, buf[i + 2u].x, buf[i + 3u].x);
             }
             var sum = (lanes.x + lanes.y) + (lanes.z + lanes.w);
             for (var m = 4u * quads; m < p.win_length; m++) {

@@ -549,6 +549,25 @@ fn dithered_specs_match_the_cpu() {
     }
 }
 
+/// Kaldi's DC mean is summed four samples at a time, then the samples left over: a window
+/// that is not a multiple of four (403 and 3 samples) takes the leftover path of both kernels,
+/// and a tone's frames still match the CPU's.
+#[test]
+fn dc_means_of_windows_not_a_multiple_of_four_match_the_cpu() {
+    let batch = tone_and_silence(20_000);
+    for win_length in [403, 3] {
+        let mut spec = FeatureSpec::kaldi(23);
+        spec.win_length = win_length;
+        assert!(spec.remove_dc);
+        for force_dft in [false, true] {
+            let what = format!("win_length {win_length}");
+            if assert_f64_parity(&spec, &batch, force_dft, &what).is_none() {
+                return;
+            }
+        }
+    }
+}
+
 /// Pieces of a long item (each from its own window, next to a whole item in the same batch)
 /// give the CPU's pieces: the edges' padding, pre-emphasis across a window's first sample,
 /// dither keyed by the item's frame index, Whisper's dropped frame on the last piece only, a
