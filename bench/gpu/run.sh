@@ -2,6 +2,9 @@
 # The one call on a lent GPU machine (issue 18; see bench/RESULTS-gpu.md). Prepare here first:
 # bash bench/gpu/prepare.sh; then run with carry [".gpubench", ".gl"] and timeout_s 420:
 #   bash bench/gpu/run.sh
+# and at once after it (the wheel does not fit in the same call's 64 MiB), with carry
+# [".gpuwheel", ".gl"] and timeout_s 240, the Loader's data GPU alone:
+#   bash bench/gpu/run.sh loader
 # Every step has its own timeout and the script goes on past a failed one; about 4-5 minutes.
 # Raw output lands in $OUT (results.txt, parity.txt, phases.txt): commit it under
 # bench/gpu/logs/ and the table in bench/RESULTS-gpu.md.
@@ -30,7 +33,25 @@ nproc | log
 # The adapter's memory heaps: is there a host-visible device-local heap (resizable BAR), which
 # would let mapped storage buffers skip staging?
 timeout 20 vulkaninfo 2>/dev/null | sed -n '/VkPhysicalDeviceMemoryProperties/,/memoryTypes/p' | grep -E "heap|size|flags|DEVICE_LOCAL|HOST" | head -30 | log
-timeout 60 $bin devices --json | log
+[ -x $bin ] && timeout 60 $bin devices --json | log
+
+loader() {
+  step "Loader: a data GPU against every core (issue 21: NeMo log-mel with SpecAugment, one epoch)"
+  local wheel
+  wheel=$(ls .gpuwheel/sonograph-*.whl 2>/dev/null | head -1)
+  if [ -z "$wheel" ]; then
+    echo "no wheel carried: the Loader runs in a call of its own (bash bench/gpu/run.sh loader, carrying .gpuwheel and .gl)" | log
+    return
+  fi
+  # A wheel is a zip: unpacked here, no pip needed.
+  python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall("/tmp/sgpy")' "$wheel"
+  PYTHONPATH=/tmp/sgpy NODEVICE_SELECT=1 timeout 150 python3 bench/gpu/loader_gpu.py --clips 3000 2>&1 | tail -3 | log
+}
+if [ "${1:-}" = loader ]; then
+  loader
+  ls "$out"
+  exit 0
+fi
 
 step "parity (150 s at most; every thread's stack dumped if it hangs)"
 SONOGRAPH_GOLDEN_DIR=$PWD/tests/golden .gpubench/parity --nocapture >"$out/parity.txt" 2>&1 &
@@ -184,10 +205,7 @@ for device in cpu gpu; do
 done
 rm -rf /dev/shm/iq-* /dev/shm/rff-*
 
-step "Loader: a data GPU against every core (issue 21: NeMo log-mel with SpecAugment, one epoch)"
-# prepare.sh carries the wheel; it is a zip, unpacked here (no pip needed).
-python3 -c 'import glob, zipfile; [zipfile.ZipFile(w).extractall("/tmp/sgpy") for w in glob.glob(".gpubench/sonograph-*.whl")]'
-PYTHONPATH=/tmp/sgpy NODEVICE_SELECT=1 timeout 150 python3 bench/gpu/loader_gpu.py --clips 3000 2>&1 | tail -3 | log
+loader
 
 # At most 8 files come back from $OUT: the jobs' stderr go into one.
 for f in "$out"/*.err; do [ -e "$f" ] && { echo "--- $(basename "$f")"; tail -20 "$f"; rm -f "$f"; }; done >"$out/stderr.txt"
