@@ -1198,16 +1198,20 @@ impl GpuBackend {
             Some((f, w)) => (Some(f), Some(w)),
             None => (None, None),
         };
-        // frame.wgsl, the first pass of the three-pass and the waveform paths alike.
-        let dispatch_frames = |pass: &mut wgpu::ComputePass<'_>, frame: &wgpu::ComputePipeline| {
-            let list = vec![
+        // What the kernels that read the samples (frame.wgsl, fused.wgsl) bind first, alike.
+        let sample_inputs = || {
+            vec![
                 (0, bind(block::PARAMS)),
                 (1, bind(block::SAMPLES)),
                 (2, bind(block::ITEMS)),
                 (3, bind(block::TABLE)),
                 (4, self.window_buf.as_entire_binding()),
-                (5, bind(block::FRAMES)),
-            ];
+            ]
+        };
+        // frame.wgsl, the first pass of the three-pass and the waveform paths alike.
+        let dispatch_frames = |pass: &mut wgpu::ComputePass<'_>, frame: &wgpu::ComputePipeline| {
+            let mut list = sample_inputs();
+            list.push((5, bind(block::FRAMES)));
             pass.set_pipeline(frame);
             pass.set_bind_group(0, &bind_group("frame", frame, list), &[]);
             pass.dispatch_workgroups(frame_x, frame_y, 1);
@@ -1225,14 +1229,8 @@ impl GpuBackend {
             });
             match self.kernels(staged.format) {
                 Kernels::Fused(pipe) => {
-                    let mut list = vec![
-                        (0, bind(block::PARAMS)),
-                        (1, bind(block::SAMPLES)),
-                        (2, bind(block::ITEMS)),
-                        (3, bind(block::TABLE)),
-                        (4, self.window_buf.as_entire_binding()),
-                        (5, self.twiddle_buf.as_entire_binding()),
-                    ];
+                    let mut list = sample_inputs();
+                    list.push((5, self.twiddle_buf.as_entire_binding()));
                     match (filters, weights) {
                         (Some(f), Some(w)) if mel => list.extend([
                             (6, f.as_entire_binding()),
