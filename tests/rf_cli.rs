@@ -10,6 +10,7 @@ use common::{bin, repo, stderr, Tmp};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use sha2::Digest;
 use sonograph_io::table::{read_table, Column};
 
 /// Every file under `dir` (relative name → bytes), dataset.json included.
@@ -61,6 +62,17 @@ fn synth_iq_is_identical_for_any_workers_shards_and_resume() {
     assert!(o.status.success(), "{}", stderr(&o));
     let reference = files(&one);
     assert_eq!(reference.len(), 1 + 2 * 12);
+    // Each recording's `core:sha512` is its own data's (the group's hashes are computed side
+    // by side, so a lane mixed up would still give the same files every run).
+    for (name, meta) in reference.iter().filter(|(n, _)| n.ends_with(".sigmf-meta")) {
+        let data = &reference[&name.replace(".sigmf-meta", ".sigmf-data")];
+        let meta: serde_json::Value = serde_json::from_slice(meta).unwrap();
+        let want: String = sha2::Sha512::digest(data)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(meta["global"]["core:sha512"], want.as_str(), "{name}");
+    }
 
     let two = tmp.path("two");
     assert!(synth(&two, &["--workers", "2"]).status.success());

@@ -16,6 +16,7 @@ pub mod publish;
 pub mod remote;
 pub mod resample;
 pub mod roots;
+mod sha512_lanes;
 pub mod sigmf;
 pub mod span;
 pub mod table;

@@ -3,9 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
+use sha2::{Digest, Sha512};
 use sonograph_io::sigmf::{
-    list_sources, read_sigmf, read_source, sigmf_paths, write_sigmf, IqSource, WriteType,
-    DEFAULT_MAX_SAMPLES,
+    list_sources, publish_sigmf, read_sigmf, read_source, sigmf_paths, write_sigmf,
+    write_sigmf_group_unsynced, IqSource, SigmfRecording, WriteType, DEFAULT_MAX_SAMPLES,
+    HASHED_TOGETHER,
 };
 use sonograph_io::IqError;
 use sonograph_rf::sigmf::{DataType, SigmfMeta};
@@ -38,6 +40,73 @@ fn signal(n: usize) -> Vec<Complex32> {
 fn write(base: &Path, iq: &[Complex32], dt: WriteType) {
     let meta = SigmfMeta::new(DataType::Cf32Le, 1e6);
     write_sigmf(base, iq, dt, meta).unwrap();
+}
+
+/// Recordings written as a group, their hashes computed side by side (runs of one length, up
+/// to [`HASHED_TOGETHER`] at a time, a lone one by itself): each metadata's `core:sha512` is
+/// the SHA-512 of its own data file, each file holds its own samples, and each ci16 recording
+/// counts its own clipped values.
+#[test]
+fn a_group_written_side_by_side_has_each_files_own_sha512() {
+    let tmp = Tmp::new("group");
+    // Lengths: a run longer than the lanes (split in two), a lone one, a run of three.
+    let lengths = [[5_000usize; 11].as_slice(), &[777], &[8_193; 3]].concat();
+    assert!(lengths.iter().filter(|&&n| n == 5_000).count() > HASHED_TOGETHER);
+    for dt in [WriteType::Cf32, WriteType::Ci16] {
+        let signals: Vec<Vec<Complex32>> = lengths
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| {
+                let mut iq = signal(n);
+                // Recording k's k-th sample out of range: clipped once in ci16 (k > 0).
+                iq[k] = Complex32::new(if k > 0 { 1.5 } else { 0.25 }, 0.0);
+                iq.iter_mut()
+                    .skip(k + 1)
+                    .for_each(|v| v.re += k as f32 * 1e-3);
+                iq
+            })
+            .collect();
+        let bases: Vec<PathBuf> = (0..lengths.len())
+            .map(|k| tmp.0.join(format!("{dt:?}-{k}")))
+            .collect();
+        let recordings = bases
+            .iter()
+            .zip(&signals)
+            .map(|(base, iq)| SigmfRecording {
+                base,
+                iq,
+                meta: SigmfMeta::new(DataType::Cf32Le, 1e6),
+            })
+            .collect();
+        let written = write_sigmf_group_unsynced(recordings, dt).unwrap();
+        assert_eq!(written.len(), lengths.len());
+        let mut drafts = Vec::new();
+        for (k, (w, clipped)) in written.into_iter().enumerate() {
+            let want = u64::from(dt == WriteType::Ci16 && k > 0);
+            assert_eq!(clipped, want, "{dt:?} recording {k}");
+            drafts.push(w.sync().unwrap());
+        }
+        publish_sigmf(drafts).unwrap();
+        for (k, base) in bases.iter().enumerate() {
+            let (meta_path, data_path) = sigmf_paths(base);
+            let data = std::fs::read(&data_path).unwrap();
+            let hex: String = Sha512::digest(&data)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            let rec = read_sigmf(&meta_path, "r", DEFAULT_MAX_SAMPLES).unwrap();
+            let meta = rec.meta.unwrap();
+            assert_eq!(
+                meta.global.sha512.as_deref(),
+                Some(hex.as_str()),
+                "{dt:?} {k}"
+            );
+            assert_eq!(rec.samples.len(), lengths[k], "{dt:?} {k}");
+            if dt == WriteType::Cf32 {
+                assert_eq!(rec.samples, signals[k], "{dt:?} {k}");
+            }
+        }
+    }
 }
 
 #[test]

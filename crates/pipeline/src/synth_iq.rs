@@ -12,7 +12,8 @@ use std::time::Instant;
 use rayon::prelude::*;
 use serde::Serialize;
 use sonograph_io::sigmf::{
-    publish_sigmf, sigmf_paths, write_sigmf_unsynced, SigmfDraft, SigmfWritten, WriteType,
+    publish_sigmf, sigmf_paths, write_sigmf_group_unsynced, SigmfDraft, SigmfRecording,
+    SigmfWritten, WriteType, HASHED_TOGETHER,
 };
 use sonograph_io::table::{write_table, Column};
 use sonograph_rf::sigmf::{truth_annotation, DataType, SigmfMeta};
@@ -242,7 +243,9 @@ fn synth_iq(
 /// takes many writes at once better than one after another.
 const SYNC_THREADS: usize = 8;
 
-/// Writes a group's recordings under temporary names on `pool`, unsynced.
+/// Writes a group's recordings under temporary names on `pool`, unsynced: each thread takes
+/// up to [`HASHED_TOGETHER`] recordings at once, whose SHA-512s it computes side by side, and
+/// as many as spread the group over all the threads.
 fn write_group(
     job: &SynthIqJob,
     dtype: WriteType,
@@ -250,28 +253,52 @@ fn write_group(
     recs: &[(Vec<Complex32>, Truth)],
     pool: &rayon::ThreadPool,
 ) -> Result<Vec<SigmfWritten>, JobError> {
+    let each = indices
+        .len()
+        .div_ceil(pool.current_num_threads())
+        .clamp(1, HASHED_TOGETHER);
+    let bases: Vec<PathBuf> = indices
+        .iter()
+        .map(|&i| recording_base(&job.out, i))
+        .collect();
     let group = pool.install(|| {
         indices
-            .par_iter()
-            .zip(recs)
-            .map(|(&i, (iq, truth))| {
-                let mut meta = SigmfMeta::new(DataType::Cf32Le, job.spec.sample_rate);
-                meta.declare_extension();
-                meta.global.description = Some(format!(
-                    "sonograph synth-iq, seed {}, recording {i}",
-                    job.seed
-                ));
-                meta.annotations.push(truth_annotation(truth));
-                let (written, clipped) =
-                    write_sigmf_unsynced(&recording_base(&job.out, i), iq, dtype, meta)?;
-                if clipped > 0 {
-                    tracing::warn!("recording {i}: {clipped} values clipped to the ci16 range");
-                }
-                Ok(written)
+            .par_chunks(each)
+            .zip(recs.par_chunks(each))
+            .zip(bases.par_chunks(each))
+            .map(|((indices, recs), bases)| {
+                let recordings = indices
+                    .iter()
+                    .zip(recs)
+                    .zip(bases)
+                    .map(|((&i, (iq, truth)), base)| {
+                        let mut meta = SigmfMeta::new(DataType::Cf32Le, job.spec.sample_rate);
+                        meta.declare_extension();
+                        meta.global.description = Some(format!(
+                            "sonograph synth-iq, seed {}, recording {i}",
+                            job.seed
+                        ));
+                        meta.annotations.push(truth_annotation(truth));
+                        SigmfRecording { base, iq, meta }
+                    })
+                    .collect();
+                let written = write_sigmf_group_unsynced(recordings, dtype)?;
+                Ok(indices
+                    .iter()
+                    .zip(written)
+                    .map(|(i, (written, clipped))| {
+                        if clipped > 0 {
+                            tracing::warn!(
+                                "recording {i}: {clipped} values clipped to the ci16 range"
+                            );
+                        }
+                        written
+                    })
+                    .collect::<Vec<_>>())
             })
             .collect::<Result<Vec<_>, sonograph_io::IqError>>()
     })?;
-    Ok(group)
+    Ok(group.into_iter().flatten().collect())
 }
 
 /// Syncs each group's recordings on [`SYNC_THREADS`] threads and puts them in place, group
