@@ -449,7 +449,11 @@ feature_vector! {
 }
 
 /// Mean, standard deviation, skewness and kurtosis (not excess) of `values`, in two passes.
-#[multiversion::multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
 fn moments(values: &[f64]) -> [f64; 4] {
     if values.is_empty() {
         return [f64::NAN; 4];
@@ -494,7 +498,11 @@ fn lanes<T: Copy, const K: usize>(values: &[T], terms: impl Fn(T) -> [f64; K]) -
 }
 
 /// Σ I, Σ Q, Σ|x|², Σ|x|⁴ and max |x|².
-#[multiversion::multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
 fn power_sums(iq: &[Complex32]) -> [f64; 5] {
     let [re, im, power, m4] = lanes(iq, |v| {
         let (a, b) = (f64::from(v.re), f64::from(v.im));
@@ -509,7 +517,11 @@ fn power_sums(iq: &[Complex32]) -> [f64; 5] {
 }
 
 /// |x| · scale of every sample.
-#[multiversion::multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
 fn amplitudes(iq: &[Complex32], scale: f64, out: &mut Vec<f64>) {
     out.clear();
     out.extend(
@@ -519,14 +531,22 @@ fn amplitudes(iq: &[Complex32], scale: f64, out: &mut Vec<f64>) {
 }
 
 /// The instantaneous phase of every sample.
-#[multiversion::multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
 fn phases(iq: &[Complex32], out: &mut Vec<f64>) {
     out.clear();
     out.extend(iq.iter().map(|v| atan2(f64::from(v.im), f64::from(v.re))));
 }
 
 /// The instantaneous frequency between neighbours, arg(x[n] conj(x[n−1])) · `to_hz`.
-#[multiversion::multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
 fn frequencies(iq: &[Complex32], to_hz: f64, out: &mut Vec<f64>) {
     out.clear();
     if iq.is_empty() {
@@ -593,7 +613,11 @@ impl MomentSums {
     }
 }
 
-#[multiversion::multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
 fn moment_sums(iq: &[Complex32], mean: Complex64) -> MomentSums {
     // Four samples at a time, each quantity a [f64; 4] (structure of arrays), so that the
     // complex products vectorise across samples; 15 running sums of four lanes each.
