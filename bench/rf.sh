@@ -4,6 +4,9 @@
 #
 #   bench/rf.sh [COUNT]     # COUNT recordings end to end (default 1000)
 #
+# CARGO_TARGET_DIR is honoured (the build and criterion's results live there);
+# TORCHSIG=0 leaves TorchSig out (its environment pulls in PyTorch, several GB).
+#
 # One recording is one second of QPSK at 200 kHz (RRC 0.35, 8 samples per symbol, 10 dB).
 # Prints: per-recording medians on one core (criterion for sonograph, the peer's own timer),
 # the wall time of COUNT recordings generated and featurised on all cores (sonograph through
@@ -14,6 +17,7 @@ root="$(dirname "$here")"
 count="${1:-1000}"
 venv="$here/.venv-rf"
 cores="$(nproc)"
+target="${CARGO_TARGET_DIR:-$root/target}"
 
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 stamp="$venv/.requirements.sha256"
@@ -30,7 +34,7 @@ echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $cores cores; load avera
   --warm-up-time 1 --measurement-time 5 "generate/qpsk$|features/all|pipeline" >/dev/null 2>&1)
 median_ms() {
   python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["median"]["point_estimate"] / 1e6)' \
-    "$root/target/criterion/$1/new/estimates.json"
+    "$target/criterion/$1/new/estimates.json"
 }
 gen="$(median_ms generate_qpsk)"
 feat="$(median_ms features_all)"
@@ -42,7 +46,7 @@ pfeat="$(echo "$peer" | python3 -c 'import json,sys; print(json.load(sys.stdin)[
 
 out="/dev/shm/sonograph-rf-bench-$$"
 trap 'rm -rf "$out" "$out.features"' EXIT
-bin="$root/target/release/sonograph"
+bin="$target/release/sonograph"
 t0="$(date +%s.%N)"
 "$bin" synth-iq --count "$count" --samples 200000 --modulation qpsk --snr-db 10 \
   --seed 1 --workers "$cores" --out "$out" 2>/dev/null
@@ -56,10 +60,14 @@ pbatch_s="$(echo "$pbatch" | python3 -c 'import json,sys; print(json.load(sys.st
 
 # TorchSig: in its own environment (it pulls in PyTorch, several GB), when pip can install it.
 ts="$here/.venv-torchsig"
-if [ ! -x "$ts/bin/python" ]; then
-  python3 -m venv "$ts" && "$ts/bin/pip" install -q -r "$here/requirements-torchsig.txt" >/dev/null 2>&1 || true
+if [ "${TORCHSIG:-1}" = 0 ]; then
+  tsline="left out (TORCHSIG=0)"
+else
+  if [ ! -x "$ts/bin/python" ]; then
+    python3 -m venv "$ts" && "$ts/bin/pip" install -q -r "$here/requirements-torchsig.txt" >/dev/null 2>&1 || true
+  fi
+  tsline="$("$ts/bin/python" "$here/rf_peer.py" torchsig --repeat 20 2>&1 | tail -1 || true)"
 fi
-tsline="$("$ts/bin/python" "$here/rf_peer.py" torchsig --repeat 20 2>&1 | tail -1 || true)"
 
 python3 - "$gen" "$feat" "$pgen" "$pfeat" "$synth_s" "$feat_s" "$pbatch_s" "$count" "$cores" "$tsline" "$pipe_s" <<'PY'
 import json, sys
