@@ -135,9 +135,10 @@ impl<T: Real> Core<T> {
     }
 }
 
-/// The per-frame work, compiled for AVX2+FMA (and NEON) besides the baseline and chosen at
-/// run time: window, power, mel and log vectorise twice as wide as with SSE2. (The FFT is
-/// rustfft's, which dispatches by itself.)
+/// The per-frame work, compiled for AVX-512, AVX2+FMA (and NEON) besides the baseline and
+/// chosen at run time: window, power, mel and log vectorise two and four times as wide as with
+/// SSE2, with the same bits (nothing is reassociated or fused). (The FFT is rustfft's, which
+/// dispatches by itself.)
 #[multiversion::multiversion(targets(
     "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
     "x86_64+avx2+fma",
