@@ -4,13 +4,16 @@
 # each command, and a SHA-256 over every .sigmf-meta written (their core:sha512 included), which
 # must be the same for binaries that write the same bits.
 #
-#   ROUNDS=3 bench/rf_ab.sh OLD_BINARY NEW_BINARY
+#   ROUNDS=3 [OUT_DIR=/dev/shm] bench/rf_ab.sh OLD_BINARY NEW_BINARY
+#
+# OUT_DIR (default /dev/shm) is where the recordings go: a folder on a disk times the disk too.
 set -euo pipefail
 rounds="${ROUNDS:-3}"
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+dir="${OUT_DIR:-/dev/shm}"
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load before: $(cut -d' ' -f1-3 /proc/loadavg); recordings in $dir"
 for r in $(seq 1 "$rounds"); do
   for bin in "$@"; do
-    out=/dev/shm/rfab-$$
+    out="$dir/rfab-$$"
     rm -rf "$out" "$out.features"
     t0=$(date +%s.%N)
     /usr/bin/time -f "%U %S" -o /tmp/rfab-synth.time "$bin" synth-iq --count 1000 --samples 200000 --modulation qpsk --snr-db 10 --seed 1 --workers "$(nproc)" --out "$out" 2>/dev/null
