@@ -139,14 +139,30 @@ impl Synth {
 
     /// Recording `index` of the dataset `seed`, entirely on the CPU.
     pub fn sample(&self, seed: u64, index: u64) -> Sample {
-        let (mut iq, truth, job) = self.clean(seed, index);
-        add_noise(&mut iq, &job);
+        let mut iq = Vec::new();
+        let truth = self.sample_into(seed, index, &mut iq);
         Sample { iq, truth }
+    }
+
+    /// [`Synth::sample`] into `iq`, whose allocation is reused: a fresh multi-megabyte buffer
+    /// for every recording had the kernel zero its pages again (half of `synth-iq`'s CPU time
+    /// on a disk, in `perf`, once the hash was fast).
+    pub fn sample_into(&self, seed: u64, index: u64, iq: &mut Vec<Complex32>) -> Truth {
+        let (truth, job) = self.clean_into(seed, index, iq);
+        add_noise(iq, &job);
+        truth
     }
 
     /// Everything before the exact stage: the impaired signal at its level, the truth, and
     /// the noise job that [`add_noise`] (or the GPU) finishes it with.
     pub fn clean(&self, seed: u64, index: u64) -> (Vec<Complex32>, Truth, NoiseJob) {
+        let mut iq = Vec::new();
+        let (truth, job) = self.clean_into(seed, index, &mut iq);
+        (iq, truth, job)
+    }
+
+    /// [`Synth::clean`]'s signal into `iq` (what it held replaced, its allocation reused).
+    pub fn clean_into(&self, seed: u64, index: u64, iq: &mut Vec<Complex32>) -> (Truth, NoiseJob) {
         let spec = &self.spec;
         let fs = spec.sample_rate;
         let n = spec.n_samples;
@@ -232,14 +248,12 @@ impl Synth {
             }
             None => Complex64::new(0.0, 0.0),
         };
-        let iq: Vec<Complex32> = if imbalance {
-            signal
-                .iter()
-                .map(|v| to_f32(mu * v + nu * v.conj() + dc))
-                .collect()
+        iq.clear();
+        if imbalance {
+            iq.extend(signal.iter().map(|v| to_f32(mu * v + nu * v.conj() + dc)));
         } else {
-            signal.iter().map(|v| to_f32(v * gain + dc)).collect()
-        };
+            iq.extend(signal.iter().map(|v| to_f32(v * gain + dc)));
+        }
         if let Some(y) = y {
             pool::give_complex(y);
         }
@@ -290,7 +304,7 @@ impl Synth {
             rician_k_db: channel.k_db,
             quantize_bits: imp.quantize_bits,
         };
-        (iq, truth, job)
+        (truth, job)
     }
 }
 
