@@ -58,9 +58,15 @@ fn regression(target: &str, name: &str) -> Vec<u8> {
 struct Scratch(PathBuf);
 
 impl Scratch {
+    /// A folder of its own: tests run side by side, and two of them with one tag would remove
+    /// each other's files (the FLAC and Ogg allocation tests did).
     fn new(tag: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("sonograph-fuzz-found-{tag}-{}", std::process::id()));
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!(
+            "sonograph-fuzz-found-{tag}-{}-{n}",
+            std::process::id()
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         Scratch(dir)
