@@ -35,7 +35,7 @@ impl Sha512Lanes {
         Self::scalar(lanes)
     }
 
-    /// One `sha2` hasher a message, whatever the CPU (for tests of the two against each other).
+    /// One `sha2` hasher a message, whatever the CPU.
     pub fn scalar(lanes: usize) -> Self {
         assert!((1..=LANES).contains(&lanes), "{lanes} lanes");
         Sha512Lanes {
@@ -87,9 +87,11 @@ fn wide_supported() -> bool {
     std::arch::is_x86_feature_detected!("avx512f")
 }
 
+#[cfg(target_arch = "x86_64")]
 const BLOCK: usize = 128;
 
 /// FIPS 180-4's initial hash value for SHA-512.
+#[cfg(target_arch = "x86_64")]
 const IV: [u64; 8] = [
     0x6a09_e667_f3bc_c908,
     0xbb67_ae85_84ca_a73b,
@@ -102,6 +104,7 @@ const IV: [u64; 8] = [
 ];
 
 /// FIPS 180-4's round constants for SHA-512.
+#[cfg(target_arch = "x86_64")]
 #[rustfmt::skip]
 const K: [u64; 80] = [
     0x428a2f98d728ae22, 0x7137449123ef65cd, 0xb5c0fbcfec4d3b2f, 0xe9b5dba58189dbbc,

@@ -873,8 +873,9 @@ pub struct SigmfRecording<'a> {
 pub const HASHED_TOGETHER: usize = crate::sha512_lanes::LANES;
 
 /// [`write_sigmf_unsynced`] of each recording, in order, on this thread: recordings of one
-/// length, [`HASHED_TOGETHER`] at a time, have their SHA-512s computed side by side (about
-/// 5× one at a time where the CPU has AVX-512).
+/// length, [`HASHED_TOGETHER`] at a time, have their SHA-512s computed side by side (where the
+/// CPU has AVX-512, eight one-second recordings are written in 18 ms against 49 ms one at a
+/// time: `cargo bench -p sonograph-io --bench sigmf`).
 pub fn write_sigmf_group_unsynced(
     recordings: Vec<SigmfRecording<'_>>,
     dtype: WriteType,
