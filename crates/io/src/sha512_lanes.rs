@@ -1,6 +1,6 @@
 //! SHA-512 of up to eight messages of one length at once: one message a 64-bit lane of
-//! AVX-512 where the CPU has it (the rounds are the same for every message, so eight run for
-//! the price of about one and a half), else one `sha2` hasher a message. SigMF's
+//! AVX-512 where the CPU has it (the rounds are the same for every message, so one instruction
+//! stream serves eight), else one `sha2` hasher a message. SigMF's
 //! `core:sha512` of every recording was 40–53 % of `synth-iq`'s CPU time one message at a
 //! time (sha2 and OpenSSL alike hash about half a GB a second a core); no maintained crate
 //! hashes several messages at once.

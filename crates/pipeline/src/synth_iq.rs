@@ -366,8 +366,8 @@ pub fn generate<'d>(
 }
 
 /// [`generate`] into buffers taken from `spare` where it has them (a group's buffers handed
-/// back after it is written: fresh ones for every group had the kernel zero 1.6 GB of pages
-/// for 1,000 one-second recordings).
+/// back after it is written: fresh ones for every group had the kernel zero their pages
+/// again, every group).
 fn generate_reusing<'d>(
     synth: &Synth,
     seed: u64,

@@ -145,7 +145,7 @@ impl Synth {
     }
 
     /// [`Synth::sample`] into `iq`, whose allocation is reused: a fresh multi-megabyte buffer
-    /// for every recording had the kernel zero its pages again (half of `synth-iq`'s CPU time
+    /// for every recording had the kernel zero its pages again (29 % of `synth-iq`'s CPU time
     /// on a disk, in `perf`, once the hash was fast).
     pub fn sample_into(&self, seed: u64, index: u64, iq: &mut Vec<Complex32>) -> Truth {
         let (truth, job) = self.clean_into(seed, index, iq);
