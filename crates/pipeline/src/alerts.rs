@@ -741,17 +741,26 @@ mod tests {
         assert!(listed.ended.is_some(), "closed once resolved");
     }
 
-    /// A device that runs out of memory on anything over one item: the first batch of 64
-    /// splits 6 times (64 → 1), which is a burst; a device lost later is an ERROR.
+    /// A device that runs out of memory on anything over one item and on some items alone:
+    /// a burst of OOMs; a device lost later is an ERROR.
     #[test]
     fn oom_bursts_and_lost_devices_alert() {
         let spec = FeatureSpec::whisper(80);
+        // Six items that do not fit even alone, listed first: six OOMs or more whatever the
+        // batches. The splits alone give log2 of the first batch's size, and on a loaded
+        // machine the one decoder may have handed the executor fewer than 17 items by then (a
+        // fresh machine's test run saw the device lost and no burst).
+        let huge_seconds = 0.3;
         let device = Flaky {
             fits: 1,
+            huge: (huge_seconds * 16_000.0) as usize,
             lose_after: Some(40),
             ..Flaky::new(&spec, Precision::F64)
         };
-        let wavs = clips(70, 0.2);
+        let mut wavs: Vec<(String, f64)> = (0..6)
+            .map(|i| (format!("a{i}.wav"), huge_seconds))
+            .collect();
+        wavs.extend(clips(70, 0.2));
         let events = watch(
             "alert-oom",
             &wavs,
