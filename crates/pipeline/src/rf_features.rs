@@ -13,7 +13,7 @@ use sonograph_io::ledger::{Ledger, LedgerReader, PieceRecord};
 use sonograph_io::sigmf::{list_sources, read_source_in, IqRecording, IqSource};
 use sonograph_io::table::{write_table, Column};
 use sonograph_rf::features::{
-    features_with, sample_features, spectral_features, Psd, RfFeatures, Welch,
+    features_with, first_non_finite, sample_features, spectral_features, Psd, RfFeatures, Welch,
 };
 use sonograph_rf::rows::{PsdDevice, RowSpec};
 use sonograph_rf::Complex32;
@@ -527,10 +527,7 @@ fn on_psd(
     psd: Psd,
     job: &RfFeaturesJob,
 ) -> Result<(RfFeatures, Vec<f64>), String> {
-    if let Some(i) = iq
-        .iter()
-        .position(|v| !(v.re.is_finite() && v.im.is_finite()))
-    {
+    if let Some(i) = first_non_finite(iq) {
         return Err(format!("sample {i} is not finite"));
     }
     let cfg = &job.rows.features;

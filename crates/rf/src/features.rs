@@ -104,7 +104,10 @@ pub struct Welch {
     cfg: WelchConfig,
     window: Vec<f64>,
     fft: Arc<dyn Fft<f64>>,
+    /// Windowed segments, and their spectra: the FFT runs out of place, which rustfft's AVX
+    /// algorithms do natively (in place, they transpose through the scratch and copy back).
     buffer: Vec<Complex64>,
+    spectra: Vec<Complex64>,
     scratch: Vec<Complex64>,
     acc: Vec<f64>,
 }
@@ -116,12 +119,13 @@ impl Welch {
     pub fn new(cfg: &WelchConfig) -> Result<Self, RfError> {
         cfg.validate()?;
         let fft = FftPlanner::new().plan_fft_forward(cfg.nperseg);
-        let scratch = vec![Complex64::default(); fft.get_inplace_scratch_len()];
+        let scratch = vec![Complex64::default(); fft.get_outofplace_scratch_len()];
         Ok(Welch {
             cfg: *cfg,
             window: window(cfg.window, cfg.nperseg, true),
             fft,
             buffer: Vec::with_capacity(cfg.nperseg * SEGMENTS_PER_CALL),
+            spectra: Vec::with_capacity(cfg.nperseg * SEGMENTS_PER_CALL),
             scratch,
             acc: vec![0.0; cfg.nperseg],
         })
@@ -149,8 +153,8 @@ impl Welch {
         let mut first = 0;
         while first < segments {
             let count = SEGMENTS_PER_CALL.min(segments - first);
-            self.buffer.clear();
-            for s in first..first + count {
+            self.buffer.resize(count * n, Complex64::default());
+            for (s, out) in (first..first + count).zip(self.buffer.chunks_exact_mut(n)) {
                 let seg = &iq[s * hop..s * hop + n];
                 let mean = if self.cfg.detrend {
                     let (re, im) = seg.iter().fold((0.0f64, 0.0f64), |(a, b), v| {
@@ -160,21 +164,15 @@ impl Welch {
                 } else {
                     Complex64::default()
                 };
-                self.buffer
-                    .extend(seg.iter().zip(&self.window).map(|(v, &w)| {
-                        Complex64::new(
-                            (f64::from(v.re) - mean.re) * w,
-                            (f64::from(v.im) - mean.im) * w,
-                        )
-                    }));
+                windowed(seg, &self.window, mean, out);
             }
-            self.fft
-                .process_with_scratch(&mut self.buffer, &mut self.scratch);
-            for spectrum in self.buffer.chunks_exact(n) {
-                for (a, x) in self.acc.iter_mut().zip(spectrum) {
-                    *a += x.norm_sqr();
-                }
-            }
+            self.spectra.resize(count * n, Complex64::default());
+            self.fft.process_outofplace_with_scratch(
+                &mut self.buffer,
+                &mut self.spectra,
+                &mut self.scratch,
+            );
+            add_power(&mut self.acc, &self.spectra);
             first += count;
         }
         let wss: f64 = self.window.iter().map(|w| w * w).sum();
@@ -192,6 +190,34 @@ impl Welch {
             segments,
             dof: welch_dof(&self.window, hop, segments),
         })
+    }
+}
+
+/// `out = (seg − mean) · window`, written into place (an `extend` here ran the generic,
+/// un-vectorised copy loop).
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn windowed(seg: &[Complex32], window: &[f64], mean: Complex64, out: &mut [Complex64]) {
+    for ((o, v), &w) in out.iter_mut().zip(seg).zip(window) {
+        o.re = (f64::from(v.re) - mean.re) * w;
+        o.im = (f64::from(v.im) - mean.im) * w;
+    }
+}
+
+/// Adds |X|² of each spectrum in `spectra` (each `acc.len()` bins) to `acc`.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn add_power(acc: &mut [f64], spectra: &[Complex64]) {
+    for spectrum in spectra.chunks_exact(acc.len()) {
+        for (a, x) in acc.iter_mut().zip(spectrum) {
+            *a += x.norm_sqr();
+        }
     }
 }
 
@@ -448,115 +474,191 @@ feature_vector! {
     c63,
 }
 
-/// Mean, standard deviation, skewness and kurtosis (not excess) of `values`, in two passes.
-#[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
-    "x86_64+avx2+fma",
-    "aarch64+neon"
-))]
-fn moments(values: &[f64]) -> [f64; 4] {
-    if values.is_empty() {
-        return [f64::NAN; 4];
-    }
-    let n = values.len() as f64;
-    let mean = lanes(values, |v| [v, 0.0, 0.0])[0] / n;
-    let [m2, m3, m4] = lanes(values, |v| {
-        let d = v - mean;
-        let d2 = d * d;
-        [d2, d2 * d, d2 * d2]
-    });
-    let (m2, m3, m4) = (m2 / n, m3 / n, m4 / n);
-    let std = m2.sqrt();
-    [mean, std, m3 / (m2 * std), m4 / (m2 * m2)]
+/// Count, mean and the sums of the 2nd, 3rd and 4th powers of the deviations from the mean of
+/// a stream of values (what its mean, spread, skewness and kurtosis need), kept for one block
+/// and merged block by block by the pairwise update for p = 2…4 of Pébay, "Formulas for
+/// robust, one-pass parallel computation of covariances and arbitrary-order statistical
+/// moments" (Sandia SAND2008-6212, 2008). One pass over the samples, each block's values held
+/// in cache, is then as exact as two passes over stored values.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct CentralSums {
+    n: f64,
+    mean: f64,
+    m2: f64,
+    m3: f64,
+    m4: f64,
 }
 
-/// Sums of `K` terms of every value, in four interleaved partial sums: strict f64 sums are one
-/// dependent chain that the compiler may not reorder, four chains vectorise and overlap.
+impl CentralSums {
+    /// A block's sums, in two passes over the block.
+    #[inline(always)]
+    fn of(values: &[f64]) -> Self {
+        if values.is_empty() {
+            return CentralSums::default();
+        }
+        let n = values.len() as f64;
+        let mean = lanes(values, |v| [v])[0] / n;
+        let [m2, m3, m4] = lanes(values, |v| {
+            let d = v - mean;
+            let d2 = d * d;
+            [d2, d2 * d, d2 * d2]
+        });
+        CentralSums {
+            n,
+            mean,
+            m2,
+            m3,
+            m4,
+        }
+    }
+
+    /// The sums of both streams together.
+    fn merge(self, b: CentralSums) -> Self {
+        let a = self;
+        if a.n == 0.0 {
+            return b;
+        }
+        if b.n == 0.0 {
+            return a;
+        }
+        let n = a.n + b.n;
+        let d = b.mean - a.mean;
+        let (d2, na, nb) = (d * d, a.n, b.n);
+        CentralSums {
+            n,
+            mean: a.mean + d * nb / n,
+            m2: a.m2 + b.m2 + d2 * na * nb / n,
+            m3: a.m3
+                + b.m3
+                + d2 * d * na * nb * (na - nb) / (n * n)
+                + 3.0 * d * (na * b.m2 - nb * a.m2) / n,
+            m4: a.m4
+                + b.m4
+                + d2 * d2 * na * nb * (na * na - na * nb + nb * nb) / (n * n * n)
+                + 6.0 * d2 * (na * na * b.m2 + nb * nb * a.m2) / (n * n)
+                + 4.0 * d * (na * b.m3 - nb * a.m3) / n,
+        }
+    }
+
+    /// Mean, standard deviation, skewness and kurtosis (not excess).
+    fn moments(&self) -> [f64; 4] {
+        if self.n == 0.0 {
+            return [f64::NAN; 4];
+        }
+        let (m2, m3, m4) = (self.m2 / self.n, self.m3 / self.n, self.m4 / self.n);
+        let std = m2.sqrt();
+        [self.mean, std, m3 / (m2 * std), m4 / (m2 * m2)]
+    }
+}
+
+/// Partial sums `lanes` keeps of each term: two AVX-512 registers, four AVX2 ones.
+const SUM_LANES: usize = 16;
+
+/// Sums of `K` terms of every value, in `SUM_LANES` interleaved partial sums: strict f64 sums
+/// are one dependent chain that the compiler may not reorder; independent partial sums, each
+/// term's contiguous, vectorise and overlap (four were one vector and still waited on the
+/// adder's latency: perf put the adds among the pass's hottest instructions).
 #[inline(always)]
 fn lanes<T: Copy, const K: usize>(values: &[T], terms: impl Fn(T) -> [f64; K]) -> [f64; K] {
-    let mut acc = [[0.0f64; K]; 4];
-    let mut chunks = values.chunks_exact(4);
+    let mut acc = [[0.0f64; SUM_LANES]; K];
+    let mut chunks = values.chunks_exact(SUM_LANES);
     for c in &mut chunks {
-        for (a, &v) in acc.iter_mut().zip(c) {
-            for (x, t) in a.iter_mut().zip(terms(v)) {
-                *x += t;
+        let c: &[T; SUM_LANES] = c.try_into().expect("chunks of SUM_LANES");
+        for (l, &v) in c.iter().enumerate() {
+            for (a, t) in acc.iter_mut().zip(terms(v)) {
+                a[l] += t;
             }
         }
     }
-    for &v in chunks.remainder() {
-        for (x, t) in acc[0].iter_mut().zip(terms(v)) {
-            *x += t;
+    for (l, &v) in chunks.remainder().iter().enumerate() {
+        for (a, t) in acc.iter_mut().zip(terms(v)) {
+            a[l] += t;
         }
     }
-    let mut out = [0.0; K];
-    for a in acc {
-        for (o, x) in out.iter_mut().zip(a) {
-            *o += x;
+    acc.map(|a| a.iter().sum())
+}
+
+/// The largest of `values` (all ≥ 0), eight at a time: `max` is exact in any order, and eight
+/// running maxima vectorise where one does not.
+#[inline(always)]
+fn max_of(values: &[f64]) -> f64 {
+    let mut m = [0.0f64; 8];
+    let mut chunks = values.chunks_exact(8);
+    for c in &mut chunks {
+        for (m, &v) in m.iter_mut().zip(c) {
+            *m = m.max(v);
+        }
+    }
+    chunks
+        .remainder()
+        .iter()
+        .chain(&m)
+        .fold(0.0, |a, &b| a.max(b))
+}
+
+/// Samples one block of [`sample_pass`] works on: its three f64 values a sample (24 KiB) stay
+/// in the core's cache between computing them and summing them.
+const BLOCK: usize = 1024;
+
+/// What one pass over the samples gives: Σ I, Σ Q, Σ|x|², Σ|x|⁴, max |x|², and the central
+/// sums of the amplitude |x|, the phase atan2(Q, I) and the frequency arg(x[n] x*[n−1]) in
+/// radians a sample.
+#[derive(Debug, Clone, Copy, Default)]
+struct SamplePass {
+    power: [f64; 4],
+    peak: f64,
+    amplitude: CentralSums,
+    phase: CentralSums,
+    frequency: CentralSums,
+}
+
+/// The whole pass, a block at a time: the values of a block are computed into arrays on the
+/// stack (vectorised: `atan2` has no branches), summed there, and merged into the totals, so
+/// that nothing the size of the recording is stored or read again.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn sample_pass(iq: &[Complex32]) -> SamplePass {
+    let mut out = SamplePass::default();
+    let (mut amp, mut phase, mut freq) = ([0.0f64; BLOCK], [0.0f64; BLOCK], [0.0f64; BLOCK]);
+    for start in (0..iq.len()).step_by(BLOCK) {
+        let block = &iq[start..(start + BLOCK).min(iq.len())];
+        let [re, im, power, p2] = lanes(block, |v| {
+            let (a, b) = (f64::from(v.re), f64::from(v.im));
+            let p = a * a + b * b;
+            [a, b, p, p * p]
+        });
+        for (total, s) in out.power.iter_mut().zip([re, im, power, p2]) {
+            *total += s;
+        }
+        let len = block.len();
+        for ((a, p), v) in amp.iter_mut().zip(phase.iter_mut()).zip(block) {
+            let (x, y) = (f64::from(v.re), f64::from(v.im));
+            *a = x * x + y * y;
+            *p = atan2(y, x);
+        }
+        out.peak = out.peak.max(max_of(&amp[..len]));
+        for a in &mut amp[..len] {
+            *a = a.sqrt();
+        }
+        out.amplitude = out.amplitude.merge(CentralSums::of(&amp[..len]));
+        out.phase = out.phase.merge(CentralSums::of(&phase[..len]));
+        // Frequencies need the sample before: the first sample of the recording has none.
+        let first = start.max(1);
+        let end = start + len;
+        if first < end {
+            let pairs = iq[first - 1..end - 1].iter().zip(&iq[first..end]);
+            for (f, (a, b)) in freq.iter_mut().zip(pairs) {
+                let re = f64::from(b.re) * f64::from(a.re) + f64::from(b.im) * f64::from(a.im);
+                let im = f64::from(b.im) * f64::from(a.re) - f64::from(b.re) * f64::from(a.im);
+                *f = atan2(im, re);
+            }
+            out.frequency = out.frequency.merge(CentralSums::of(&freq[..end - first]));
         }
     }
     out
-}
-
-/// Σ I, Σ Q, Σ|x|², Σ|x|⁴ and max |x|².
-#[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
-    "x86_64+avx2+fma",
-    "aarch64+neon"
-))]
-fn power_sums(iq: &[Complex32]) -> [f64; 5] {
-    let [re, im, power, m4] = lanes(iq, |v| {
-        let (a, b) = (f64::from(v.re), f64::from(v.im));
-        let p = a * a + b * b;
-        [a, b, p, p * p]
-    });
-    let peak = iq
-        .iter()
-        .map(|v| f64::from(v.re).powi(2) + f64::from(v.im).powi(2))
-        .fold(0.0f64, f64::max);
-    [re, im, power, m4, peak]
-}
-
-/// |x| · scale of every sample.
-#[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
-    "x86_64+avx2+fma",
-    "aarch64+neon"
-))]
-fn amplitudes(iq: &[Complex32], scale: f64, out: &mut Vec<f64>) {
-    out.clear();
-    out.extend(
-        iq.iter()
-            .map(|v| (f64::from(v.re).powi(2) + f64::from(v.im).powi(2)).sqrt() * scale),
-    );
-}
-
-/// The instantaneous phase of every sample.
-#[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
-    "x86_64+avx2+fma",
-    "aarch64+neon"
-))]
-fn phases(iq: &[Complex32], out: &mut Vec<f64>) {
-    out.clear();
-    out.extend(iq.iter().map(|v| atan2(f64::from(v.im), f64::from(v.re))));
-}
-
-/// The instantaneous frequency between neighbours, arg(x[n] conj(x[n−1])) · `to_hz`.
-#[multiversion::multiversion(targets(
-    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
-    "x86_64+avx2+fma",
-    "aarch64+neon"
-))]
-fn frequencies(iq: &[Complex32], to_hz: f64, out: &mut Vec<f64>) {
-    out.clear();
-    if iq.is_empty() {
-        return;
-    }
-    out.extend(iq.iter().zip(&iq[1..]).map(|(a, b)| {
-        let re = f64::from(b.re) * f64::from(a.re) + f64::from(b.im) * f64::from(a.im);
-        let im = f64::from(b.im) * f64::from(a.re) - f64::from(b.re) * f64::from(a.im);
-        atan2(im, re) * to_hz
-    }));
 }
 
 /// Sums of the moments Swami & Sadler's cumulants need, in one pass over the mean-removed
@@ -613,59 +715,78 @@ impl MomentSums {
     }
 }
 
+/// Lanes of `moment_sums`' running sums: eight f64, one AVX-512 register (two AVX2 ones).
+const MOMENT_LANES: usize = 8;
+
+/// Adds the terms of `MOMENT_LANES` samples (real parts `x`, imaginary `y`, contiguous) to
+/// `moment_sums`' running sums. Always inlined, and fed from arrays rather than from the
+/// interleaved samples: the closure it replaces was compiled out of line and mostly scalar
+/// (perf showed its name and `vmulsd`s).
+#[inline(always)]
+fn add_moment_terms(
+    acc: &mut [[f64; MOMENT_LANES]; 15],
+    x: &[f64; MOMENT_LANES],
+    y: &[f64; MOMENT_LANES],
+) {
+    for l in 0..MOMENT_LANES {
+        let (x, y) = (x[l], y[l]);
+        let (z2r, z2i) = (x * x - y * y, 2.0 * x * y);
+        let a = x * x + y * y;
+        let (z3r, z3i) = (z2r * x - z2i * y, z2r * y + z2i * x);
+        let (z4r, z4i) = (z2r * z2r - z2i * z2i, 2.0 * z2r * z2i);
+        let (z6r, z6i) = (z4r * z2r - z4i * z2i, z4r * z2i + z4i * z2r);
+        let terms = [
+            z2r,
+            z2i,
+            a,
+            z3r,
+            z3i,
+            x * a,
+            y * a,
+            z4r,
+            z4i,
+            z2r * a,
+            z2i * a,
+            a * a,
+            z6r,
+            z6i,
+            a * a * a,
+        ];
+        for (s, t) in acc.iter_mut().zip(terms) {
+            s[l] += t;
+        }
+    }
+}
+
 #[multiversion::multiversion(targets(
     "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
     "x86_64+avx2+fma",
     "aarch64+neon"
 ))]
 fn moment_sums(iq: &[Complex32], mean: Complex64) -> MomentSums {
-    // Four samples at a time, each quantity a [f64; 4] (structure of arrays), so that the
-    // complex products vectorise across samples; 15 running sums of four lanes each.
-    let mut acc = [[0.0f64; 4]; 15];
-    let mut add = |zr: [f64; 4], zi: [f64; 4]| {
-        for l in 0..4 {
-            let (x, y) = (zr[l], zi[l]);
-            let (z2r, z2i) = (x * x - y * y, 2.0 * x * y);
-            let a = x * x + y * y;
-            let (z3r, z3i) = (z2r * x - z2i * y, z2r * y + z2i * x);
-            let (z4r, z4i) = (z2r * z2r - z2i * z2i, 2.0 * z2r * z2i);
-            let (z6r, z6i) = (z4r * z2r - z4i * z2i, z4r * z2i + z4i * z2r);
-            let terms = [
-                z2r,
-                z2i,
-                a,
-                z3r,
-                z3i,
-                x * a,
-                y * a,
-                z4r,
-                z4i,
-                z2r * a,
-                z2i * a,
-                a * a,
-                z6r,
-                z6i,
-                a * a * a,
-            ];
-            for (s, t) in acc.iter_mut().zip(terms) {
-                s[l] += t;
-            }
+    // The samples a block at a time, centred into separate real and imaginary arrays (a
+    // vectorised deinterleave), then eight at a time into 15 running sums of eight lanes
+    // each (structure of arrays), so that the complex products vectorise across samples.
+    const BLOCK: usize = 256;
+    let mut acc = [[0.0f64; MOMENT_LANES]; 15];
+    let (mut xs, mut ys) = ([0.0f64; BLOCK], [0.0f64; BLOCK]);
+    for block in iq.chunks(BLOCK) {
+        for ((x, y), v) in xs.iter_mut().zip(ys.iter_mut()).zip(block) {
+            *x = f64::from(v.re) - mean.re;
+            *y = f64::from(v.im) - mean.im;
         }
-    };
-    let centred = |v: &Complex32| (f64::from(v.re) - mean.re, f64::from(v.im) - mean.im);
-    let mut chunks = iq.chunks_exact(4);
-    for c in &mut chunks {
-        let mut zr = [0.0; 4];
-        let mut zi = [0.0; 4];
-        for (l, v) in c.iter().enumerate() {
-            (zr[l], zi[l]) = centred(v);
+        // A short last block is padded with zeros, which add nothing to any sum.
+        let used = block.len().next_multiple_of(MOMENT_LANES);
+        xs[block.len()..used].fill(0.0);
+        ys[block.len()..used].fill(0.0);
+        for (x, y) in xs[..used]
+            .chunks_exact(MOMENT_LANES)
+            .zip(ys[..used].chunks_exact(MOMENT_LANES))
+        {
+            let x = x.try_into().expect("chunks of MOMENT_LANES");
+            let y = y.try_into().expect("chunks of MOMENT_LANES");
+            add_moment_terms(&mut acc, x, y);
         }
-        add(zr, zi);
-    }
-    for v in chunks.remainder() {
-        // A lone sample in lane 0, zeros (which add nothing) in the others.
-        let (x, y) = centred(v);
-        add([x, 0.0, 0.0, 0.0], [y, 0.0, 0.0, 0.0]);
     }
     let t: Vec<f64> = acc.iter().map(|s| s.iter().sum()).collect();
     let c = |i: usize| Complex64::new(t[i], t[i + 1]);
@@ -750,38 +871,66 @@ pub fn spectral_features(psd: &Psd, fraction: f64, f: &mut RfFeatures) {
 /// The features read off the samples themselves.
 pub fn sample_features(iq: &[Complex32], fs: f64, cfg: &FeatureConfig, f: &mut RfFeatures) {
     let n = iq.len() as f64;
-    let [re, im, power, m4, peak] = power_sums(iq);
+    let pass = sample_pass(iq);
+    let [re, im, power, m4] = pass.power;
     let mean = Complex64::new(re / n, im / n);
     let m2 = power / n;
     let m4 = m4 / n;
     f.rssi_dbfs = db(m2);
     f.rssi_dbm = cfg.calibration_db.map_or(f64::NAN, |c| f.rssi_dbfs + c);
-    f.papr_db = if m2 > 0.0 { db(peak / m2) } else { 0.0 };
+    f.papr_db = if m2 > 0.0 { db(pass.peak / m2) } else { 0.0 };
     // M2M4 with ka = 1 (constant envelope) and kw = 2 (complex Gaussian noise).
     let s = (2.0 * m2 * m2 - m4).max(0.0).sqrt();
     f.snr_m2m4_db = snr_db(s, m2 - s);
+    // The amplitude normalised to unit RMS, and the frequency in hertz: a mean and a standard
+    // deviation scale with their values; skewness and kurtosis do not change.
     let rms = m2.sqrt();
     let scale = if rms > 0.0 { 1.0 / rms } else { 0.0 };
-    let mut values = Vec::with_capacity(iq.len());
-    amplitudes(iq, scale, &mut values);
-    [f.amp_mean, f.amp_std, f.amp_skewness, f.amp_kurtosis] = moments(&values);
-    phases(iq, &mut values);
+    let [mean_a, std_a, skew_a, kurt_a] = pass.amplitude.moments();
+    [f.amp_mean, f.amp_std, f.amp_skewness, f.amp_kurtosis] =
+        [mean_a * scale, std_a * scale, skew_a, kurt_a];
     [
         f.phase_mean,
         f.phase_std,
         f.phase_skewness,
         f.phase_kurtosis,
-    ] = moments(&values);
-    frequencies(iq, fs / std::f64::consts::TAU, &mut values);
+    ] = pass.phase.moments();
+    let to_hz = fs / std::f64::consts::TAU;
+    let [mean_f, std_f, skew_f, kurt_f] = pass.frequency.moments();
     [
         f.freq_mean_hz,
         f.freq_std_hz,
         f.freq_skewness,
         f.freq_kurtosis,
-    ] = moments(&values);
+    ] = [mean_f * to_hz, std_f * to_hz, skew_f, kurt_f];
     [
         f.c20_abs, f.c21, f.c40_abs, f.c41_abs, f.c42, f.c60_abs, f.c63,
     ] = MomentSums::of(iq, mean).cumulants();
+}
+
+/// The index of the first sample with an infinite or NaN part. Whole chunks are checked
+/// without a branch a sample (a vectorised test, 64 samples at a time), and only a chunk that
+/// fails is searched.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+pub fn first_non_finite(iq: &[Complex32]) -> Option<usize> {
+    const CHUNK: usize = 64;
+    iq.chunks(CHUNK).enumerate().find_map(|(c, chunk)| {
+        let finite = chunk
+            .iter()
+            .fold(true, |ok, v| ok & v.re.is_finite() & v.im.is_finite());
+        if finite {
+            None
+        } else {
+            let i = chunk
+                .iter()
+                .position(|v| !(v.re.is_finite() && v.im.is_finite()));
+            i.map(|i| c * CHUNK + i)
+        }
+    })
 }
 
 /// Every feature of `iq` at `fs`, and the PSD they were read from.
@@ -804,10 +953,7 @@ pub fn features_with(
     if !(fs.is_finite() && fs > 0.0) {
         return Err(invalid("sample_rate", "must be positive and finite"));
     }
-    if let Some(i) = iq
-        .iter()
-        .position(|v| !(v.re.is_finite() && v.im.is_finite()))
-    {
+    if let Some(i) = first_non_finite(iq) {
         return Err(RfError::NonFinite { index: i });
     }
     let psd = welch.compute(iq, fs)?;
@@ -815,4 +961,192 @@ pub fn features_with(
     sample_features(iq, fs, cfg, &mut f);
     spectral_features(&psd, cfg.obw_fraction, &mut f);
     Ok((f, psd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Mean, std, skewness, kurtosis by the textbook two passes over all values.
+    fn two_pass(v: &[f64]) -> [f64; 4] {
+        let n = v.len() as f64;
+        let mean = v.iter().sum::<f64>() / n;
+        let m = |p: i32| v.iter().map(|x| (x - mean).powi(p)).sum::<f64>() / n;
+        let (m2, m3, m4) = (m(2), m(3), m(4));
+        [mean, m2.sqrt(), m3 / m2.powf(1.5), m4 / (m2 * m2)]
+    }
+
+    /// A noisy signal whose level and carrier change half-way: block sums that are merged
+    /// wrongly, or blocks with different means, show in its moments.
+    fn signal(len: usize) -> Vec<Complex32> {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut uniform = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+        };
+        (0..len)
+            .map(|i| {
+                let (level, turn) = if i < len / 2 { (0.3, 0.01) } else { (2.0, 0.2) };
+                let phase = turn * i as f64;
+                Complex32::new(
+                    (level * phase.cos() + 0.1 * uniform() + 0.05) as f32,
+                    (level * phase.sin() + 0.1 * uniform()) as f32,
+                )
+            })
+            .collect()
+    }
+
+    fn assert_close(got: [f64; 4], want: [f64; 4], what: &str) {
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            if g.is_nan() && w.is_nan() {
+                continue; // One value has no spread: 0/0 both ways.
+            }
+            // A mean near zero is compared against the spread of the values, a skewness near
+            // zero against 1 (its unit: the third moment's terms are of the size of std³).
+            let scale = match i {
+                0 => w.abs().max(want[1]),
+                2 => w.abs().max(1.0),
+                _ => w.abs(),
+            };
+            assert!(
+                (g - w).abs() <= 1e-12 * scale,
+                "{what}[{i}]: {g} vs {w} (want {want:?})"
+            );
+        }
+    }
+
+    #[test]
+    fn block_sums_merge_into_the_two_pass_moments() {
+        let values: Vec<f64> = signal(5000)
+            .iter()
+            .map(|v| f64::from(v.re) * 3.0 + 7.0)
+            .collect();
+        // Uneven blocks, an empty one among them.
+        let mut sums = CentralSums::default();
+        for range in [0..1, 1..1, 1..1024, 1024..1500, 1500..5000] {
+            sums = sums.merge(CentralSums::of(&values[range]));
+        }
+        assert_eq!(sums.n, 5000.0);
+        assert_close(sums.moments(), two_pass(&values), "merged");
+        assert!(CentralSums::default().moments()[0].is_nan());
+    }
+
+    #[test]
+    fn the_one_pass_sample_features_equal_two_passes_over_every_value() {
+        // Lengths around the pass's block and the sums' lanes.
+        for len in [2, 7, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 17, 40_000] {
+            let iq = signal(len);
+            let fs = 200_000.0;
+            let mut f = RfFeatures::default();
+            sample_features(&iq, fs, &FeatureConfig::default(), &mut f);
+            let c = |v: &Complex32| (f64::from(v.re), f64::from(v.im));
+            let power: Vec<f64> = iq.iter().map(|v| c(v).0.powi(2) + c(v).1.powi(2)).collect();
+            let rms = (power.iter().sum::<f64>() / len as f64).sqrt();
+            let amp: Vec<f64> = power.iter().map(|p| p.sqrt() / rms).collect();
+            let phase: Vec<f64> = iq.iter().map(|v| c(v).1.atan2(c(v).0)).collect();
+            let freq: Vec<f64> = iq
+                .windows(2)
+                .map(|w| {
+                    let ((ar, ai), (br, bi)) = (c(&w[0]), c(&w[1]));
+                    (bi * ar - br * ai).atan2(br * ar + bi * ai) * fs / std::f64::consts::TAU
+                })
+                .collect();
+            let what = format!("{len} samples");
+            assert_close(
+                [f.amp_mean, f.amp_std, f.amp_skewness, f.amp_kurtosis],
+                two_pass(&amp),
+                &format!("{what}: amplitude"),
+            );
+            assert_close(
+                [
+                    f.phase_mean,
+                    f.phase_std,
+                    f.phase_skewness,
+                    f.phase_kurtosis,
+                ],
+                two_pass(&phase),
+                &format!("{what}: phase"),
+            );
+            assert_close(
+                [
+                    f.freq_mean_hz,
+                    f.freq_std_hz,
+                    f.freq_skewness,
+                    f.freq_kurtosis,
+                ],
+                two_pass(&freq),
+                &format!("{what}: frequency"),
+            );
+            let peak = power.iter().copied().fold(0.0, f64::max);
+            let papr = 10.0 * (peak / (rms * rms)).log10();
+            assert!(
+                (f.papr_db - papr).abs() <= 1e-12 * papr,
+                "{what}: papr {}",
+                f.papr_db
+            );
+        }
+    }
+
+    #[test]
+    fn moment_sums_cover_every_sample_of_a_ragged_recording() {
+        for len in [1, 9, 255, 257, 1000] {
+            let iq = signal(len);
+            let mean = Complex64::new(0.01, -0.02);
+            let got = MomentSums::of(&iq, mean);
+            let z: Vec<Complex64> = iq
+                .iter()
+                .map(|v| Complex64::new(f64::from(v.re), f64::from(v.im)) - mean)
+                .collect();
+            let sum =
+                |f: &dyn Fn(Complex64) -> Complex64| z.iter().map(|&v| f(v)).sum::<Complex64>();
+            let want = [
+                (got.m20, sum(&|v| v * v)),
+                (Complex64::new(got.m21, 0.0), sum(&|v| v * v.conj())),
+                (got.m30, sum(&|v| v * v * v)),
+                (got.m31, sum(&|v| v * v * v.conj())),
+                (got.m40, sum(&|v| v.powi(4))),
+                (got.m41, sum(&|v| v.powi(3) * v.conj())),
+                (
+                    Complex64::new(got.m42, 0.0),
+                    sum(&|v| (v * v.conj()).powi(2)),
+                ),
+                (got.m60, sum(&|v| v.powi(6))),
+                (
+                    Complex64::new(got.m63, 0.0),
+                    sum(&|v| (v * v.conj()).powi(3)),
+                ),
+            ];
+            for (i, (g, w)) in want.iter().enumerate() {
+                assert!(
+                    (g - w).norm() <= 1e-12 * w.norm().max(1e-9),
+                    "{len} samples, moment {i}: {g} vs {w}"
+                );
+            }
+            assert_eq!(got.n, len as f64);
+        }
+    }
+
+    #[test]
+    fn the_first_non_finite_sample_is_found_in_any_chunk() {
+        let clean = signal(200);
+        assert_eq!(first_non_finite(&clean), None);
+        assert_eq!(first_non_finite(&[]), None);
+        for (at, bad) in [
+            (0, Complex32::new(f32::NAN, 0.0)),
+            (63, Complex32::new(0.0, f32::INFINITY)),
+            (64, Complex32::new(f32::NEG_INFINITY, 0.0)),
+            (130, Complex32::new(0.0, f32::NAN)),
+            (199, Complex32::new(f32::NAN, f32::NAN)),
+        ] {
+            let mut iq = clean.clone();
+            iq[at] = bad;
+            // A later bad sample does not hide the first.
+            if at + 5 < iq.len() {
+                iq[at + 5] = Complex32::new(f32::NAN, 0.0);
+            }
+            assert_eq!(first_non_finite(&iq), Some(at), "{bad} at {at}");
+        }
+    }
 }
