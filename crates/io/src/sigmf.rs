@@ -556,9 +556,9 @@ impl IqReader {
         self.samples
     }
 
-    /// Reads the next block (up to 65,536 samples) and hands each sample to `push` as
-    /// (I, Q); returns the samples read, 0 at the end.
-    fn next_block(&mut self, push: impl FnMut(f32, f32)) -> Result<usize, IqError> {
+    /// Reads the next block's bytes (up to 65,536 samples) into `buf`; returns the samples
+    /// read, 0 at the end.
+    fn next_block(&mut self) -> Result<usize, IqError> {
         if self.left == 0 {
             return Ok(0);
         }
@@ -575,7 +575,6 @@ impl IqReader {
                     self.samples
                 ),
             })?;
-        decode(&self.buf, self.datatype, push);
         self.left -= n as u64;
         Ok(n)
     }
@@ -583,14 +582,21 @@ impl IqReader {
     /// Appends the next block to `out` as interleaved I/Q values (as samples travel through
     /// sonograph's sample buffers); returns the samples read, 0 at the end.
     pub fn read_interleaved(&mut self, out: &mut Vec<f32>) -> Result<usize, IqError> {
-        out.reserve(2 * self.left.min(BLOCK_SAMPLES) as usize);
-        self.next_block(|i, q| out.extend([i, q]))
+        let n = self.next_block()?;
+        let start = out.len();
+        out.resize(start + 2 * n, 0.0);
+        let (pairs, _) = out[start..].as_chunks_mut::<2>();
+        decode(&self.buf, self.datatype, pairs, |i, q| [i, q]);
+        Ok(n)
     }
 
     /// Appends the next block to `out`; returns the samples read, 0 at the end.
     pub fn read_complex(&mut self, out: &mut Vec<Complex32>) -> Result<usize, IqError> {
-        out.reserve(self.left.min(BLOCK_SAMPLES) as usize);
-        self.next_block(|i, q| out.push(Complex32::new(i, q)))
+        let n = self.next_block()?;
+        let start = out.len();
+        out.resize(start + n, Complex32::default());
+        decode(&self.buf, self.datatype, &mut out[start..], Complex32::new);
+        Ok(n)
     }
 
     /// The rest of the recording, in memory.
@@ -607,40 +613,58 @@ impl IqReader {
     }
 }
 
-/// Hands each sample of `bytes` to `push` as (I, Q) in f32 full scale, as the `sigmf` package
-/// converts them (integers divided by 2^(bits−1), unsigned ones centred first).
-fn decode(bytes: &[u8], datatype: DataType, mut push: impl FnMut(f32, f32)) {
+/// Writes each sample of `bytes` into `out` (one element a sample) as `make(I, Q)`, in f32
+/// full scale, as the `sigmf` package converts them (integers divided by 2^(bits−1),
+/// unsigned ones centred first). Into a slice sized beforehand, not pushed one by one: the
+/// pushes' capacity checks kept the conversion from vectorising (6 % of `rf-features` in
+/// perf).
+fn decode<T>(bytes: &[u8], datatype: DataType, out: &mut [T], make: impl Fn(f32, f32) -> T) {
     match datatype {
-        DataType::Cf32Le => bytes.chunks_exact(8).for_each(|b| {
-            push(
+        DataType::Cf32Le => convert(bytes, out, &make, |b: &[u8; 8]| {
+            (
                 f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
                 f32::from_le_bytes([b[4], b[5], b[6], b[7]]),
             )
         }),
-        DataType::Cf64Le => bytes.chunks_exact(16).for_each(|b| {
+        DataType::Cf64Le => convert(bytes, out, &make, |b: &[u8; 16]| {
             let f = |o: usize| {
                 let mut a = [0u8; 8];
                 a.copy_from_slice(&b[o..o + 8]);
                 f64::from_le_bytes(a) as f32
             };
-            push(f(0), f(8))
+            (f(0), f(8))
         }),
-        DataType::Ci16Le => bytes.chunks_exact(4).for_each(|b| {
+        DataType::Ci16Le => convert(bytes, out, &make, |b: &[u8; 4]| {
             let s = 1.0 / 32_768.0;
-            push(
+            (
                 f32::from(i16::from_le_bytes([b[0], b[1]])) * s,
                 f32::from(i16::from_le_bytes([b[2], b[3]])) * s,
             )
         }),
-        DataType::Ci8 => bytes
-            .chunks_exact(2)
-            .for_each(|b| push(f32::from(b[0] as i8) / 128.0, f32::from(b[1] as i8) / 128.0)),
-        DataType::Cu8 => bytes.chunks_exact(2).for_each(|b| {
-            push(
+        DataType::Ci8 => convert(bytes, out, &make, |b: &[u8; 2]| {
+            (f32::from(b[0] as i8) / 128.0, f32::from(b[1] as i8) / 128.0)
+        }),
+        DataType::Cu8 => convert(bytes, out, &make, |b: &[u8; 2]| {
+            (
                 (f32::from(b[0]) - 128.0) / 128.0,
                 (f32::from(b[1]) - 128.0) / 128.0,
             )
         }),
+    }
+}
+
+/// `out[k] = make(sample(k-th W bytes))`, for [`decode`].
+#[inline(always)]
+fn convert<T, const W: usize>(
+    bytes: &[u8],
+    out: &mut [T],
+    make: &impl Fn(f32, f32) -> T,
+    sample: impl Fn(&[u8; W]) -> (f32, f32),
+) {
+    let (samples, _) = bytes.as_chunks::<W>();
+    for (o, b) in out.iter_mut().zip(samples) {
+        let (i, q) = sample(b);
+        *o = make(i, q);
     }
 }
 
