@@ -556,8 +556,8 @@ const SUM_LANES: usize = 16;
 
 /// Sums of `K` terms of every value, in `SUM_LANES` interleaved partial sums: strict f64 sums
 /// are one dependent chain that the compiler may not reorder; independent partial sums, each
-/// term's contiguous, vectorise and overlap (four were one vector and still waited on the
-/// adder's latency: perf put the adds among the pass's hottest instructions).
+/// term's contiguous, vectorise and overlap. (Four lanes are one AVX-512 half-register, one
+/// chain that waits on the adder; sixteen are two to four chains.)
 #[inline(always)]
 fn lanes<T: Copy, const K: usize>(values: &[T], terms: impl Fn(T) -> [f64; K]) -> [f64; K] {
     let mut acc = [[0.0f64; SUM_LANES]; K];
