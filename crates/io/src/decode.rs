@@ -544,28 +544,8 @@ impl AudioReader {
                 AudioBufferRef::F32(b) => mix_planes(&b, mix, &mut self.mono),
                 AudioBufferRef::F64(b) => mix_planes(&b, mix, &mut self.mono),
             }
-            if let Some(i) = self.mono.iter().position(|s| !s.is_finite()) {
-                return Err(DecodeError::Corrupt {
-                    path: self.path.clone(),
-                    reason: format!("sample {} is not finite", self.frames_decoded + i as u64),
-                });
-            }
-            // Full scale is ±1. A float sample 120 dB above it is no recording, and values
-            // near f32's range overflow the resampler's sums and the power spectra into
-            // inf and NaN (the fuzzer's 3e38 in a float WAV): refused, saying why.
-            if let Some(i) = self
-                .mono
-                .iter()
-                .position(|s| s.abs() > MAX_SAMPLE_MAGNITUDE)
-            {
-                return Err(DecodeError::Corrupt {
-                    path: self.path.clone(),
-                    reason: format!(
-                        "sample {} is {:e}, beyond ±{MAX_SAMPLE_MAGNITUDE:e} (full scale is ±1)",
-                        self.frames_decoded + i as u64,
-                        self.mono[i]
-                    ),
-                });
+            if !all_in_range(&self.mono) {
+                return Err(self.out_of_range());
             }
             self.frames_decoded += self.mono.len() as u64;
             let max = self.opts.limits.max_seconds;
@@ -576,6 +556,39 @@ impl AudioReader {
                 });
             }
             return Ok(true);
+        }
+    }
+
+    /// Why a packet that [`all_in_range`] refused is refused: its first non-finite sample, or
+    /// else its first sample beyond ±[`MAX_SAMPLE_MAGNITUDE`].
+    fn out_of_range(&self) -> DecodeError {
+        if let Some(i) = self.mono.iter().position(|s| !s.is_finite()) {
+            return DecodeError::Corrupt {
+                path: self.path.clone(),
+                reason: format!("sample {} is not finite", self.frames_decoded + i as u64),
+            };
+        }
+        // Full scale is ±1. A float sample 120 dB above it is no recording, and values
+        // near f32's range overflow the resampler's sums and the power spectra into
+        // inf and NaN (the fuzzer's 3e38 in a float WAV): refused, saying why.
+        if let Some(i) = self
+            .mono
+            .iter()
+            .position(|s| s.abs() > MAX_SAMPLE_MAGNITUDE)
+        {
+            return DecodeError::Corrupt {
+                path: self.path.clone(),
+                reason: format!(
+                    "sample {} is {:e}, beyond ±{MAX_SAMPLE_MAGNITUDE:e} (full scale is ±1)",
+                    self.frames_decoded + i as u64,
+                    self.mono[i]
+                ),
+            };
+        }
+        // all_in_range refuses nothing else; said plainly rather than a panic.
+        DecodeError::Corrupt {
+            path: self.path.clone(),
+            reason: format!("a sample is not finite or beyond ±{MAX_SAMPLE_MAGNITUDE:e}"),
         }
     }
 
@@ -599,6 +612,17 @@ impl AudioReader {
         }
         Ok(())
     }
+}
+
+/// Whether every sample is finite and within ±[`MAX_SAMPLE_MAGNITUDE`], tested 64 at a time
+/// without a branch a sample (NaN compares false): the two `position` searches this replaces
+/// were 3 % of a Loader epoch of FLAC clips in perf, and now run only on a packet that fails.
+fn all_in_range(samples: &[f32]) -> bool {
+    samples.chunks(64).all(|chunk| {
+        chunk
+            .iter()
+            .fold(true, |ok, s| ok & (s.abs() <= MAX_SAMPLE_MAGNITUDE))
+    })
 }
 
 /// The largest sample magnitude decoded (2^20, 120 dB above full scale): every stage after

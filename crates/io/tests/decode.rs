@@ -203,14 +203,33 @@ fn bad_files_get_one_line_errors_naming_file_and_reason() {
     );
     let flac = std::fs::read(data_dir().join("speech_16000_mono_s16.flac")).unwrap();
     expect_err(&dir.write("cut.flac", &flac[..flac.len() / 2]), "");
-    let mut nan = Vec::new();
-    for i in 0..1000 {
-        let v = if i == 500 { f32::NAN } else { 0.1 };
-        nan.extend_from_slice(&v.to_le_bytes());
-    }
-    let mut float_wav = wav(16_000, 1, 32, &nan, 4000);
-    float_wav[20] = 3; // WAVE_FORMAT_IEEE_FLOAT
-    expect_err(&dir.write("nan.wav", &float_wav), "not finite");
+    let float_wav = |samples: &[(usize, f32)]| {
+        let mut bytes = Vec::new();
+        for i in 0..1000 {
+            let v = samples.iter().find(|s| s.0 == i).map_or(0.1, |s| s.1);
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        let mut file = wav(16_000, 1, 32, &bytes, 4000);
+        file[20] = 3; // WAVE_FORMAT_IEEE_FLOAT
+        file
+    };
+    expect_err(
+        &dir.write("nan.wav", &float_wav(&[(500, f32::NAN)])),
+        "sample 500 is not finite",
+    );
+    expect_err(
+        &dir.write("inf.wav", &float_wav(&[(63, f32::NEG_INFINITY)])),
+        "sample 63 is not finite",
+    );
+    expect_err(
+        &dir.write("huge.wav", &float_wav(&[(700, 3e38)])),
+        "sample 700 is 3e38, beyond",
+    );
+    // A packet with both: the non-finite sample is said, wherever it is.
+    expect_err(
+        &dir.write("both.wav", &float_wav(&[(300, 2e6), (800, f32::NAN)])),
+        "sample 800 is not finite",
+    );
     // A streamed WAV (placeholder lengths 0xFFFFFFFF): symphonia 0.5 refuses it; what
     // matters here is a clear error, not a hang or a panic.
     expect_err(
