@@ -29,9 +29,14 @@ done
 xz -T0 -6 -f .gpubench/sonograph .gpubench/parity .gpubench/transfer
 # The Python wheel, for the Loader's data-GPU bench (bench/gpu/loader_gpu.py), stripped (with
 # the release profile's debug info it is 62 MB): maturin from the tests' venv (scripts/test.sh
-# makes it) or the PATH.
+# makes it in the same target folder), else from a venv of its own with the tests' pinned
+# maturin (a session whose tests ran under another CARGO_TARGET_DIR has no test venv here).
 python=$target/test-venv/bin/python3
-[ -x "$python" ] || python=python3
+if ! { [ -x "$python" ] && "$python" -c 'import maturin' 2>/dev/null; }; then
+  python=$target/gpu-prepare-venv/bin/python3
+  [ -x "$python" ] || python3 -m venv "$target/gpu-prepare-venv"
+  "$python" -m pip install -q "$(grep '^maturin==' python/requirements-test.txt)"
+fi
 rm -rf .gpubench/sonograph-*.whl .gpuwheel
 (cd python && "$python" -m maturin build --release --strip --locked --out ../.gpuwheel)
 mkdir -p .gl /tmp/amd64/partial
