@@ -33,9 +33,13 @@ xz -T0 -6 -f .gpubench/sonograph .gpubench/parity .gpubench/transfer
 # maturin (a session whose tests ran under another CARGO_TARGET_DIR has no test venv here).
 python=$target/test-venv/bin/python3
 if ! { [ -x "$python" ] && "$python" -c 'import maturin' 2>/dev/null; }; then
-  python=$target/gpu-prepare-venv/bin/python3
-  [ -x "$python" ] || python3 -m venv "$target/gpu-prepare-venv"
-  "$python" -m pip install -q "$(grep '^maturin==' python/requirements-test.txt)"
+  pin=$(grep '^maturin==' python/requirements-test.txt) ||
+    { echo "error: python/requirements-test.txt pins no maturin" >&2; exit 1; }
+  venv=$target/gpu-prepare-venv
+  python=$venv/bin/python3
+  # A venv left half-made (python3 -m venv without ensurepip) is made again.
+  "$python" -m pip --version >/dev/null 2>&1 || { rm -rf "$venv" && python3 -m venv "$venv"; }
+  "$python" -m pip install -q "$pin"
 fi
 rm -rf .gpubench/sonograph-*.whl .gpuwheel
 (cd python && "$python" -m maturin build --release --strip --locked --out ../.gpuwheel)
