@@ -868,7 +868,8 @@ pub fn spectral_features(psd: &Psd, fraction: f64, f: &mut RfFeatures) {
     f.spectral_flatness = log_mean.exp() / (p_sum / n);
 }
 
-/// The features read off the samples themselves.
+/// The features read off the samples themselves. `fs` must be positive and finite
+/// ([`features_with`] checks it; the frequency's moments are scaled by fs/2π).
 pub fn sample_features(iq: &[Complex32], fs: f64, cfg: &FeatureConfig, f: &mut RfFeatures) {
     let n = iq.len() as f64;
     let pass = sample_pass(iq);
@@ -1036,7 +1037,7 @@ mod tests {
     #[test]
     fn the_one_pass_sample_features_equal_two_passes_over_every_value() {
         // Lengths around the pass's block and the sums' lanes.
-        for len in [2, 7, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 17, 40_000] {
+        for len in [1, 2, 7, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 17, 40_000] {
             let iq = signal(len);
             let fs = 200_000.0;
             let mut f = RfFeatures::default();
@@ -1080,12 +1081,28 @@ mod tests {
                 &format!("{what}: frequency"),
             );
             let peak = power.iter().copied().fold(0.0, f64::max);
+            // In dB: relative to its size, or to 1 dB near 0 dB (one sample).
             let papr = 10.0 * (peak / (rms * rms)).log10();
             assert!(
-                (f.papr_db - papr).abs() <= 1e-12 * papr,
+                (f.papr_db - papr).abs() <= 1e-12 * papr.abs().max(1.0),
                 "{what}: papr {}",
                 f.papr_db
             );
+        }
+    }
+
+    #[test]
+    fn no_samples_give_undefined_moments_not_a_panic() {
+        let mut f = RfFeatures::default();
+        sample_features(&[], 1e3, &FeatureConfig::default(), &mut f);
+        for v in [
+            f.amp_mean,
+            f.amp_kurtosis,
+            f.phase_std,
+            f.freq_mean_hz,
+            f.freq_skewness,
+        ] {
+            assert!(v.is_nan(), "{f:?}");
         }
     }
 

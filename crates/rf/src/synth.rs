@@ -568,9 +568,10 @@ mod tests {
         };
         let mut got = Vec::new();
         front_end(&signal, gain, Complex64::new(0.0, 0.0), None, &mut got);
-        let want: Vec<Complex32> = signal.iter().map(|v| to_f32(v * gain)).collect();
-        assert_eq!(bits(&got), bits(&want));
         assert_eq!(got[1000], Complex32::new(0.0, 0.0), "subnormals flushed");
+        front_end(&signal, gain, dc, None, &mut got);
+        let want: Vec<Complex32> = signal.iter().map(|v| to_f32(v * gain + dc)).collect();
+        assert_eq!(bits(&got), bits(&want));
         front_end(&signal, gain, dc, Some((mu, nu)), &mut got);
         let want: Vec<Complex32> = signal
             .iter()
