@@ -625,19 +625,17 @@ fn sample_pass(iq: &[Complex32]) -> SamplePass {
     let (mut amp, mut phase, mut freq) = ([0.0f64; BLOCK], [0.0f64; BLOCK], [0.0f64; BLOCK]);
     for start in (0..iq.len()).step_by(BLOCK) {
         let block = &iq[start..(start + BLOCK).min(iq.len())];
-        let [re, im, power, p2] = lanes(block, |v| {
-            let (a, b) = (f64::from(v.re), f64::from(v.im));
-            let p = a * a + b * b;
-            [a, b, p, p * p]
-        });
-        for (total, s) in out.power.iter_mut().zip([re, im, power, p2]) {
-            *total += s;
-        }
         let len = block.len();
+        // |x|² into `amp` first: the power sums and the peak read it there.
         for ((a, p), v) in amp.iter_mut().zip(phase.iter_mut()).zip(block) {
             let (x, y) = (f64::from(v.re), f64::from(v.im));
             *a = x * x + y * y;
             *p = atan2(y, x);
+        }
+        let [re, im] = lanes(block, |v| [f64::from(v.re), f64::from(v.im)]);
+        let [power, p2] = lanes(&amp[..len], |p| [p, p * p]);
+        for (total, s) in out.power.iter_mut().zip([re, im, power, p2]) {
+            *total += s;
         }
         out.peak = out.peak.max(max_of(&amp[..len]));
         for a in &mut amp[..len] {
@@ -919,18 +917,12 @@ pub fn sample_features(iq: &[Complex32], fs: f64, cfg: &FeatureConfig, f: &mut R
 ))]
 pub fn first_non_finite(iq: &[Complex32]) -> Option<usize> {
     const CHUNK: usize = 64;
+    let finite = |v: &Complex32| v.re.is_finite() & v.im.is_finite();
     iq.chunks(CHUNK).enumerate().find_map(|(c, chunk)| {
-        let finite = chunk
-            .iter()
-            .fold(true, |ok, v| ok & v.re.is_finite() & v.im.is_finite());
-        if finite {
-            None
-        } else {
-            let i = chunk
-                .iter()
-                .position(|v| !(v.re.is_finite() && v.im.is_finite()));
-            i.map(|i| c * CHUNK + i)
+        if chunk.iter().fold(true, |ok, v| ok & finite(v)) {
+            return None;
         }
+        chunk.iter().position(|v| !finite(v)).map(|i| c * CHUNK + i)
     })
 }
 
