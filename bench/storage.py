@@ -57,6 +57,12 @@ def stats(server: subprocess.Popen) -> int:
     return int(ask(server, "stats")[1])
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds process `pid` has used so far (its threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run(cmd: list[str], env: dict[str, str], cores: set[int] | None) -> tuple[float, float]:
     """Wall seconds and peak RSS (MB) of one run."""
     start = time.perf_counter()
@@ -135,6 +141,7 @@ def main() -> None:
         common = ["--preset", "whisper", "--no-progress"]
         walls: dict[str, list[float]] = {"local": [], "bucket": []}
         rss: dict[str, list[float]] = {"local": [], "bucket": []}
+        server_cpu: list[float] = []
         try:
             for r in range(args.runs):
                 out = root / "out-local"
@@ -143,8 +150,10 @@ def main() -> None:
                 walls["local"].append(w)
                 rss["local"].append(m)
                 work = root / f"work-{r}"
+                served_before = cpu_seconds(server.pid)
                 w, m = run([args.bin, "extract", "s3://corpus/clips", "--out", f"s3://features/run{r}",
                             "--work-dir", str(work), *common, *args.bucket_args.split()], env, job_cores)
+                server_cpu.append(cpu_seconds(server.pid) - served_before)
                 walls["bucket"].append(w)
                 rss["bucket"].append(m)
                 shutil.rmtree(buckets / "features" / f"run{r}", ignore_errors=True)
@@ -169,6 +178,7 @@ def main() -> None:
     for kind in ("local", "bucket"):
         print(f"{kind:>7}: wall median {statistics.median(walls[kind]):.2f} s {['%.2f' % w for w in walls[kind]]}, "
               f"peak RSS median {statistics.median(rss[kind]):.0f} MB {['%.0f' % m for m in rss[kind]]}")
+    print(f" server: CPU median {statistics.median(server_cpu):.2f} s a bucket job {['%.2f' % c for c in server_cpu]}")
     ratio = statistics.median(walls["bucket"]) / statistics.median(walls["local"])
     rss_gap = statistics.median(rss["bucket"]) - statistics.median(rss["local"])
     print(f"bucket / local wall: {ratio:.2f}x (target <= 1.3x); peak RSS bucket - local: {rss_gap:+.0f} MB "

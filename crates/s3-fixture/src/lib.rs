@@ -13,6 +13,8 @@ use std::sync::Arc;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;
 
+mod store;
+
 /// The access key and secret the server takes (and the tests' clients give).
 pub const ACCESS_KEY: &str = "sonograph-test";
 pub const SECRET_KEY: &str = "sonograph-test-secret";
@@ -58,9 +60,8 @@ impl S3Server {
             .enable_all()
             .build()
             .expect("a runtime for the test server");
-        let fs = s3s_fs::FileSystem::new(root).expect("s3s-fs opens its root");
         let service = {
-            let mut b = s3s::service::S3ServiceBuilder::new(fs);
+            let mut b = s3s::service::S3ServiceBuilder::new(store::Store::new(root));
             b.set_auth(s3s::auth::SimpleAuth::from_single(ACCESS_KEY, SECRET_KEY));
             b.build()
         };
