@@ -10,7 +10,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use s3s::dto::{GetObjectInput, GetObjectOutput, StreamingBlob};
+use s3s::dto::{GetObjectInput, GetObjectOutput, StreamingBlob, Timestamp};
 use s3s::{S3Request, S3Response, S3Result, S3};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
@@ -41,10 +41,10 @@ impl Store {
         else {
             return Ok(answer);
         };
-        let start = match &output.content_range {
-            None => 0,
-            Some(range) => match first_byte(range) {
-                Some(start) => start,
+        let (start, total) = match &output.content_range {
+            None => (0, u64::try_from(length).unwrap_or(0)),
+            Some(range) => match first_byte_and_total(range) {
+                Some(at) => at,
                 // A range this does not read as s3s-fs wrote it: its own body stays.
                 None => return Ok(answer),
             },
@@ -52,6 +52,14 @@ impl Store {
         let Ok(mut file) = tokio::fs::File::open(&path).await else {
             return Ok(answer);
         };
+        // The file s3s-fs answered from (its length and time), not one put in its place
+        // since: a store never serves one version's headers with another's bytes.
+        let Ok(meta) = file.metadata().await else {
+            return Ok(answer);
+        };
+        if !same_version(&meta, total, output.last_modified.as_ref()) {
+            return Ok(answer);
+        }
         if file.seek(std::io::SeekFrom::Start(start)).await.is_err() {
             return Ok(answer);
         }
@@ -74,10 +82,19 @@ impl Store {
     }
 }
 
-/// The first byte of a `Content-Range` of the form `bytes FIRST-LAST/TOTAL`.
-fn first_byte(range: &str) -> Option<u64> {
-    let (first, _) = range.strip_prefix("bytes ")?.split_once('-')?;
-    first.parse().ok()
+/// Whether the file of `meta` is the object s3s-fs answered for: `total` bytes, last modified
+/// at `last_modified`.
+fn same_version(meta: &std::fs::Metadata, total: u64, last_modified: Option<&Timestamp>) -> bool {
+    let modified = meta.modified().ok().map(Timestamp::from);
+    meta.len() == total && modified.as_ref() == last_modified
+}
+
+/// The first byte and the object's length of a `Content-Range` of the form
+/// `bytes FIRST-LAST/TOTAL`.
+fn first_byte_and_total(range: &str) -> Option<(u64, u64)> {
+    let (first, rest) = range.strip_prefix("bytes ")?.split_once('-')?;
+    let (_, total) = rest.split_once('/')?;
+    Some((first.parse().ok()?, total.parse().ok()?))
 }
 
 /// Every operation s3s-fs implements goes to it; GET's body is read in blocks.
@@ -132,11 +149,30 @@ mod tests {
     use s3s::dto::Range;
 
     #[test]
-    fn a_content_range_gives_its_first_byte() {
-        assert_eq!(first_byte("bytes 0-99/100"), Some(0));
-        assert_eq!(first_byte("bytes 4096-8191/115200044"), Some(4096));
-        assert_eq!(first_byte("bytes */100"), None);
-        assert_eq!(first_byte("items 1-2/3"), None);
+    fn a_content_range_gives_its_first_byte_and_the_objects_length() {
+        assert_eq!(first_byte_and_total("bytes 0-99/100"), Some((0, 100)));
+        assert_eq!(
+            first_byte_and_total("bytes 4096-8191/115200044"),
+            Some((4096, 115_200_044))
+        );
+        assert_eq!(first_byte_and_total("bytes */100"), None);
+        assert_eq!(first_byte_and_total("bytes 0-99/*"), None);
+        assert_eq!(first_byte_and_total("items 1-2/3"), None);
+    }
+
+    #[test]
+    fn a_file_put_in_the_objects_place_is_not_its_version() {
+        let path =
+            std::env::temp_dir().join(format!("sonograph-s3-version-{}", std::process::id()));
+        std::fs::write(&path, b"12345").unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        let time = Timestamp::from(meta.modified().unwrap());
+        assert!(same_version(&meta, 5, Some(&time)));
+        assert!(!same_version(&meta, 6, Some(&time)));
+        let earlier = Timestamp::from(meta.modified().unwrap() - std::time::Duration::from_secs(1));
+        assert!(!same_version(&meta, 5, Some(&earlier)));
+        assert!(!same_version(&meta, 5, None));
+        std::fs::remove_file(&path).unwrap();
     }
 
     fn get(key: &str, range: Option<Range>) -> S3Request<GetObjectInput> {
