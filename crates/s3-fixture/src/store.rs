@@ -12,7 +12,9 @@ use std::path::{Component, Path, PathBuf};
 
 use s3s::dto::{GetObjectInput, GetObjectOutput, StreamingBlob, Timestamp};
 use s3s::{S3Request, S3Response, S3Result, S3};
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use std::io::{Cursor, Read, Seek};
+use tokio::io::{AsyncReadExt, Take};
+use tokio_util::either::Either;
 
 /// The size of each read of an object's body.
 const READ_BLOCK: usize = 1 << 20;
@@ -49,24 +51,17 @@ impl Store {
                 None => return Ok(answer),
             },
         };
-        let Ok(mut file) = tokio::fs::File::open(&path).await else {
-            return Ok(answer);
-        };
-        // The file s3s-fs answered from (its length and time), not one put in its place
-        // since: a store never serves one version's headers with another's bytes.
-        let Ok(meta) = file.metadata().await else {
-            return Ok(answer);
-        };
-        if !same_version(&meta, total, output.last_modified.as_ref()) {
-            return Ok(answer);
+        let (length, modified) = (
+            u64::try_from(length).unwrap_or(0),
+            output.last_modified.clone(),
+        );
+        let opened =
+            tokio::task::spawn_blocking(move || open_body(&path, start, length, total, modified));
+        if let Ok(Some(body)) = opened.await {
+            output.body = Some(StreamingBlob::wrap(
+                tokio_util::io::ReaderStream::with_capacity(body, READ_BLOCK),
+            ));
         }
-        if file.seek(std::io::SeekFrom::Start(start)).await.is_err() {
-            return Ok(answer);
-        }
-        let body = file.take(u64::try_from(length).unwrap_or(0));
-        output.body = Some(StreamingBlob::wrap(
-            tokio_util::io::ReaderStream::with_capacity(body, READ_BLOCK),
-        ));
         Ok(answer)
     }
 
@@ -80,6 +75,30 @@ impl Store {
         };
         (plain(bucket) && plain(key)).then(|| self.root.join(bucket).join(key))
     }
+}
+
+/// The `length` bytes at `start` of the file at `path`, where it is still the object s3s-fs
+/// answered for (`total` bytes, last modified at `modified`): a store never serves one
+/// version's headers with another's bytes. A body of one block is read at once (one trip
+/// through the blocking pool, not four), a longer one a block at a time as it is sent.
+fn open_body(
+    path: &Path,
+    start: u64,
+    length: u64,
+    total: u64,
+    modified: Option<Timestamp>,
+) -> Option<Either<Cursor<Vec<u8>>, Take<tokio::fs::File>>> {
+    let mut file = std::fs::File::open(path).ok()?;
+    if !same_version(&file.metadata().ok()?, total, modified.as_ref()) {
+        return None;
+    }
+    file.seek(std::io::SeekFrom::Start(start)).ok()?;
+    if length <= READ_BLOCK as u64 {
+        let mut body = vec![0; length as usize];
+        file.read_exact(&mut body).ok()?;
+        return Some(Either::Left(Cursor::new(body)));
+    }
+    Some(Either::Right(tokio::fs::File::from_std(file).take(length)))
 }
 
 /// Whether the file of `meta` is the object s3s-fs answered for: `total` bytes, last modified
@@ -212,6 +231,7 @@ mod tests {
             .map(|i| (i * 7 + i / 251) as u8)
             .collect();
         std::fs::write(root.join("b").join("long.bin"), &object).unwrap();
+        std::fs::write(root.join("b").join("small.bin"), &object[..100_000]).unwrap();
         let store = Store::new(&root);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -239,6 +259,11 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(chunks(tail).await.concat(), object[object.len() - 10..]);
+
+            // A body of one block comes in one chunk (s3s-fs's in 25).
+            let small = chunks(store.get_object(get("small.bin", None)).await.unwrap()).await;
+            assert_eq!(small.len(), 1);
+            assert_eq!(small.concat(), object[..100_000]);
 
             assert!(store.get_object(get("missing.bin", None)).await.is_err());
         });
