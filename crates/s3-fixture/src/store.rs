@@ -12,9 +12,8 @@ use std::path::{Component, Path, PathBuf};
 
 use s3s::dto::{GetObjectInput, GetObjectOutput, StreamingBlob, Timestamp};
 use s3s::{S3Request, S3Response, S3Result, S3};
-use std::io::{Cursor, Read, Seek};
+use std::io::{Read, Seek};
 use tokio::io::{AsyncReadExt, Take};
-use tokio_util::either::Either;
 
 /// The size of each read of an object's body.
 const READ_BLOCK: usize = 1 << 20;
@@ -57,11 +56,15 @@ impl Store {
         );
         let opened =
             tokio::task::spawn_blocking(move || open_body(&path, start, length, total, modified));
-        if let Ok(Some(body)) = opened.await {
-            output.body = Some(StreamingBlob::wrap(
-                tokio_util::io::ReaderStream::with_capacity(body, READ_BLOCK),
-            ));
-        }
+        output.body = match opened.await {
+            // The whole body, handed over as it was read: no second copy.
+            Ok(Some(Body::Read(bytes))) => Some(StreamingBlob::from(s3s::Body::from(bytes))),
+            Ok(Some(Body::InBlocks(file))) => Some(StreamingBlob::wrap(
+                tokio_util::io::ReaderStream::with_capacity(file, READ_BLOCK),
+            )),
+            // The file changed or is gone: s3s-fs's own body stays.
+            _ => output.body.take(),
+        };
         Ok(answer)
     }
 
@@ -77,6 +80,12 @@ impl Store {
     }
 }
 
+/// An object's body: read already, or to be read a block at a time as it is sent.
+enum Body {
+    Read(Vec<u8>),
+    InBlocks(Take<tokio::fs::File>),
+}
+
 /// The `length` bytes at `start` of the file at `path`, where it is still the object s3s-fs
 /// answered for (`total` bytes, last modified at `modified`): a store never serves one
 /// version's headers with another's bytes. A body of one block is read at once (one trip
@@ -87,7 +96,7 @@ fn open_body(
     length: u64,
     total: u64,
     modified: Option<Timestamp>,
-) -> Option<Either<Cursor<Vec<u8>>, Take<tokio::fs::File>>> {
+) -> Option<Body> {
     let mut file = std::fs::File::open(path).ok()?;
     if !same_version(&file.metadata().ok()?, total, modified.as_ref()) {
         return None;
@@ -96,9 +105,9 @@ fn open_body(
     if length <= READ_BLOCK as u64 {
         let mut body = vec![0; length as usize];
         file.read_exact(&mut body).ok()?;
-        return Some(Either::Left(Cursor::new(body)));
+        return Some(Body::Read(body));
     }
-    Some(Either::Right(tokio::fs::File::from_std(file).take(length)))
+    Some(Body::InBlocks(tokio::fs::File::from_std(file).take(length)))
 }
 
 /// Whether the file of `meta` is the object s3s-fs answered for: `total` bytes, last modified
