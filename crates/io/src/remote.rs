@@ -59,9 +59,13 @@ const READ_THROUGH: u64 = 1 << 20;
 const ATTEMPTS: u32 = 5;
 
 /// Uploads in one request up to this size; larger files in parts of it (multipart, visible
-/// only when complete, as a single request is), two in flight: an upload holds about three
-/// parts in memory whatever the file's size (S3 takes parts of 5 MiB and more).
-const UPLOAD_PART: usize = 8 << 20;
+/// only when complete, as a single request is). S3's smallest part: an upload holds its parts
+/// in flight in memory, and with 8 MiB parts a 15 MB Parquet part was all in memory at once,
+/// the largest thing a bucket job held beyond a local one (heaptrack; bench/RESULTS.md,
+/// 2026-12-04).
+const UPLOAD_PART: usize = 5 << 20;
+/// Parts sent while the next is read: two requests at once, 10 MiB held at most.
+const UPLOADS_IN_FLIGHT: usize = 1;
 
 /// Bytes fetched from object storage by this process: what the benchmarks and tests compare
 /// against the bytes an item needs.
@@ -897,8 +901,8 @@ async fn upload_file(
     let mut failed = None;
     while left > 0 {
         let n = left.min(UPLOAD_PART as u64) as usize;
-        // Two parts in flight at most: memory stays at a few parts whatever the file's size.
-        if let Err(e) = writer.wait_for_capacity(2).await {
+        // Memory stays at two parts whatever the file's size.
+        if let Err(e) = writer.wait_for_capacity(UPLOADS_IN_FLIGHT).await {
             failed = Some(UploadError::Store(e));
             break;
         }

@@ -65,7 +65,7 @@ fn uploads_and_reads_come_back_byte_for_byte(server: &S3Server, tmp: &Path) {
     let url = |key: &str| PathBuf::from(format!("s3://remote-test/{key}"));
 
     let small = bytes(300_000, 1);
-    let large = bytes(21 << 20, 2); // three parts of a multipart upload
+    let large = bytes(21 << 20, 2); // five parts of a multipart upload
     std::fs::write(local.join("small.bin"), &small).unwrap();
     std::fs::write(local.join("large.bin"), &large).unwrap();
     remote::upload(&local.join("small.bin"), &url("out/small.bin")).unwrap();
