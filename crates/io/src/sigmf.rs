@@ -17,6 +17,7 @@ use sonograph_rf::Complex32;
 use thiserror::Error;
 
 use crate::publish::{publish_all, Draft, Synced};
+use crate::remote::ListedObject;
 use crate::roots::Roots;
 use crate::sha512_lanes::Sha512Lanes;
 use crate::span::{Blob, Span};
@@ -155,6 +156,16 @@ pub fn is_iq_file(path: &Path) -> bool {
 /// any of these (walked recursively, sorted by id). In object storage (a URL): one object of
 /// those names, or the objects under a prefix, listed as a folder is walked.
 pub fn list_sources(path: &Path, raw: Option<DataType>) -> Result<Vec<IqSource>, IqError> {
+    sources_at(path, raw, None)
+}
+
+/// [`list_sources`], a prefix's objects taken from `listing` where it is given (the listing
+/// the caller made of `path`) instead of listed again.
+fn sources_at(
+    path: &Path,
+    raw: Option<DataType>,
+    listing: Option<&[ListedObject]>,
+) -> Result<Vec<IqSource>, IqError> {
     let one = |p: &Path, id: String| -> Result<IqSource, IqError> {
         let s = p.to_string_lossy();
         if let Some(base) = s.strip_suffix(".sigmf-data") {
@@ -221,7 +232,10 @@ pub fn list_sources(path: &Path, raw: Option<DataType>) -> Result<Vec<IqSource>,
             crate::remote::RemoteObject::open(path).map_err(open_error)?;
             return Ok(vec![one(path, name(path))?]);
         }
-        let objects = crate::remote::list(path).map_err(open_error)?;
+        let objects = match listing {
+            Some(objects) => objects.to_vec(),
+            None => crate::remote::list(path).map_err(open_error)?,
+        };
         return of_files(objects.into_iter().map(|o| (o.id, o.url)).collect());
     }
     if path.is_dir() {
@@ -756,8 +770,28 @@ pub fn list_recordings_in(
     path: &Path,
     raw: Option<DataType>,
 ) -> Result<Vec<Listed>, IqError> {
+    recordings_at(roots, path, raw, None)
+}
+
+/// [`list_recordings_in`] of the prefix `path` whose objects the caller has listed already
+/// (`listing`): a listing is a store's slowest request, a page of 1,000 keys at a time.
+pub fn list_recordings_of_listing(
+    roots: &Roots,
+    path: &Path,
+    raw: Option<DataType>,
+    listing: &[ListedObject],
+) -> Result<Vec<Listed>, IqError> {
+    recordings_at(roots, path, raw, Some(listing))
+}
+
+fn recordings_at(
+    roots: &Roots,
+    path: &Path,
+    raw: Option<DataType>,
+    listing: Option<&[ListedObject]>,
+) -> Result<Vec<Listed>, IqError> {
     let mut out = Vec::new();
-    for source in list_sources(path, raw)? {
+    for source in sources_at(path, raw, listing)? {
         match &source {
             IqSource::Archive { id, path } => match archive_recordings_in(roots, path, id) {
                 Ok(members) => out.extend(members.into_iter().map(|m| (m.id().to_string(), Ok(m)))),
