@@ -232,11 +232,20 @@ fn sources_at(
             crate::remote::RemoteObject::open(path).map_err(open_error)?;
             return Ok(vec![one(path, name(path))?]);
         }
-        let objects = match listing {
-            Some(objects) => objects.to_vec(),
-            None => crate::remote::list(path).map_err(open_error)?,
+        let files = match listing {
+            // Only its recordings' names: a corpus's listing may hold millions of clips.
+            Some(objects) => objects
+                .iter()
+                .filter(|o| listed(&o.url))
+                .map(|o| (o.id.clone(), o.url.clone()))
+                .collect(),
+            None => crate::remote::list(path)
+                .map_err(open_error)?
+                .into_iter()
+                .map(|o| (o.id, o.url))
+                .collect(),
         };
-        return of_files(objects.into_iter().map(|o| (o.id, o.url)).collect());
+        return of_files(files);
     }
     if path.is_dir() {
         let mut files = Vec::new();
