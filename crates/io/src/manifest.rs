@@ -218,11 +218,18 @@ impl Source {
                     });
                 }
                 let mut entries = Vec::new();
-                for object in &listed {
+                if options.iq {
+                    // From the same listing: the job lists IQ recordings whatever its spec,
+                    // and a second listing of 2,000 clips was 0.09 s of a 1.7 s job on a
+                    // loopback server (bench/RESULTS.md, 2026-12-04). First, so that the
+                    // audio below takes the listing's names without a copy.
+                    entries.extend(iq_entries(path, options, Some(&listed))?);
+                }
+                for object in listed {
                     if is_audio(&object.url) {
                         entries.push(Entry::Item(SourceItem {
-                            id: object.id.clone(),
-                            path: object.url.clone(),
+                            id: object.id,
+                            path: object.url,
                             offset_s: 0.0,
                             duration_s: None,
                             member: None,
@@ -230,12 +237,6 @@ impl Source {
                     } else if is_shard(&object.url) {
                         entries.extend(shard_entries(&options.roots, &object.url, &object.id));
                     }
-                }
-                if options.iq {
-                    // From the same listing: the job lists IQ recordings whatever its spec,
-                    // and a second listing of 2,000 clips was 0.09 s of a 1.7 s job on a
-                    // loopback server (bench/RESULTS.md, 2026-12-04).
-                    entries.extend(iq_entries(path, options, Some(&listed))?);
                 }
                 entries.sort_by(|a, b| a.id().cmp(b.id()));
                 SourceKind::Dir(entries)

@@ -58,14 +58,16 @@ const READ_THROUGH: u64 = 1 << 20;
 /// here, after the same backoff.
 const ATTEMPTS: u32 = 5;
 
-/// Uploads in one request up to this size; larger files in parts of it (multipart, visible
-/// only when complete, as a single request is). S3's smallest part: an upload holds its parts
-/// in flight in memory, and with 8 MiB parts a 15 MB Parquet part was all in memory at once,
-/// the largest thing a bucket job held beyond a local one (heaptrack; bench/RESULTS.md,
-/// 2026-12-04).
+/// The parts of a multipart upload (visible only when complete, as a single request is):
+/// S3's smallest. An upload holds its parts in flight in memory, and with 8 MiB parts a 15 MB
+/// Parquet part was all in memory at once, the largest thing a bucket job held beyond a local
+/// one (heaptrack; bench/RESULTS.md, 2026-12-04).
 const UPLOAD_PART: usize = 5 << 20;
 /// Parts sent while the next is read: two requests at once, 10 MiB held at most.
 const UPLOADS_IN_FLIGHT: usize = 1;
+/// Uploads in one request up to this size, which holds no more than a multipart upload does
+/// and saves its two extra round trips (its start and its completion).
+const SINGLE_UPLOAD_MAX: usize = (UPLOADS_IN_FLIGHT + 1) * UPLOAD_PART;
 
 /// Bytes fetched from object storage by this process: what the benchmarks and tests compare
 /// against the bytes an item needs.
@@ -884,7 +886,7 @@ async fn upload_file(
         file.read_exact(&mut buf).map_err(UploadError::Read)?;
         Ok(buf)
     };
-    if size <= UPLOAD_PART as u64 {
+    if size <= SINGLE_UPLOAD_MAX as u64 {
         let bytes = read(size as usize)?;
         store
             .put(&path, Bytes::from(bytes).into())
