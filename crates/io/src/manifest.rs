@@ -13,9 +13,7 @@ pub use crate::item::{is_audio, ArchiveMember, Entry, SampleMember, SourceItem, 
 use crate::nemo_tarred::TarredShards;
 use crate::remote::ListedObject;
 use crate::roots::Roots;
-use crate::sigmf::{
-    is_iq_file, list_recordings_in, list_recordings_of_listing, DataType, IqSource,
-};
+use crate::sigmf::{is_iq_file, list_recordings_in, DataType, IqSource};
 use crate::webdataset::{is_shard, shard_entries};
 
 /// A source that cannot be read at all (a usage error, not an item error).
@@ -70,13 +68,11 @@ fn iq_entries(
     options: &SourceOptions,
     listing: Option<&[ListedObject]>,
 ) -> Result<Vec<Entry>, SourceError> {
-    let listed = match listing {
-        Some(objects) => list_recordings_of_listing(&options.roots, path, options.raw, objects),
-        None => list_recordings_in(&options.roots, path, options.raw),
-    }
-    .map_err(|e| SourceError::Format {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
+    let listed = list_recordings_in(&options.roots, path, options.raw, listing).map_err(|e| {
+        SourceError::Format {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        }
     })?;
     let mut entries: Vec<Entry> = listed
         .into_iter()
@@ -220,8 +216,8 @@ impl Source {
                 let mut entries = Vec::new();
                 if options.iq {
                     // From the same listing: the job lists IQ recordings whatever its spec,
-                    // and a second listing of 2,000 clips was 0.09 s of a 1.7 s job on a
-                    // loopback server (bench/RESULTS.md, 2026-12-04). First, so that the
+                    // and a second listing of 2,000 clips held the first item back 0.09 s on
+                    // a loopback server (bench/RESULTS.md, 2026-12-04). First, so that the
                     // audio below takes the listing's names without a copy.
                     entries.extend(iq_entries(path, options, Some(&listed))?);
                 }

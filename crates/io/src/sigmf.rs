@@ -769,31 +769,13 @@ pub type Listed = (String, Result<IqSource, IqError>);
 /// `(id, recording)`, or `(id, why)` for an archive that cannot be listed — one item that
 /// fails, where a job goes on with the others.
 pub fn list_recordings(path: &Path, raw: Option<DataType>) -> Result<Vec<Listed>, IqError> {
-    list_recordings_in(&Roots::anywhere(), path, raw)
+    list_recordings_in(&Roots::anywhere(), path, raw, None)
 }
 
 /// [`list_recordings`], archives opened beneath `roots` (a recording is read beneath them
-/// too, when it is opened).
+/// too, when it is opened); a prefix's objects taken from `listing` where the caller has
+/// listed `path` already (a listing is a store's slowest request, 1,000 keys a page).
 pub fn list_recordings_in(
-    roots: &Roots,
-    path: &Path,
-    raw: Option<DataType>,
-) -> Result<Vec<Listed>, IqError> {
-    recordings_at(roots, path, raw, None)
-}
-
-/// [`list_recordings_in`] of the prefix `path` whose objects the caller has listed already
-/// (`listing`): a listing is a store's slowest request, a page of 1,000 keys at a time.
-pub fn list_recordings_of_listing(
-    roots: &Roots,
-    path: &Path,
-    raw: Option<DataType>,
-    listing: &[ListedObject],
-) -> Result<Vec<Listed>, IqError> {
-    recordings_at(roots, path, raw, Some(listing))
-}
-
-fn recordings_at(
     roots: &Roots,
     path: &Path,
     raw: Option<DataType>,
