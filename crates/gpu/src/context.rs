@@ -5,17 +5,23 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 /// One instance over every backend this build has (Vulkan on Linux, Metal on macOS, DX12 on
-/// Windows).
-pub fn instance() -> wgpu::Instance {
-    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-    desc.backends = wgpu::Backends::all();
-    wgpu::Instance::new(desc)
+/// Windows), made once and never dropped. Dropping the last instance unloads the Vulkan driver
+/// (the loader dlcloses it); when a thread did that while the main thread was exiting, exit ran
+/// a handler of the driver it had just unmapped and the process died with SIGSEGV (about one
+/// run in 700 of `bench --device all` with a failing probe, on lavapipe). A static is never
+/// dropped, so the driver stays loaded until the process ends.
+fn instance() -> &'static wgpu::Instance {
+    static INSTANCE: std::sync::OnceLock<wgpu::Instance> = std::sync::OnceLock::new();
+    INSTANCE.get_or_init(|| {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = wgpu::Backends::all();
+        wgpu::Instance::new(desc)
+    })
 }
 
 /// Every adapter, in a stable order: `gpu:N` is the N-th.
 pub fn adapters() -> Vec<wgpu::Adapter> {
-    let instance = instance();
-    pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
+    pollster::block_on(instance().enumerate_adapters(wgpu::Backends::all()))
 }
 
 /// Opens adapter `gpu:N`, or with `None` the one `score` ranks first (software included:
@@ -145,6 +151,8 @@ pub fn probe(adapter: wgpu::Adapter, deadline: Duration) -> Result<Duration, Str
                 let gpu = GpuDevice::open(&adapter)?;
                 run_probe(&gpu, deadline)
             })();
+            // Nothing of the GPU outlives the answer: once the caller has it, it may exit.
+            drop(adapter);
             // The receiver may have given up already; nothing to do then.
             let _ = tx.send(r);
         });
