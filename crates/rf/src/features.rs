@@ -3,6 +3,7 @@
 //! the samples (RSSI, PAPR, M2M4, amplitude/phase/frequency moments, cumulants). docs/rf.md
 //! gives every formula and its reference.
 
+use std::f64::consts::{PI, TAU};
 use std::sync::Arc;
 
 use rustfft::num_complex::{Complex32, Complex64};
@@ -623,6 +624,8 @@ struct SamplePass {
 fn sample_pass(iq: &[Complex32]) -> SamplePass {
     let mut out = SamplePass::default();
     let (mut amp, mut phase, mut freq) = ([0.0f64; BLOCK], [0.0f64; BLOCK], [0.0f64; BLOCK]);
+    // The phase and |x|² of the last sample of the block before.
+    let mut before: Option<(f64, f64)> = None;
     for start in (0..iq.len()).step_by(BLOCK) {
         let block = &iq[start..(start + BLOCK).min(iq.len())];
         let len = block.len();
@@ -638,23 +641,45 @@ fn sample_pass(iq: &[Complex32]) -> SamplePass {
             *total += s;
         }
         out.peak = out.peak.max(max_of(&amp[..len]));
+        // arg(x[n] x*[n−1]) is the phase's step, phase[n] − phase[n−1] wrapped into (−π, π]:
+        // one atan2 a sample instead of two. A zero sample makes the product 0, whose arg is 0.
+        // (The step carries the rounding of two phases, a few 1e-16 rad, against the
+        // product's one rounding; the f32 samples' own rounding is 6e-8 of their size.)
+        let step = |p: f64, p_before: f64, a: f64, a_before: f64| -> f64 {
+            let d = p - p_before;
+            let d = if d > PI {
+                d - TAU
+            } else if d <= -PI {
+                d + TAU
+            } else {
+                d
+            };
+            if a * a_before == 0.0 {
+                0.0
+            } else {
+                d
+            }
+        };
+        if let Some((p_before, a_before)) = before {
+            freq[0] = step(phase[0], p_before, amp[0], a_before);
+        }
+        for (((f, p), a), (p_before, a_before)) in freq[1..len]
+            .iter_mut()
+            .zip(&phase[1..len])
+            .zip(&amp[1..len])
+            .zip(phase[..len - 1].iter().zip(&amp[..len - 1]))
+        {
+            *f = step(*p, *p_before, *a, *a_before);
+        }
+        // The first sample of the recording has no sample before it, nor a frequency.
+        let first = usize::from(before.is_none());
+        out.frequency = out.frequency.merge(CentralSums::of(&freq[first..len]));
+        before = Some((phase[len - 1], amp[len - 1]));
         for a in &mut amp[..len] {
             *a = a.sqrt();
         }
         out.amplitude = out.amplitude.merge(CentralSums::of(&amp[..len]));
         out.phase = out.phase.merge(CentralSums::of(&phase[..len]));
-        // Frequencies need the sample before: the first sample of the recording has none.
-        let first = start.max(1);
-        let end = start + len;
-        if first < end {
-            let pairs = iq[first - 1..end - 1].iter().zip(&iq[first..end]);
-            for (f, (a, b)) in freq.iter_mut().zip(pairs) {
-                let re = f64::from(b.re) * f64::from(a.re) + f64::from(b.im) * f64::from(a.im);
-                let im = f64::from(b.im) * f64::from(a.re) - f64::from(b.re) * f64::from(a.im);
-                *f = atan2(im, re);
-            }
-            out.frequency = out.frequency.merge(CentralSums::of(&freq[..end - first]));
-        }
     }
     out
 }
@@ -1081,6 +1106,50 @@ mod tests {
                 f.papr_db
             );
         }
+    }
+
+    /// The frequency from the phase's steps equals the arg of x[n] x*[n−1] where it is
+    /// delicate: zero samples (a zero product has arg 0), half turns (arg π, from either side),
+    /// steps across the negative real axis (wrapped), and each of these at a block's edge.
+    #[test]
+    fn the_frequency_from_phase_steps_equals_the_products_arg() {
+        let mut iq = signal(3 * BLOCK + 5);
+        let special = [
+            (Complex32::new(0.0, 0.0), Complex32::new(0.5, -0.2)),
+            (Complex32::new(0.3, 0.1), Complex32::new(0.0, 0.0)),
+            (Complex32::new(1.0, 0.0), Complex32::new(-1.0, 0.0)),
+            (Complex32::new(-1.0, 0.0), Complex32::new(1.0, 0.0)),
+            (Complex32::new(-1.0, 1e-3), Complex32::new(-1.0, -1e-3)),
+            (Complex32::new(-1.0, -1e-3), Complex32::new(-1.0, 1e-3)),
+            (Complex32::new(0.0, 0.0), Complex32::new(0.0, 0.0)),
+        ];
+        for (k, (a, b)) in special.iter().enumerate() {
+            (iq[40 + 9 * k], iq[41 + 9 * k]) = (*a, *b);
+        }
+        // A zero sample and half turns either way across the blocks' edges.
+        for (edge, k) in [(BLOCK, 0), (2 * BLOCK, 2), (3 * BLOCK, 3)] {
+            (iq[edge - 1], iq[edge]) = special[k];
+        }
+        let c = |v: &Complex32| (f64::from(v.re), f64::from(v.im));
+        let freq: Vec<f64> = iq
+            .windows(2)
+            .map(|w| {
+                let ((ar, ai), (br, bi)) = (c(&w[0]), c(&w[1]));
+                // As the features define it: 0 for a zero sample (libm's atan2 of the signed
+                // zeros of such a product may be ±π), and in (−π, π] (libm's is −π for a
+                // product of −1 + (−0)i, a half turn from −1 to 1).
+                if w[0] == Complex32::default() || w[1] == Complex32::default() {
+                    return 0.0;
+                }
+                match (bi * ar - br * ai).atan2(br * ar + bi * ai) {
+                    f if f == -PI => PI,
+                    f => f,
+                }
+            })
+            .collect();
+        assert!(freq.contains(&0.0) && freq.iter().filter(|&&f| f == PI).count() >= 2);
+        let pass = sample_pass(&iq);
+        assert_close(pass.frequency.moments(), two_pass(&freq), "frequency");
     }
 
     #[test]
