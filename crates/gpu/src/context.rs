@@ -6,10 +6,10 @@ use std::time::Duration;
 
 /// One instance over every backend this build has (Vulkan on Linux, Metal on macOS, DX12 on
 /// Windows), made once and never dropped. Dropping the last instance unloads the Vulkan driver
-/// (the loader dlcloses it); when a thread did that while the main thread was exiting, exit ran
-/// a handler of the driver it had just unmapped and the process died with SIGSEGV (about one
-/// run in 700 of `bench --device all` with a failing probe, on lavapipe). A static is never
-/// dropped, so the driver stays loaded until the process ends.
+/// (the loader dlcloses it); when the probe thread did that while the main thread was exiting,
+/// the process died with SIGSEGV in code no longer mapped (one run in ~150 of `bench --device
+/// all` with a failing probe, on lavapipe: bench/teardown.sh). A static is never dropped, so
+/// the driver stays loaded until the process ends.
 fn instance() -> &'static wgpu::Instance {
     static INSTANCE: std::sync::OnceLock<wgpu::Instance> = std::sync::OnceLock::new();
     INSTANCE.get_or_init(|| {
