@@ -129,7 +129,11 @@ fn gaussian(sps: usize, bt: f64, span: usize) -> Vec<f64> {
 /// (`shape_scatter`) whichever way they are computed: the usual samples per symbol take a
 /// gather over one symbol period at a time, its sums in registers (half the time of the
 /// scatter, whose every output is loaded and stored once per symbol).
-#[multiversion::multiversion(targets("x86_64+avx2+fma", "aarch64+neon"))]
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx512dq+avx512bw+avx2+fma",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
 fn shape(
     symbols: &[Complex64],
     sps: usize,

@@ -99,9 +99,16 @@ impl Rng {
         (f64::from(self.word(i)) + 0.5) / 4_294_967_296.0
     }
 
-    /// Words `start..start + out.len()`, blocks computed eight at a time so that the rounds
-    /// vectorise.
+    /// Words `start..start + out.len()`, blocks computed sixteen (AVX-512) or eight at a time
+    /// so that the rounds vectorise.
     pub fn fill_words(&self, start: u64, out: &mut [u32]) {
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::has_avx512() {
+            return fill_words_with(self, start, out, |first| {
+                // SAFETY: AVX-512F was detected just above.
+                unsafe { crate::simd::blocks16(self.key, self.stream, self.sample, first) }
+            });
+        }
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             return fill_words_with(self, start, out, |first| {
@@ -112,15 +119,20 @@ impl Rng {
         fill_words_with(self, start, out, |first| blocks8(self, first))
     }
 
-    /// [`Rng::fill_words`] without the AVX2 path (for tests of the two against each other).
+    /// [`Rng::fill_words`] without the vector paths (for tests of them against it).
     pub fn fill_words_scalar(&self, start: u64, out: &mut [u32]) {
         fill_words_with(self, start, out, |first| blocks8(self, first))
     }
 }
 
-/// Fills `out` with words from `start`, whole runs of eight blocks from `blocks8`.
+/// Fills `out` with words from `start`, whole runs of `W / 4` blocks from `blocks`.
 #[inline(always)]
-fn fill_words_with(rng: &Rng, start: u64, out: &mut [u32], blocks8: impl Fn(u32) -> [u32; 32]) {
+fn fill_words_with<const W: usize>(
+    rng: &Rng,
+    start: u64,
+    out: &mut [u32],
+    blocks: impl Fn(u32) -> [u32; W],
+) {
     let mut i = 0usize;
     // Leading words up to a block boundary.
     while i < out.len() && !(start + i as u64).is_multiple_of(4) {
@@ -128,10 +140,10 @@ fn fill_words_with(rng: &Rng, start: u64, out: &mut [u32], blocks8: impl Fn(u32)
         i += 1;
     }
     let mut block = ((start + i as u64) >> 2) as u32;
-    while out.len() - i >= 32 {
-        out[i..i + 32].copy_from_slice(&blocks8(block));
-        i += 32;
-        block = block.wrapping_add(8);
+    while out.len() - i >= W {
+        out[i..i + W].copy_from_slice(&blocks(block));
+        i += W;
+        block = block.wrapping_add((W / 4) as u32);
     }
     while i < out.len() {
         out[i] = rng.word(start + i as u64);

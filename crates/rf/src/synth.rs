@@ -364,8 +364,14 @@ fn noise_chunk(chunk: &mut [Complex32], words: &[u32], sigma: f32, bits: u32) {
         let values = unsafe {
             std::slice::from_raw_parts_mut(chunk.as_mut_ptr().cast::<f32>(), 2 * chunk.len())
         };
-        // SAFETY: AVX2 was detected just above.
-        unsafe { crate::simd::noise(values, words, sigma, bits, &crate::normal::TABLE) };
+        let table = &crate::normal::TABLE;
+        if crate::simd::has_avx512() {
+            // SAFETY: AVX-512F/CD (and so AVX2) were detected.
+            unsafe { crate::simd::noise16(values, words, sigma, bits, table) };
+        } else {
+            // SAFETY: AVX2 was detected just above.
+            unsafe { crate::simd::noise(values, words, sigma, bits, table) };
+        }
         return;
     }
     noise_chunk_scalar(chunk, words, sigma, bits);
