@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use crate::remote::FIRST_READ_WHOLE;
 use crate::roots::Roots;
 use crate::sigmf::IqSource;
-use crate::span::{Blob, ListedObject};
+use crate::span::{Blob, ObjectVersion};
 
 /// File extensions treated as audio when walking a directory.
 pub const AUDIO_EXTENSIONS: &[&str] = &["wav", "wave", "flac", "mp3", "ogg", "oga"];
@@ -45,7 +45,7 @@ pub struct ArchiveMember {
     pub sample: Vec<SampleMember>,
     /// The archive as its listing opened it, where it is an object (its size and ETag): the
     /// member is read without asking for them again, and from that version only.
-    pub listed: Option<ListedObject>,
+    pub listed: Option<ObjectVersion>,
 }
 
 impl ArchiveMember {

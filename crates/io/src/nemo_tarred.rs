@@ -9,7 +9,7 @@ use std::rc::Rc;
 
 use crate::item::{ArchiveMember, SourceItem};
 use crate::roots::Roots;
-use crate::span::ListedObject;
+use crate::span::ObjectVersion;
 use crate::tar_index::{tar_members, TarListError, TarMember};
 use crate::webdataset::check_end;
 
@@ -18,7 +18,7 @@ use crate::webdataset::check_end;
 const SHARDS_KEPT: usize = 4;
 
 /// A shard's members by name and the shard as listed, or why it cannot be listed.
-type Listing = Rc<Result<(HashMap<String, TarMember>, Option<ListedObject>), String>>;
+type Listing = Rc<Result<(HashMap<String, TarMember>, Option<ObjectVersion>), String>>;
 
 /// The shards of a tarred manifest, each listed (its headers alone) when a line first names it.
 pub(crate) struct TarredShards {

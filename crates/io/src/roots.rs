@@ -14,7 +14,7 @@ use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 
 use crate::remote::RemoteObject;
-use crate::span::{Blob, ListedObject};
+use crate::span::{Blob, ObjectVersion};
 
 /// Where files may be opened from. Cheap to clone.
 #[derive(Clone, Default)]
@@ -97,7 +97,7 @@ impl Roots {
 
     /// [`open_blob`](Self::open_blob) for an object a listing opened (`listed`): without a
     /// request, and held to the version listed.
-    pub fn open_listed(&self, path: &Path, listed: Option<&ListedObject>) -> io::Result<Blob> {
+    pub fn open_listed(&self, path: &Path, listed: Option<&ObjectVersion>) -> io::Result<Blob> {
         match listed {
             Some(l) if crate::remote::is_url(path) => {
                 self.check_remote(path)?;

@@ -8,9 +8,10 @@ use std::sync::Arc;
 
 use crate::remote::RemoteObject;
 
-/// An object as a listing opened it: its size and ETag.
+/// The version of an object a listing opened: its size and ETag, so that later reads take
+/// that version without asking again. (`remote::ListedObject` is an entry of a listing.)
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListedObject {
+pub struct ObjectVersion {
     pub len: u64,
     pub version: Option<String>,
 }
@@ -31,10 +32,10 @@ impl From<File> for Blob {
 impl Blob {
     /// The object as it was opened (its size and ETag), for reading its members later without
     /// asking again; `None` for a local file.
-    pub fn listed(&self) -> Option<ListedObject> {
+    pub fn listed(&self) -> Option<ObjectVersion> {
         match self {
             Blob::File(_) => None,
-            Blob::Remote(r) => Some(ListedObject {
+            Blob::Remote(r) => Some(ObjectVersion {
                 len: r.len(),
                 version: r.version().map(str::to_string),
             }),
