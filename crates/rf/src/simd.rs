@@ -209,9 +209,9 @@ pub(crate) fn blocks16(key: [u32; 2], stream: u32, sample: [u32; 2], first: u32)
         c2 = n2;
         c3 = lo0;
     }
-    // Word j of block l is lane l of c_j; the output wants block after block. Within each
-    // 128-bit lane i, the unpacks make blocks 4i, 4i+1, 4i+2, 4i+3 (one a register); the
-    // shuffles then transpose the registers' 128-bit lanes.
+    // Word j of block l is lane l of c_j; the output wants block after block. The unpacks put
+    // block 4i + j, its four words in order, in 128-bit lane i of u_j; the shuffles then
+    // transpose the four registers' 128-bit lanes.
     let (t0, t1) = (_mm512_unpacklo_epi32(c0, c1), _mm512_unpackhi_epi32(c0, c1));
     let (t2, t3) = (_mm512_unpacklo_epi32(c2, c3), _mm512_unpackhi_epi32(c2, c3));
     let (u0, u1) = (_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2));
