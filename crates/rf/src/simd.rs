@@ -10,6 +10,19 @@ use std::arch::x86_64::*;
 
 use crate::normal::{FRAC_BITS, SIG_BITS, TABLE_ROW};
 
+// Philox's multipliers and key increments, as in philox.rs (which calls into this module, so
+// importing them from there would make an import circle; the tests compare every word).
+const M0: u32 = 0xD251_1F53;
+const M1: u32 = 0xCD9E_8D57;
+const W0: u32 = 0x9E37_79B9;
+const W1: u32 = 0xBB67_AE85;
+
+/// The next round's key.
+#[inline(always)]
+fn next_key(k: [u32; 2]) -> [u32; 2] {
+    [k[0].wrapping_add(W0), k[1].wrapping_add(W1)]
+}
+
 /// The 32-bit products `m · c` of eight lanes as (hi, lo) words.
 #[inline]
 #[target_feature(enable = "avx2")]
@@ -31,15 +44,12 @@ pub(crate) fn blocks8(key: [u32; 2], stream: u32, sample: [u32; 2], first: u32) 
     let mut c1 = _mm256_set1_epi32(stream as i32);
     let mut c2 = _mm256_set1_epi32(sample[0] as i32);
     let mut c3 = _mm256_set1_epi32(sample[1] as i32);
-    let m0 = _mm256_set1_epi64x(0xD251_1F53);
-    let m1 = _mm256_set1_epi64x(0xCD9E_8D57);
+    let m0 = _mm256_set1_epi64x(i64::from(M0));
+    let m1 = _mm256_set1_epi64x(i64::from(M1));
     let mut k = key;
     for r in 0..10 {
         if r > 0 {
-            k = [
-                k[0].wrapping_add(0x9E37_79B9),
-                k[1].wrapping_add(0xBB67_AE85),
-            ];
+            k = next_key(k);
         }
         let (hi0, lo0) = mulhilo(m0, c0);
         let (hi1, lo1) = mulhilo(m1, c2);
@@ -124,6 +134,18 @@ fn deviates(w: __m256i, table: &[i32]) -> __m256i {
     )
 }
 
+/// The quantisation grid of `bits` bits: its scale 2^(bits − 1) and the inverse (both 0
+/// without quantisation). The scale is a power of two, so a product by the inverse is
+/// `math::quantize`'s division exactly.
+fn grid(bits: u32) -> (f32, f32) {
+    if bits > 0 {
+        let scale = (1u32 << (bits - 1)) as f32;
+        (scale, 1.0 / scale)
+    } else {
+        (0.0, 0.0)
+    }
+}
+
 /// `synth::noise_chunk` on interleaved values: `values[j] += sigma · deviate(words[j])`, then
 /// the quantisation; the same operations in the same order as the scalar code (no fused
 /// multiply-add: the product is exact anyway).
@@ -132,18 +154,14 @@ pub(crate) fn noise(values: &mut [f32], words: &[u32], sigma: f32, bits: u32, ta
     assert_eq!(values.len(), words.len());
     let unit = _mm256_set1_ps(1.0 / (1u32 << FRAC_BITS) as f32);
     let sig = _mm256_set1_ps(sigma);
-    let scale = if bits > 0 {
-        (1u32 << (bits - 1)) as f32
-    } else {
-        0.0
-    };
-    let (vs, vmin, vmax, half) = (
+    let (scale, inv) = grid(bits);
+    let (vs, vmin, vmax, half, inv) = (
         _mm256_set1_ps(scale),
         _mm256_set1_ps(-scale),
         _mm256_set1_ps(scale - 1.0),
         _mm256_set1_ps(0.5),
+        _mm256_set1_ps(inv),
     );
-    let inv = _mm256_set1_ps(if bits > 0 { 1.0 / scale } else { 0.0 });
     let whole = values.len() / 8 * 8;
     for (v8, w8) in values[..whole]
         .chunks_exact_mut(8)
@@ -190,15 +208,12 @@ pub(crate) fn blocks16(key: [u32; 2], stream: u32, sample: [u32; 2], first: u32)
     let mut c1 = _mm512_set1_epi32(stream as i32);
     let mut c2 = _mm512_set1_epi32(sample[0] as i32);
     let mut c3 = _mm512_set1_epi32(sample[1] as i32);
-    let m0 = _mm512_set1_epi64(0xD251_1F53);
-    let m1 = _mm512_set1_epi64(0xCD9E_8D57);
+    let m0 = _mm512_set1_epi64(i64::from(M0));
+    let m1 = _mm512_set1_epi64(i64::from(M1));
     let mut k = key;
     for r in 0..10 {
         if r > 0 {
-            k = [
-                k[0].wrapping_add(0x9E37_79B9),
-                k[1].wrapping_add(0xBB67_AE85),
-            ];
+            k = next_key(k);
         }
         let (hi0, lo0) = mulhilo16(m0, c0);
         let (hi1, lo1) = mulhilo16(m1, c2);
@@ -286,18 +301,14 @@ pub(crate) fn noise16(values: &mut [f32], words: &[u32], sigma: f32, bits: u32, 
     assert_eq!(values.len(), words.len());
     let unit = _mm512_set1_ps(1.0 / (1u32 << FRAC_BITS) as f32);
     let sig = _mm512_set1_ps(sigma);
-    let scale = if bits > 0 {
-        (1u32 << (bits - 1)) as f32
-    } else {
-        0.0
-    };
-    let (vs, vmin, vmax, half) = (
+    let (scale, inv) = grid(bits);
+    let (vs, vmin, vmax, half, inv) = (
         _mm512_set1_ps(scale),
         _mm512_set1_ps(-scale),
         _mm512_set1_ps(scale - 1.0),
         _mm512_set1_ps(0.5),
+        _mm512_set1_ps(inv),
     );
-    let inv = _mm512_set1_ps(if bits > 0 { 1.0 / scale } else { 0.0 });
     let whole = values.len() / 16 * 16;
     for (v16, w16) in values[..whole]
         .chunks_exact_mut(16)
